@@ -1,0 +1,33 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test install schemas clean bench
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall only when the project metadata changes; the install is editable.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/tidal demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+schemas: $(STAMP)
+	$(BIN)/tidal schemas export
+
+bench: $(STAMP)
+	$(BIN)/python bench/bus_throughput.py
+
+clean:
+	rm -rf $(VENV) .tidal .pytest_cache

@@ -1,0 +1,29 @@
+"""Tidal's shared event schemas: one versioned pydantic model per event."""
+
+from .actions import ActionResult, CpuAssignment, DeadLetter, NodeAction
+from .common import Resources, pod_key
+from .envelope import (
+    Envelope,
+    Payload,
+    decode,
+    decode_obj,
+    derived_id,
+    encode,
+    event_types,
+    make_envelope,
+    payload_model,
+)
+from .errors import SchemaError
+from .node import Cpu, Gpu, NodeAllocatable, NodeMetrics, NodeTopology, NumaNode, PodUsage
+from .placement import BindResult, GpuShare, NodeCandidate, PlacementDecision
+from .pod import GpuAsk, GpuBinding, GpuGroup, PodLifecycle, TenantConfig, requested
+from .scores import NodeScore, PeakEstimate, UserScore
+
+__all__ = [
+    "ActionResult", "BindResult", "Cpu", "CpuAssignment", "DeadLetter", "Envelope", "Gpu",
+    "GpuAsk", "GpuBinding", "GpuGroup", "GpuShare", "NodeAction", "NodeAllocatable",
+    "NodeCandidate", "NodeMetrics", "NodeScore", "NodeTopology", "NumaNode", "Payload",
+    "PeakEstimate", "PlacementDecision", "PodLifecycle", "PodUsage", "Resources",
+    "SchemaError", "TenantConfig", "UserScore", "decode", "decode_obj", "derived_id",
+    "encode", "event_types", "make_envelope", "payload_model", "pod_key", "requested",
+]

@@ -1,0 +1,99 @@
+"""Commands to nodes and their outcomes."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from .common import Name, NonNegInt
+from .envelope import Payload, register
+
+ActionKind = Literal["taint", "untaint", "evict", "freeze", "thaw", "set-cpuset"]
+_POD_ACTIONS = {"evict", "freeze", "thaw", "set-cpuset"}
+
+
+@register
+class NodeAction(Payload):
+    """Something to do on a node, with the reason and the measurements that
+    led to it. `dry_run` actions are published for visibility, not executed."""
+
+    TYPE = "node.action"
+
+    action_id: Name
+    node: Name
+    kind: ActionKind
+    pod: str | None = None
+    cpuset: list[NonNegInt] = Field(default_factory=list)
+    mems: list[NonNegInt] = Field(default_factory=list)
+    taint_key: str | None = None
+    taint_effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+    reason: str
+    measured: dict[str, float] = Field(default_factory=dict)
+    dry_run: bool = False
+    requested_by: str = ""
+
+    def event_key(self) -> str:
+        return self.node
+
+    @model_validator(mode="after")
+    def _fields_for_kind(self) -> "NodeAction":
+        if self.kind in _POD_ACTIONS and not self.pod:
+            raise ValueError(f"a {self.kind} action must name a pod")
+        if self.kind == "set-cpuset" and not self.cpuset:
+            raise ValueError("a set-cpuset action must give a non-empty cpuset")
+        if self.kind in ("taint", "untaint") and not self.taint_key:
+            raise ValueError(f"a {self.kind} action must give taint_key")
+        return self
+
+
+@register
+class ActionResult(Payload):
+    """What became of a node action."""
+
+    TYPE = "action.result"
+
+    action_id: Name
+    node: Name
+    kind: ActionKind
+    pod: str | None = None
+    status: Literal["done", "failed", "unknown-pod", "refused", "skipped"]
+    reason: str = ""
+
+    def event_key(self) -> str:
+        return self.node
+
+
+@register
+class CpuAssignment(Payload):
+    """Concrete CPUs a node agent gave (or took back from) a pod's container."""
+
+    TYPE = "cpu.assignment"
+
+    node: Name
+    pod: Name
+    container: str = ""
+    cpuset: list[NonNegInt]
+    released: bool = False
+
+    def event_key(self) -> str:
+        return self.node
+
+
+@register
+class DeadLetter(Payload):
+    """An event a consumer could not handle: the original bytes and why."""
+
+    TYPE = "dead.letter"
+
+    stream: Name
+    key: str = ""
+    consumer: str
+    reason: str
+    retriable: bool = False
+    deliveries: NonNegInt = 1
+    original_b64: str
+    original_size: NonNegInt
+
+    def event_key(self) -> str:
+        return self.stream

@@ -1,0 +1,171 @@
+"""The envelope every event travels in, and the registry of event types.
+
+An event on the wire is one JSON object::
+
+    {"id": ..., "type": "node.metrics", "version": 1, "cluster": "prod-eu",
+     "key": "node-17", "time": "...", "source": "topology",
+     "causation_id": null, "payload": {...}}
+
+`type` picks the payload model from the registry; `version` lets a model
+evolve (a consumer rejects versions newer than it knows). Unknown fields are
+ignored so that older consumers keep working when producers add fields.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import Any, ClassVar, Generic, TypeVar
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import SchemaError
+
+_EVENT_ID_NAMESPACE = uuid.UUID("3b0b8a8e-6c1f-4d55-9a55-7c1d8f3c9e10")
+
+
+class Payload(BaseModel):
+    """Base of every event payload: a versioned, immutable record.
+
+    Subclasses set TYPE (also the stream it is published on) and VERSION,
+    and implement `event_key` (what the event is partitioned by).
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    TYPE: ClassVar[str] = ""
+    VERSION: ClassVar[int] = 1
+
+    def event_key(self) -> str:
+        raise NotImplementedError
+
+
+P = TypeVar("P", bound=Payload)
+
+
+class Envelope(BaseModel, Generic[P]):
+    """Identity, routing and lineage of one event around its payload."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    id: str = Field(min_length=1, max_length=128)
+    type: str = Field(min_length=1)
+    version: int = Field(ge=1)
+    cluster: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9_-]+$")
+    key: str = Field(min_length=1, max_length=512)
+    time: datetime
+    source: str = Field(min_length=1)
+    causation_id: str | None = None
+    payload: P
+
+
+_REGISTRY: dict[str, type[Payload]] = {}
+
+
+def register(model: type[P]) -> type[P]:
+    """Class decorator: make `model` decodable by its TYPE."""
+    if not model.TYPE:
+        raise TypeError(f"{model.__name__} has no TYPE")
+    if model.TYPE in _REGISTRY and _REGISTRY[model.TYPE] is not model:
+        raise TypeError(f"event type {model.TYPE!r} registered twice")
+    _REGISTRY[model.TYPE] = model
+    return model
+
+
+def event_types() -> dict[str, type[Payload]]:
+    """All registered event types, by type name, in a stable order."""
+    return dict(sorted(_REGISTRY.items()))
+
+
+def payload_model(event_type: str) -> type[Payload]:
+    """The payload model for `event_type`; SchemaError when unknown."""
+    try:
+        return _REGISTRY[event_type]
+    except KeyError:
+        raise SchemaError(f"unknown event type {event_type!r}") from None
+
+
+def derived_id(causation_id: str, event_type: str, key: str, discriminator: str = "") -> str:
+    """A deterministic event id for an event caused by another one.
+
+    Re-handling the same cause yields the same id, so a redelivered input
+    produces an output that consumers (and NATS' duplicate window) drop.
+    """
+    name = f"{causation_id}/{event_type}/{key}/{discriminator}"
+    return str(uuid.uuid5(_EVENT_ID_NAMESPACE, name))
+
+
+def make_envelope(
+    payload: P,
+    *,
+    cluster: str,
+    source: str,
+    cause: Envelope[Any] | None = None,
+    event_id: str | None = None,
+    time: datetime | None = None,
+    discriminator: str = "",
+) -> Envelope[P]:
+    """Wrap `payload`. With a `cause` and no explicit id, the id is derived
+    from the cause so the same cause always yields the same event id."""
+    key = payload.event_key()
+    causation_id = cause.id if cause is not None else None
+    if event_id is None:
+        event_id = (
+            derived_id(causation_id, payload.TYPE, key, discriminator)
+            if causation_id
+            else str(uuid.uuid4())
+        )
+    return Envelope[type(payload)](  # type: ignore[misc]
+        id=event_id,
+        type=payload.TYPE,
+        version=payload.VERSION,
+        cluster=cluster,
+        key=key,
+        time=time or datetime.now(timezone.utc),
+        source=source,
+        causation_id=causation_id,
+        payload=payload,
+    )
+
+
+def encode(envelope: Envelope[Any]) -> bytes:
+    """Serialise an envelope to compact JSON bytes."""
+    return orjson.dumps(envelope.model_dump(mode="json"))
+
+
+def decode(data: bytes | str) -> Envelope[Any]:
+    """Parse and validate one event; SchemaError with a precise reason otherwise."""
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise SchemaError(f"not JSON: {exc}") from None
+    return decode_obj(raw)
+
+
+def decode_obj(raw: Any) -> Envelope[Any]:
+    """Validate an already-parsed JSON object as an event."""
+    if not isinstance(raw, dict):
+        raise SchemaError(f"an event must be a JSON object, got {type(raw).__name__}")
+    event_type = raw.get("type")
+    if not isinstance(event_type, str):
+        raise SchemaError("field 'type': missing or not a string")
+    model = payload_model(event_type)
+    version = raw.get("version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > model.VERSION:
+        raise SchemaError(
+            f"event type {event_type!r} version {version} is newer than the supported {model.VERSION}"
+        )
+    try:
+        return Envelope[model].model_validate(raw)  # type: ignore[valid-type]
+    except ValidationError as exc:
+        raise SchemaError(describe_validation_error(exc)) from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line naming the first offending field, e.g. `payload.cpu_milli: ...`."""
+    errors = exc.errors()
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"]) or "<root>"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"field '{where}': {first['msg']}{more}"

@@ -1,0 +1,129 @@
+"""What a node agent reports: topology, usage, and what oversell allows."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from .common import Fraction, GpuKind, Name, NonNegInt, Qos, Record, Resources
+from .envelope import Payload, register
+
+
+class Cpu(Record):
+    """One logical CPU (hardware thread) and where it sits."""
+
+    cpu: NonNegInt
+    core: NonNegInt
+    socket: NonNegInt
+    numa: NonNegInt
+
+
+class NumaNode(Record):
+    """One NUMA domain. CPU capacity/allocatable are present only when the
+    node offers exclusive CPUs (allocatable = capacity - reserved here)."""
+
+    id: NonNegInt
+    cpus: list[NonNegInt]
+    memory_mib: NonNegInt = 0
+    capacity_cpus: NonNegInt | None = None
+    allocatable_cpus: NonNegInt | None = None
+
+
+class Gpu(Record):
+    """One GPU device; a virtual one (vGPU/MIG) names its physical parent."""
+
+    id: Name
+    index: NonNegInt = 0
+    model: Name
+    kind: GpuKind = "physical"
+    parent: str | None = None
+    memory_mib: NonNegInt = 0
+    numa: NonNegInt | None = None
+    healthy: bool = True
+
+
+@register
+class NodeTopology(Payload):
+    """Inventory of a node, published at start and whenever it changes."""
+
+    TYPE = "node.topology"
+
+    node: Name
+    pool: str = "default"
+    cpus: list[Cpu] = Field(default_factory=list)
+    numa_nodes: list[NumaNode] = Field(default_factory=list)
+    reserved_cpus: list[NonNegInt] = Field(default_factory=list)
+    exclusive_cpus: bool = False
+    gpus: list[Gpu] = Field(default_factory=list)
+    capacity: Resources
+    allocatable: Resources
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    def event_key(self) -> str:
+        return self.node
+
+    @property
+    def sockets(self) -> list[int]:
+        return sorted({cpu.socket for cpu in self.cpus})
+
+    @model_validator(mode="after")
+    def _allocatable_within_capacity(self) -> "NodeTopology":
+        for field in ("cpu_milli", "memory_mib", "gpu_milli"):
+            if getattr(self.allocatable, field) > getattr(self.capacity, field):
+                raise ValueError(f"allocatable.{field} exceeds capacity.{field}")
+        return self
+
+
+class PodUsage(Record):
+    """What one pod used over the last interval on this node."""
+
+    pod: Name  # namespace/name
+    uid: str = ""
+    cpu_milli: NonNegInt = 0
+    memory_mib: NonNegInt = 0
+    qos: Qos = "BE"
+    cpuset: list[NonNegInt] = Field(default_factory=list)
+    numa_nodes: list[NonNegInt] = Field(default_factory=list)
+    frozen: bool = False
+
+
+@register
+class NodeMetrics(Payload):
+    """One usage sample of a node, every sampling interval."""
+
+    TYPE = "node.metrics"
+
+    node: Name
+    sampled_at: datetime
+    interval_s: float = Field(gt=0)
+    cpu_util: dict[int, Fraction] = Field(default_factory=dict)
+    numa_load: dict[int, Fraction] = Field(default_factory=dict)
+    node_cpu_util: Fraction = 0.0
+    cpu_used_milli: NonNegInt = 0
+    memory_used_mib: NonNegInt = 0
+    memory_total_mib: NonNegInt = 0
+    pods: list[PodUsage] = Field(default_factory=list)
+
+    def event_key(self) -> str:
+        return self.node
+
+
+@register
+class NodeAllocatable(Payload):
+    """The (possibly oversold) allocatable oversell grants a node, with why.
+    NUMA-level figures are never oversold, so only node totals appear."""
+
+    TYPE = "node.allocatable"
+
+    node: Name
+    policy: Literal["factor", "bounded", "none"]
+    capacity: Resources
+    allocatable: Resources
+    factor: float | None = Field(default=None, ge=0)
+    inputs: dict[str, float] = Field(default_factory=dict)
+    reason: str = ""
+
+    def event_key(self) -> str:
+        return self.node

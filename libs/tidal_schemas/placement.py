@@ -1,0 +1,79 @@
+"""What placement decides and what binding it reports back."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from .common import Name, NonNegInt, Record
+from .envelope import Payload, register
+
+
+class GpuShare(Record):
+    """A GPU given to a pod, whole (1000) or in part."""
+
+    gpu: Name
+    milli: int = Field(ge=1, le=1000)
+
+
+class NodeCandidate(Record):
+    """How one node scored for a pod; lower total is better."""
+
+    node: Name
+    score: float
+    breakdown: dict[str, float] = Field(default_factory=dict)
+    numa_nodes: list[NonNegInt] = Field(default_factory=list)
+
+
+@register
+class PlacementDecision(Payload):
+    """Where a pod goes (`placed`), or why it cannot go anywhere yet (`pending`)."""
+
+    TYPE = "placement.decision"
+
+    decision_id: Name
+    namespace: Name
+    name: Name
+    uid: str = ""
+    outcome: Literal["placed", "pending"]
+    node: str | None = None
+    numa_cpus: dict[int, NonNegInt] = Field(
+        default_factory=dict, description="exclusive CPUs to take on each NUMA node"
+    )
+    numa_nodes: list[NonNegInt] = Field(default_factory=list)
+    gpus: list[GpuShare] = Field(default_factory=list)
+    chosen: NodeCandidate | None = None
+    runners_up: list[NodeCandidate] = Field(default_factory=list)
+    filtered: dict[str, NonNegInt] = Field(
+        default_factory=dict, description="number of nodes filtered out, by reason"
+    )
+    reason: str = ""
+    queue_position: NonNegInt | None = None
+    fair_share_score: float | None = None
+
+    def event_key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @model_validator(mode="after")
+    def _placed_names_node(self) -> "PlacementDecision":
+        if self.outcome == "placed" and not self.node:
+            raise ValueError("a placed decision must name its node")
+        return self
+
+
+@register
+class BindResult(Payload):
+    """Whether the cluster accepted a placement decision."""
+
+    TYPE = "bind.result"
+
+    decision_id: Name
+    namespace: Name
+    name: Name
+    node: Name
+    ok: bool
+    reason: str = ""
+
+    def event_key(self) -> str:
+        return f"{self.namespace}/{self.name}"

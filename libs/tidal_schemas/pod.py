@@ -1,0 +1,146 @@
+"""Pod lifecycle and tenant configuration: what there is to place, for whom."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from .common import CpuPolicy, GpuKind, Name, NonNegInt, Qos, Record, Resources, pod_key
+from .envelope import Payload, register
+
+PodPhase = Literal["pending", "bound", "running", "deleted"]
+
+
+class GpuAsk(Record):
+    """A pod's GPU request: `count` GPUs of `milli` each (1000 = whole GPU;
+    below 1000 the pod shares one GPU and count must be 1)."""
+
+    count: NonNegInt = 0
+    milli: int = Field(default=1000, ge=1, le=1000)
+    models: list[Name] = Field(default_factory=list)
+    kind: GpuKind | None = None
+    group: str | None = None
+
+    @model_validator(mode="after")
+    def _share_is_one_gpu(self) -> "GpuAsk":
+        if self.milli < 1000 and self.count > 1:
+            raise ValueError("a GPU share (milli < 1000) must ask for exactly one GPU")
+        return self
+
+    @property
+    def total_milli(self) -> int:
+        return self.count * self.milli
+
+
+@register
+class PodLifecycle(Payload):
+    """A pod's state change, with everything placement needs to know of it.
+
+    `invalid_reason` is set when the pod's Tidal annotations could not be
+    parsed: the pod is then unschedulable until fixed, never silently
+    scheduled with defaults.
+    """
+
+    TYPE = "pod.lifecycle"
+
+    namespace: Name
+    name: Name
+    uid: str = ""
+    phase: PodPhase
+    node: str | None = None
+    requests: Resources = Resources()
+    exclusive_cpus: bool = False
+    cpu_policy: CpuPolicy | None = None
+    gpu: GpuAsk = GpuAsk()
+    tenant: str = "default"
+    user: str = "default"
+    qos: Qos = "BE"
+    priority: int = 0
+    system_critical: bool = False
+    evictable: bool = False
+    created_at: datetime
+    started_at: datetime | None = None
+    invalid_reason: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    def event_key(self) -> str:
+        return pod_key(self.namespace, self.name)
+
+    @model_validator(mode="after")
+    def _exclusive_needs_whole_cpus(self) -> "PodLifecycle":
+        if self.exclusive_cpus and (self.requests.cpu_milli == 0 or self.requests.cpu_milli % 1000):
+            raise ValueError("exclusive_cpus needs a whole, non-zero number of CPUs in requests.cpu_milli")
+        if self.phase in ("bound", "running") and not self.node:
+            raise ValueError(f"a {self.phase} pod must name its node")
+        return self
+
+
+class GpuBinding(Record):
+    """GPUs of one node that belong to a group."""
+
+    node: Name
+    gpus: list[Name] = Field(min_length=1)
+
+
+class GpuGroup(Record):
+    """A named set of (node, GPU) bindings owned by a tenant. Groups may
+    share GPUs; accounting is per GPU, not per group."""
+
+    name: Name
+    bindings: list[GpuBinding] = Field(min_length=1)
+    container_id: str | None = None
+
+
+class AutoGrouping(Record):
+    """Ask Tidal to build the groups from the permitted GPUs."""
+
+    by_model: bool = True
+    by_kind: bool = False
+    gpus_per_container: NonNegInt | None = None
+
+
+class TenantPermissions(Record):
+    """What a tenant may use. Empty lists mean no restriction."""
+
+    nodes: list[Name] = Field(default_factory=list)
+    gpus: list[Name] = Field(default_factory=list)
+
+
+@register
+class TenantConfig(Payload):
+    """A tenant's whole configuration: a new one replaces the previous one."""
+
+    TYPE = "tenant.config"
+
+    tenant: Name
+    permissions: TenantPermissions = TenantPermissions()
+    quota: dict[str, NonNegInt] = Field(
+        default_factory=dict,
+        description="limit per resource type: a GPU model name (milli-GPU), 'cpu' (milli-CPU) or 'memory' (MiB)",
+    )
+    groups: list[GpuGroup] = Field(default_factory=list)
+    auto_grouping: AutoGrouping | None = None
+
+    def event_key(self) -> str:
+        return self.tenant
+
+    @model_validator(mode="after")
+    def _groups_named_once(self) -> "TenantConfig":
+        names = [group.name for group in self.groups]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"group names must be unique, repeated: {', '.join(duplicates)}")
+        if self.groups and self.auto_grouping:
+            raise ValueError("give either groups (manual) or auto_grouping, not both")
+        return self
+
+
+def requested(pod: PodLifecycle) -> Resources:
+    """Total resources a pod holds on a node once bound."""
+    return Resources(
+        cpu_milli=pod.requests.cpu_milli,
+        memory_mib=pod.requests.memory_mib,
+        gpu_milli=pod.gpu.total_milli,
+    )

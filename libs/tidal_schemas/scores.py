@@ -1,0 +1,61 @@
+"""What the scoring service publishes: fair-share and node load/peak."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from .common import Fraction, Name, NonNegInt, Record
+from .envelope import Payload, register
+
+PeakEstimator = Literal["weighted", "percentile", "statistical"]
+
+
+@register
+class UserScore(Payload):
+    """Exponentially decayed usage of one user for one resource type (§C).
+    Lower score = higher priority."""
+
+    TYPE = "score.user"
+
+    user: Name
+    resource_type: Name
+    score: float = Field(ge=0)
+    usage: float = Field(ge=0)
+    updated_at: datetime
+    adjust_time_s: float = Field(gt=0)
+
+    def event_key(self) -> str:
+        return f"{self.user}/{self.resource_type}"
+
+
+class PeakEstimate(Record):
+    """A node's estimated peak utilisation (§D). When there were too few
+    samples, `utilisation` is None and `reason` says so: consumers then fall
+    back to requests, never to a made-up number."""
+
+    estimator: PeakEstimator
+    window_s: float = Field(gt=0)
+    samples: NonNegInt
+    utilisation: Fraction | None = None
+    cpu_milli: NonNegInt | None = None
+    memory_mib: NonNegInt | None = None
+    reason: str = ""
+
+
+@register
+class NodeScore(Payload):
+    """Node load (mean of NUMA loads), the NUMA breakdown, and peak usage."""
+
+    TYPE = "score.node"
+
+    node: Name
+    load: Fraction
+    numa_load: dict[int, Fraction] = Field(default_factory=dict)
+    peak: PeakEstimate | None = None
+    sampled_at: datetime
+
+    def event_key(self) -> str:
+        return self.node

@@ -1,0 +1,73 @@
+"""The stream catalogue: one stream per event type, who writes and reads it.
+
+Both bus backends derive their layout from this table (NATS stream and
+subjects, Kafka topic and partitions), so the two stay interchangeable.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+DAY = 86_400.0
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """Layout and retention of one stream."""
+
+    name: str
+    partitions: int = 8
+    max_age_s: float = 7 * DAY
+    max_bytes: int = 1 << 30
+    producers: tuple[str, ...] = ()
+    consumers: tuple[str, ...] = ()
+
+    def subject_pattern(self, namespace: str = "tidal") -> str:
+        return f"{namespace}.{self.token}.{{cluster}}.{{partition}}.{{key}}"
+
+    @property
+    def token(self) -> str:
+        """The stream name as one NATS subject token."""
+        return self.name.replace(".", "_")
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """Which partition a key lives in. The same function on every backend
+    and every replica, so a key's events always land together."""
+    return zlib.crc32(key.encode()) % partitions
+
+
+_CATALOGUE = [
+    StreamSpec("node.topology", producers=("topology", "simulator"),
+               consumers=("scoring", "placement", "oversell", "remediation")),
+    StreamSpec("node.metrics", max_age_s=1 * DAY, producers=("topology", "simulator"),
+               consumers=("scoring", "oversell", "remediation")),
+    StreamSpec("pod.lifecycle", producers=("bridge", "simulator"),
+               consumers=("scoring", "placement", "oversell", "remediation")),
+    StreamSpec("tenant.config", partitions=1, max_age_s=365 * DAY, producers=("cli",),
+               consumers=("placement",)),
+    StreamSpec("score.user", producers=("scoring",), consumers=("placement",)),
+    StreamSpec("score.node", producers=("scoring",), consumers=("placement", "oversell")),
+    StreamSpec("placement.decision", producers=("placement",),
+               consumers=("bridge", "simulator", "topology")),
+    StreamSpec("bind.result", producers=("bridge", "simulator"), consumers=("placement",)),
+    StreamSpec("node.allocatable", producers=("oversell",),
+               consumers=("placement", "bridge", "simulator")),
+    StreamSpec("node.action", producers=("oversell", "remediation"),
+               consumers=("topology", "bridge", "simulator")),
+    StreamSpec("action.result", producers=("topology", "bridge", "simulator"),
+               consumers=("oversell", "remediation")),
+    StreamSpec("cpu.assignment", producers=("topology",), consumers=()),
+    StreamSpec("dead.letter", partitions=1, max_age_s=30 * DAY, producers=("every service",)),
+]
+
+STREAMS: dict[str, StreamSpec] = {spec.name: spec for spec in _CATALOGUE}
+
+
+def stream(name: str) -> StreamSpec:
+    """The spec of stream `name`; KeyError with the known names otherwise."""
+    try:
+        return STREAMS[name]
+    except KeyError:
+        raise KeyError(f"unknown stream {name!r}; known: {', '.join(sorted(STREAMS))}") from None
