@@ -9,8 +9,10 @@ STAMP := $(VENV)/.installed
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstall only when the project metadata changes; the install is editable.
-$(STAMP): pyproject.toml | $(BIN)/python
+# The install is editable; it is redone only when the metadata changes or a
+# package is added (the editable finder maps the packages it saw at install).
+PACKAGES := $(wildcard libs/*/__init__.py services/*/__init__.py)
+$(STAMP): pyproject.toml $(PACKAGES) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)

@@ -1,0 +1,155 @@
+"""The backend-neutral bus interface: raw bytes in, raw messages out.
+
+Backends (NATS JetStream, Kafka) implement `Backend`; everything above it
+(decoding, dedupe, retries, dead letters, replay) lives in `consumer.py` and
+is shared, so both backends behave the same.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from tidal_schemas.streams import StreamSpec
+
+
+@dataclass(frozen=True)
+class StartAt:
+    """Where a new consumer group starts reading. An existing group always
+    resumes from its own committed position."""
+
+    kind: Literal["earliest", "latest", "time", "sequence"]
+    time: datetime | None = None
+    sequence: int | None = None
+
+    @classmethod
+    def earliest(cls) -> "StartAt":
+        return cls("earliest")
+
+    @classmethod
+    def latest(cls) -> "StartAt":
+        return cls("latest")
+
+    @classmethod
+    def at_time(cls, when: datetime) -> "StartAt":
+        return cls("time", time=when)
+
+    @classmethod
+    def at_sequence(cls, sequence: int) -> "StartAt":
+        """A stream sequence on NATS; an offset in every partition on Kafka."""
+        return cls("sequence", sequence=sequence)
+
+    @classmethod
+    def parse(cls, text: str) -> "StartAt":
+        """`earliest`, `latest`, an ISO-8601 time or a sequence number."""
+        if text in ("earliest", "latest"):
+            return cls(text)  # type: ignore[arg-type]
+        if text.isdigit():
+            return cls.at_sequence(int(text))
+        try:
+            when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"--from: expected earliest, latest, a sequence number or an ISO time, got {text!r}") from None
+        if when.tzinfo is None:
+            raise ValueError(f"--from: time {text!r} needs a timezone, e.g. {text}Z")
+        return cls.at_time(when)
+
+
+@dataclass
+class RawMessage:
+    """One delivered message, before decoding."""
+
+    data: bytes
+    key: str
+    partition: int
+    position: int
+    deliveries: int
+    ack: Callable[[], Awaitable[None]] = field(repr=False)
+    nak: Callable[[float], Awaitable[None]] = field(repr=False)
+    pending: int | None = None  # messages after this one not yet delivered (lag)
+
+
+class GroupSubscription(abc.ABC):
+    """A member of a consumer group: receives the messages of the partitions
+    it currently owns; partitions move between members as they come and go."""
+
+    stopping: bool = False
+
+    def request_stop(self) -> None:
+        """Make `messages()` end after the message being handled (graceful drain)."""
+        self.stopping = True
+
+    @abc.abstractmethod
+    def messages(self) -> AsyncIterator[RawMessage]:
+        """Messages of owned partitions, in order within a partition; ends
+        after `request_stop()`."""
+
+    @abc.abstractmethod
+    def owned(self) -> frozenset[int]:
+        """Partitions this member owns right now."""
+
+    @abc.abstractmethod
+    async def committed(self, partition: int) -> int:
+        """Position up to which the group has handled `partition` (0 = none)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Leave the group; unacknowledged messages go to other members."""
+
+
+AssignmentListener = Callable[["GroupSubscription", frozenset[int], frozenset[int]], Awaitable[None]]
+"""Called with (subscription, gained, lost) before messages of gained partitions flow."""
+
+
+class Backend(abc.ABC):
+    """A message broker holding Tidal's streams."""
+
+    @abc.abstractmethod
+    async def connect(self) -> None: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    @abc.abstractmethod
+    async def ensure_stream(self, spec: StreamSpec) -> None:
+        """Create the stream/topic when missing (idempotent)."""
+
+    @abc.abstractmethod
+    async def publish(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str) -> int:
+        """Append one message; return its position. Waits for the broker's ack."""
+
+    @abc.abstractmethod
+    async def subscribe(
+        self,
+        spec: StreamSpec,
+        group: str,
+        start: StartAt,
+        *,
+        on_assign: AssignmentListener | None = None,
+    ) -> GroupSubscription:
+        """Join consumer group `group` on the stream."""
+
+    @abc.abstractmethod
+    def read(
+        self,
+        spec: StreamSpec,
+        start: StartAt,
+        *,
+        partitions: frozenset[int] | None = None,
+        until: dict[int, int] | None = None,
+        follow: bool = False,
+    ) -> AsyncIterator[RawMessage]:
+        """Read without a group (tail, replay, state rebuild). With `until`,
+        stop in each partition after that position; without `follow`, stop
+        at the end of what exists now."""
+
+    @abc.abstractmethod
+    async def delete_stream(self, spec: StreamSpec) -> None:
+        """Remove a stream and its data (used by tests and isolated replays)."""
+
+    @property
+    @abc.abstractmethod
+    def connected(self) -> bool: ...

@@ -1,0 +1,142 @@
+"""The `Bus`: publish events and run consumers, whatever the broker.
+
+    async with Bus.from_url("nats://127.0.0.1:4222", cluster="prod", source="scoring") as bus:
+        await bus.publish(NodeScore(...), cause=envelope)
+        await bus.consumer("node.metrics", "scoring", handle).run()
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
+
+from tidal_schemas import DeadLetter, Envelope, Payload, SchemaError, decode, encode, make_envelope
+from tidal_schemas.streams import STREAMS, StreamSpec, stream
+
+from .api import Backend, RawMessage, StartAt
+from .consumer import Consumer, Handler
+from .errors import BusConfigError
+from .subjects import check_namespace
+
+log = logging.getLogger(__name__)
+
+MAX_EVENT_BYTES = 1 << 20  # NATS' default max_payload; larger events are refused
+
+
+def backend_from_url(url: str, namespace: str, **options: Any) -> Backend:
+    """`nats://h:p[,h2:p2]` or `kafka://h:p[,h2:p2]` -> a backend (not yet connected)."""
+    parts = urlsplit(url)
+    hosts = parts.netloc.split("@")[-1]
+    if not hosts:
+        raise BusConfigError(f"bus URL {url!r} names no host")
+    if parts.scheme in ("nats", "tls"):
+        from .nats_backend import NatsBackend
+
+        servers = ",".join(f"{parts.scheme}://{h}" for h in hosts.split(","))
+        if "@" in parts.netloc:
+            servers = url
+        return NatsBackend(servers, namespace, **options)
+    if parts.scheme == "kafka":
+        from .kafka_backend import KafkaBackend
+
+        return KafkaBackend(hosts, namespace, **options)
+    raise BusConfigError(f"bus URL {url!r}: scheme must be nats:// or kafka://")
+
+
+class Bus:
+    """A connected backend plus the identity this process publishes under."""
+
+    def __init__(self, backend: Backend, *, cluster: str, source: str) -> None:
+        self.backend = backend
+        self.cluster = cluster
+        self.source = source
+
+    @classmethod
+    def from_url(cls, url: str, *, namespace: str = "tidal", cluster: str, source: str, **options: Any) -> "Bus":
+        return cls(backend_from_url(url, check_namespace(namespace), **options), cluster=cluster, source=source)
+
+    async def __aenter__(self) -> "Bus":
+        await self.backend.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.backend.close()
+
+    async def ensure_streams(self, names: list[str] | None = None) -> None:
+        """Create every stream (or those named) so consumers can start first."""
+        for name in names or list(STREAMS):
+            await self.backend.ensure_stream(stream(name))
+
+    async def publish(
+        self,
+        payload: Payload,
+        *,
+        cause: Envelope[Any] | None = None,
+        event_id: str | None = None,
+        discriminator: str = "",
+        cluster: str | None = None,
+    ) -> Envelope[Any]:
+        """Wrap and publish `payload`; an output of `cause` belongs to the
+        cause's cluster and gets an id derived from it (idempotent)."""
+        envelope = make_envelope(
+            payload,
+            cluster=cluster or (cause.cluster if cause is not None else self.cluster),
+            source=self.source,
+            cause=cause,
+            event_id=event_id,
+            discriminator=discriminator,
+        )
+        await self.publish_envelope(envelope)
+        return envelope
+
+    async def publish_envelope(self, envelope: Envelope[Any]) -> int:
+        """Publish an envelope as it is; returns its stream position."""
+        data = encode(envelope)
+        if len(data) > MAX_EVENT_BYTES:
+            raise SchemaError(f"event {envelope.id} is {len(data)} bytes, over the {MAX_EVENT_BYTES}-byte limit")
+        return await self.backend.publish(stream(envelope.type), envelope.cluster, envelope.key, data, envelope.id)
+
+    async def publish_raw(self, stream_name: str, key: str, data: bytes, *, cluster: str | None = None) -> int:
+        """Publish bytes that are not (necessarily) an event: tests and tools."""
+        return await self.backend.publish(stream(stream_name), cluster or self.cluster, key, data, "")
+
+    async def dead_letter(
+        self,
+        data: bytes,
+        *,
+        stream: str,
+        key: str,
+        consumer: str,
+        reason: str,
+        retriable: bool = False,
+        deliveries: int = 1,
+        cause: Envelope[Any] | None = None,
+    ) -> None:
+        """Keep an event that could not be handled, with why, in `dead.letter`."""
+        letter = DeadLetter(
+            stream=stream, key=key, consumer=consumer, reason=reason[:2000], retriable=retriable,
+            deliveries=deliveries, original_b64=base64.b64encode(data[:MAX_EVENT_BYTES // 2]).decode(),
+            original_size=len(data),
+        )
+        log.warning("dead letter from %s on %s: %s", consumer, stream, reason)
+        await self.publish(letter, cause=cause, discriminator=consumer)
+
+    def consumer(self, stream_name: str, group: str, handler: Handler, *, start: StartAt | None = None,
+                 **options: Any) -> Consumer:
+        """A consumer-group member for `handler`; call `run()` to consume."""
+        return Consumer(self, stream(stream_name), group, handler, start=start or StartAt.earliest(), **options)
+
+    async def read(
+        self, stream_name: str, start: StartAt, *, follow: bool = False
+    ) -> AsyncIterator[tuple[RawMessage, Envelope[Any] | SchemaError]]:
+        """Read a stream without a group: each message with its decoded
+        event, or the SchemaError that says why it does not decode."""
+        spec: StreamSpec = stream(stream_name)
+        async for raw in self.backend.read(spec, start, follow=follow):
+            try:
+                yield raw, decode(raw.data)
+            except SchemaError as exc:
+                yield raw, exc

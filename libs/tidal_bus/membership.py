@@ -1,0 +1,116 @@
+"""Consumer-group membership for NATS, where the broker has none.
+
+Each member heartbeats a key in a JetStream key-value bucket whose entries
+expire after `ttl`; every member reads the live set and computes the same
+assignment with rendezvous hashing, so no coordinator is needed and a dead
+member's partitions move to the others within one `ttl`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.errors import BucketNotFoundError, NoKeysError
+from nats.js.kv import KeyValue
+
+log = logging.getLogger(__name__)
+
+
+def rendezvous_owner(partition: int, members: list[str]) -> str:
+    """The member with the highest hash for this partition owns it."""
+    return max(members, key=lambda m: hashlib.blake2b(f"{m}/{partition}".encode(), digest_size=8).digest())
+
+
+def assignment(member: str, members: list[str], partitions: int) -> frozenset[int]:
+    """Partitions `member` owns among the live `members`."""
+    if member not in members:
+        return frozenset()
+    return frozenset(p for p in range(partitions) if rendezvous_owner(p, members) == member)
+
+
+class Membership:
+    """One member's view of a group: heartbeats, and calls `on_change` with
+    the new owned set whenever it changes."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        bucket: str,
+        group_key: str,
+        partitions: int,
+        on_change: Callable[[frozenset[int]], Awaitable[None]],
+        ttl: float = 6.0,
+    ) -> None:
+        self.member_id = uuid.uuid4().hex[:12]
+        self._js = js
+        self._bucket_name = bucket
+        self._prefix = group_key
+        self._partitions = partitions
+        self._on_change = on_change
+        self._ttl = ttl
+        self._owned: frozenset[int] = frozenset()
+        self._kv: KeyValue | None = None
+
+    @property
+    def owned(self) -> frozenset[int]:
+        return self._owned
+
+    async def join(self) -> None:
+        self._kv = await self._bucket()
+        await self._beat()
+        await self.refresh()
+
+    async def run(self) -> None:
+        """Heartbeat and rebalance until cancelled."""
+        while True:
+            await asyncio.sleep(self._ttl / 3)
+            try:
+                await self._beat()
+                await self.refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # broker away: keep what we own, retry next beat
+                log.warning("membership heartbeat failed: %s", exc)
+
+    async def leave(self) -> None:
+        if self._kv is not None:
+            try:
+                await self._kv.delete(self._member_key)
+            except Exception as exc:
+                log.info("could not remove member key on leave: %s", exc)
+
+    async def refresh(self) -> None:
+        members = await self._live_members()
+        owned = assignment(self.member_id, members, self._partitions)
+        if owned != self._owned:
+            self._owned = owned
+            await self._on_change(owned)
+
+    @property
+    def _member_key(self) -> str:
+        return f"{self._prefix}.{self.member_id}"
+
+    async def _beat(self) -> None:
+        assert self._kv is not None
+        await self._kv.put(self._member_key, b"1")
+
+    async def _live_members(self) -> list[str]:
+        assert self._kv is not None
+        try:
+            keys = [k for k in await self._kv.keys() if k.startswith(self._prefix + ".")]
+        except NoKeysError:
+            keys = []
+        return sorted(k.rsplit(".", 1)[1] for k in keys)
+
+    async def _bucket(self) -> KeyValue:
+        try:
+            return await self._js.key_value(self._bucket_name)
+        except BucketNotFoundError:
+            config = KeyValueConfig(bucket=self._bucket_name, ttl=self._ttl, storage=StorageType.FILE)
+            return await self._js.create_key_value(config)

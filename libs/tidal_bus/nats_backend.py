@@ -1,0 +1,412 @@
+"""NATS JetStream backend.
+
+Layout: one file-backed stream per Tidal stream (`TIDAL_NODE_METRICS`),
+subjects `{ns}.{stream}.{cluster}.{partition}.{key}`. A consumer group is one
+durable pull consumer per partition (filtered on the partition token); the
+group's members split the partitions between them (see membership.py), so a
+key is handled by one member at a time, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from datetime import timezone
+
+import nats
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import NotFoundError
+
+from tidal_schemas.streams import StreamSpec, partition_for
+
+from .api import AssignmentListener, Backend, GroupSubscription, RawMessage, StartAt
+from .errors import BusError
+from .membership import Membership
+from .subjects import (
+    decode_token,
+    encode_durable,
+    nats_consumer_name,
+    nats_partition_filter,
+    nats_stream_name,
+    nats_subject,
+)
+
+log = logging.getLogger(__name__)
+
+DUPLICATE_WINDOW_S = 120.0
+
+
+class NatsBackend(Backend):
+    def __init__(
+        self,
+        url: str,
+        namespace: str,
+        *,
+        ack_wait_s: float = 30.0,
+        member_ttl_s: float = 6.0,
+        fetch_batch: int = 256,
+        publish_timeout_s: float = 30.0,
+        connect_options: dict | None = None,
+    ) -> None:
+        self.url = url
+        self.namespace = namespace
+        self.ack_wait_s = ack_wait_s
+        self.member_ttl_s = member_ttl_s
+        self.fetch_batch = fetch_batch
+        self.publish_timeout_s = publish_timeout_s
+        self._connect_options = connect_options or {}
+        self._nc: Client | None = None
+        self._js: JetStreamContext | None = None
+        self._known_streams: set[str] = set()
+
+    # -- lifecycle -----------------------------------------------------------
+    async def connect(self) -> None:
+        async def on_error(exc: Exception) -> None:
+            log.warning("nats: %s", exc)
+
+        async def on_disconnect() -> None:
+            log.warning("nats: disconnected from %s", self.url)
+
+        async def on_reconnect() -> None:
+            log.info("nats: reconnected to %s", self.url)
+
+        options = dict(
+            servers=[self.url],
+            name=f"tidal-{self.namespace}",
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            connect_timeout=5,
+            error_cb=on_error,
+            disconnected_cb=on_disconnect,
+            reconnected_cb=on_reconnect,
+        )
+        options.update(self._connect_options)
+        try:
+            self._nc = await nats.connect(**options)
+        except (OSError, nats.errors.Error) as exc:
+            raise BusError(f"cannot connect to NATS at {self.url}: {exc}") from exc
+        self._js = self._nc.jetstream()
+
+    async def close(self) -> None:
+        if self._nc is not None and not self._nc.is_closed:
+            await self._nc.drain()
+        self._nc = None
+
+    @property
+    def connected(self) -> bool:
+        return self._nc is not None and self._nc.is_connected
+
+    @property
+    def js(self) -> JetStreamContext:
+        if self._js is None:
+            raise BusError("NATS backend used before connect()")
+        return self._js
+
+    # -- streams -------------------------------------------------------------
+    async def ensure_stream(self, spec: StreamSpec) -> None:
+        name = nats_stream_name(self.namespace, spec)
+        if name in self._known_streams:
+            return
+        config = StreamConfig(
+            name=name,
+            subjects=[nats_partition_filter(self.namespace, spec, None)],
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            max_age=spec.max_age_s,
+            max_bytes=spec.max_bytes,
+            discard=DiscardPolicy.OLD,
+            duplicate_window=DUPLICATE_WINDOW_S,
+        )
+        try:
+            await self.js.stream_info(name)
+            await self.js.update_stream(config)
+        except NotFoundError:
+            await self.js.add_stream(config)
+        self._known_streams.add(name)
+
+    async def delete_stream(self, spec: StreamSpec) -> None:
+        name = nats_stream_name(self.namespace, spec)
+        try:
+            await self.js.delete_stream(name)
+        except NotFoundError:
+            pass
+        self._known_streams.discard(name)
+
+    async def publish(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str) -> int:
+        await self.ensure_stream(spec)
+        subject = nats_subject(self.namespace, spec, cluster, partition_for(key, spec.partitions), key)
+        headers = {"Nats-Msg-Id": msg_id} if msg_id else None
+        # The broker may be restarting: retry within a bound. Retrying is safe
+        # because the message id makes the server drop a second copy.
+        deadline = asyncio.get_running_loop().time() + self.publish_timeout_s
+        delay = 0.1
+        while True:
+            try:
+                ack = await self.js.publish(subject, data, timeout=2.0, headers=headers)
+                return ack.seq
+            except (nats.errors.Error, asyncio.TimeoutError) as exc:
+                if asyncio.get_running_loop().time() + delay > deadline:
+                    raise BusError(f"publish to {subject} failed for {self.publish_timeout_s}s: {exc!r}") from exc
+                log.info("publish to %s: %r; retrying", subject, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    # -- consuming -----------------------------------------------------------
+    async def subscribe(
+        self,
+        spec: StreamSpec,
+        group: str,
+        start: StartAt,
+        *,
+        on_assign: AssignmentListener | None = None,
+    ) -> GroupSubscription:
+        await self.ensure_stream(spec)
+        sub = _NatsGroupSubscription(self, spec, group, start, on_assign)
+        await sub.start()
+        return sub
+
+    async def read(
+        self,
+        spec: StreamSpec,
+        start: StartAt,
+        *,
+        partitions: frozenset[int] | None = None,
+        until: dict[int, int] | None = None,
+        follow: bool = False,
+    ) -> AsyncIterator[RawMessage]:
+        await self.ensure_stream(spec)
+        if partitions is None:
+            filters = [nats_partition_filter(self.namespace, spec, None)]
+        else:
+            filters = [nats_partition_filter(self.namespace, spec, p) for p in sorted(partitions)]
+            if not filters:
+                return
+        config = ConsumerConfig(
+            ack_policy=AckPolicy.NONE,
+            inactive_threshold=60.0,
+            **_deliver_options(start),
+            **({"filter_subjects": filters} if len(filters) > 1 else {"filter_subject": filters[0]}),
+        )
+        psub = await self.js.pull_subscribe(
+            filters[0], durable=None, stream=nats_stream_name(self.namespace, spec), config=config
+        )
+        limit = max(until.values()) if until else None
+        try:
+            while True:
+                try:
+                    batch = await psub.fetch(self.fetch_batch, timeout=1.0)
+                except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                    if follow:
+                        continue
+                    return
+                for msg in batch:
+                    raw = self._raw(msg)
+                    if until is not None and raw.position > until.get(raw.partition, 0):
+                        if limit is not None and raw.position > limit:
+                            return
+                        continue
+                    yield raw
+                    if not follow and msg.metadata.num_pending == 0:
+                        return
+        finally:
+            try:
+                await psub.unsubscribe()
+            except Exception:
+                pass
+
+    def _raw(self, msg: Msg) -> RawMessage:
+        tokens = msg.subject.split(".")
+        meta = msg.metadata
+
+        async def ack() -> None:
+            if self._needs_ack(msg):
+                await msg.ack()
+
+        async def nak(delay: float) -> None:
+            if self._needs_ack(msg):
+                await msg.nak(delay=delay if delay > 0 else None)
+
+        return RawMessage(
+            data=msg.data,
+            key=decode_token(tokens[-1]),
+            partition=int(tokens[-2]),
+            position=meta.sequence.stream,
+            deliveries=meta.num_delivered,
+            ack=ack,
+            nak=nak,
+            pending=meta.num_pending,
+        )
+
+    @staticmethod
+    def _needs_ack(msg: Msg) -> bool:
+        return bool(msg.reply)
+
+
+def _deliver_options(start: StartAt) -> dict:
+    if start.kind == "earliest":
+        return {"deliver_policy": DeliverPolicy.ALL}
+    if start.kind == "latest":
+        return {"deliver_policy": DeliverPolicy.NEW}
+    if start.kind == "time":
+        assert start.time is not None
+        return {"deliver_policy": DeliverPolicy.BY_START_TIME,
+                "opt_start_time": start.time.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")}
+    return {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": start.sequence}
+
+
+class _NatsGroupSubscription(GroupSubscription):
+    """Owns one pull fetcher per owned partition, feeding one queue."""
+
+    def __init__(self, backend: NatsBackend, spec: StreamSpec, group: str, start: StartAt,
+                 on_assign: AssignmentListener | None) -> None:
+        self._backend = backend
+        self._spec = spec
+        self._group = group
+        self._start = start
+        self._on_assign = on_assign
+        self._queue: asyncio.Queue[RawMessage] = asyncio.Queue(maxsize=backend.fetch_batch * 4)
+        self._fetchers: dict[int, asyncio.Task[None]] = {}
+        self._failure: BaseException | None = None
+        self._membership = Membership(
+            backend.js,
+            bucket=f"{backend.namespace}_members".upper().replace("-", "_"),
+            group_key=f"{spec.token}.{encode_durable(group)}",
+            partitions=spec.partitions,
+            on_change=self._desire,
+            ttl=backend.member_ttl_s,
+        )
+        self._desired: frozenset[int] = frozenset()
+        self._changed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Join and start fetching the first owned partitions before returning."""
+        await self._membership.join()
+        self._changed.clear()
+        await self._rebalance(self._desired)
+        # Heartbeats and rebalancing run apart, so a long replay on a gained
+        # partition never delays the heartbeat that keeps this member alive.
+        for coro, name in ((self._membership.run(), "membership"), (self._reconcile(), "rebalance")):
+            task = asyncio.create_task(coro, name=f"{name}-{self._group}")
+            task.add_done_callback(self._surface)
+            self._tasks.append(task)
+
+    async def _desire(self, owned: frozenset[int]) -> None:
+        self._desired = owned
+        self._changed.set()
+
+    async def _reconcile(self) -> None:
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            try:
+                await self._rebalance(self._desired)
+            except (nats.errors.Error, asyncio.TimeoutError) as exc:
+                log.warning("rebalance of %s failed: %s; retrying", self._group, exc)
+                await asyncio.sleep(0.5)
+                self._changed.set()
+
+    def owned(self) -> frozenset[int]:
+        return frozenset(self._fetchers)
+
+    async def committed(self, partition: int) -> int:
+        name = nats_consumer_name(self._group, self._spec, partition)
+        stream = nats_stream_name(self._backend.namespace, self._spec)
+        try:
+            info = await self._backend.js.consumer_info(stream, name)
+        except NotFoundError:
+            return 0
+        return info.ack_floor.stream_seq if info.ack_floor else 0
+
+    async def messages(self) -> AsyncIterator[RawMessage]:
+        while not self.stopping:
+            if self._failure is not None:
+                raise BusError(f"subscription {self._group} failed: {self._failure}") from self._failure
+            try:
+                msg = await asyncio.wait_for(self._queue.get(), timeout=1.0)
+            except asyncio.TimeoutError:
+                continue
+            if msg.partition not in self._fetchers or self.stopping:
+                await msg.nak(0)  # lost this partition meanwhile: let the new owner have it now
+                continue
+            yield msg
+
+    async def close(self) -> None:
+        self.stopping = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._membership.leave()
+        await self._rebalance(frozenset())
+        while not self._queue.empty():  # fetched but never handled: redeliver at once
+            await self._queue.get_nowait().nak(0)
+
+    async def _rebalance(self, owned: frozenset[int]) -> None:
+        current = frozenset(self._fetchers)
+        gained, lost = owned - current, current - owned
+        for partition in lost:
+            task = self._fetchers.pop(partition)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if self._on_assign is not None and (gained or lost):
+            await self._on_assign(self, frozenset(gained), frozenset(lost))
+        for partition in sorted(gained):
+            psub = await self._consumer(partition)
+            task = asyncio.create_task(self._fetch(partition, psub), name=f"fetch-{self._group}-p{partition}")
+            task.add_done_callback(self._surface)
+            self._fetchers[partition] = task
+        if gained or lost:
+            log.info("group %s on %s: owns partitions %s", self._group, self._spec.name, sorted(owned))
+
+    async def _consumer(self, partition: int):  # -> JetStreamContext.PullSubscription
+        js = self._backend.js
+        config = ConsumerConfig(
+            durable_name=nats_consumer_name(self._group, self._spec, partition),
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=self._backend.ack_wait_s,
+            max_ack_pending=self._backend.fetch_batch * 4,
+            filter_subject=nats_partition_filter(self._backend.namespace, self._spec, partition),
+            **_deliver_options(self._start),
+        )
+        return await js.pull_subscribe(
+            config.filter_subject,
+            durable=config.durable_name,
+            stream=nats_stream_name(self._backend.namespace, self._spec),
+            config=config,
+        )
+
+    async def _fetch(self, partition: int, psub) -> None:
+        try:
+            while True:
+                try:
+                    batch = await psub.fetch(self._backend.fetch_batch, timeout=1.0)
+                except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                    continue  # nothing new within the poll window
+                except nats.errors.Error as exc:  # reconnecting, draining, consumer being recreated
+                    log.warning("fetch p%d of %s: %r; retrying", partition, self._spec.name, exc)
+                    await asyncio.sleep(0.5)
+                    continue
+                for msg in batch:
+                    await self._queue.put(self._backend._raw(msg))
+        finally:
+            try:
+                await psub.unsubscribe()
+            except Exception:
+                pass
+
+    def _surface(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self._failure = task.exception()

@@ -1,0 +1,19 @@
+"""Small builders for events in tests."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from tidal_schemas import NodeMetrics, PodLifecycle, Resources
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def metrics(node: str, load: float = 0.5, **fields) -> NodeMetrics:
+    return NodeMetrics(node=node, sampled_at=fields.pop("sampled_at", T0), interval_s=10.0,
+                       node_cpu_util=load, numa_load={0: load}, **fields)
+
+
+def pod(name: str, namespace: str = "default", phase: str = "pending", cpu_milli: int = 1000, **fields) -> PodLifecycle:
+    return PodLifecycle(namespace=namespace, name=name, phase=phase, created_at=fields.pop("created_at", T0),
+                        requests=Resources(cpu_milli=cpu_milli, memory_mib=fields.pop("memory_mib", 512)), **fields)

@@ -1,0 +1,78 @@
+"""Real brokers for the whole run: one nats-server (JetStream, file storage)
+and one Tansu Kafka-protocol broker, each on a free port in a temp dir.
+Tests isolate themselves by namespace, never by sharing state."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tidal_bus import Bus
+from tidal_bus.embedded import EmbeddedKafka, EmbeddedNats
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory):
+    server = EmbeddedNats(tmp_path_factory.mktemp("nats")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_server(tmp_path_factory: pytest.TempPathFactory):
+    server = EmbeddedKafka(tmp_path_factory.mktemp("kafka")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def namespace() -> str:
+    return "t" + uuid.uuid4().hex[:12]
+
+
+# Fast failure detection for tests; production defaults are slower and safer.
+NATS_TEST_OPTIONS = {"member_ttl_s": 1.0, "ack_wait_s": 3.0}
+
+
+KAFKA_TEST_OPTIONS = {"group_options": {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500,
+                                      "rebalance_timeout_ms": 6000}}
+
+
+def bus_options(url: str) -> dict:
+    return dict(NATS_TEST_OPTIONS) if url.startswith("nats") else dict(KAFKA_TEST_OPTIONS)
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll `predicate` until true; fail the test with `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def make_bus(url: str, namespace: str, source: str = "test", cluster: str = "c1") -> Bus:
+    return Bus.from_url(url, namespace=namespace, cluster=cluster, source=source, **bus_options(url))
+
+
+def server_logs(*servers) -> str:
+    return "\n".join(f"--- {type(s).__name__} log ---\n{s.log_tail()}" for s in servers)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Print broker logs next to a failing test that used a broker."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and call.when == "call":
+        servers = [item.funcargs[name] for name in ("nats_server", "kafka_server") if name in item.funcargs]
+        if servers:
+            report.sections.append(("broker logs", server_logs(*servers)))
+
+
+ROOT = Path(__file__).resolve().parents[1]

@@ -1,0 +1,640 @@
+"""The deployable configuration: Kubernetes manifests (k8s/), compose.yaml,
+Dockerfile.
+
+Everything runs offline. The `kustomize` binary is not assumed, so a small
+loader below builds each kustomization the way kustomize would for the
+features these manifests use (resources, nested bases, `namespace:`, and
+strategic-merge patches of ConfigMap data). It refuses anything else, so a
+kustomization that starts using another feature fails here instead of being
+checked wrongly.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+K8S = ROOT / "k8s"
+NAMESPACE = "tidal-system"
+IMAGE = "tidal:0.1.0"
+
+# Oldest Kubernetes release the manifests must be valid for.
+K8S_VERSION = "1.30.0"
+
+# The services `tidal run SERVICE` starts and that get deployed.
+FIXED_SERVICES = ("topology", "scoring", "placement", "oversell", "remediation", "bridge")
+# Service packages that exist but are not deployed.
+NOT_DEPLOYED = {"simulator"}
+# Per-node stages that scale horizontally on CPU.
+AUTOSCALED = {"scoring", "oversell", "remediation"}
+
+BUNDLES = ("base", "overlays/nats", "overlays/kafka")
+OVERLAYS = {"overlays/nats": ("nats", "nats", 4222), "overlays/kafka": ("kafka", "kafka", 9092)}
+
+# Everything the bridge may do against the Kubernetes API, as
+# (apiGroup, resource, verb). Widening its ClusterRole means editing this list.
+BRIDGE_ALLOWED = frozenset(
+    {("", "pods", v) for v in ("get", "list", "watch", "patch")}
+    | {("", "pods/binding", "create"), ("", "pods/eviction", "create")}
+    | {("", "nodes", v) for v in ("get", "list", "watch", "patch")}
+    | {(g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")}
+)
+# The part of it the bridge cannot work without.
+BRIDGE_REQUIRED = frozenset(
+    {("", "pods", "watch"), ("", "pods/binding", "create"), ("", "pods/eviction", "create"),
+     ("", "nodes", "watch"), ("", "events", "create")}
+)
+
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PersistentVolume", "StorageClass"}
+SUPPORTED_KUSTOMIZATION_KEYS = {"apiVersion", "kind", "namespace", "resources", "patches"}
+
+
+# --------------------------------------------------------------------------
+# A tiny kustomize
+
+
+def load_documents(path: Path) -> list[dict]:
+    """The non-empty YAML documents of one file."""
+    with path.open() as f:
+        docs = [d for d in yaml.safe_load_all(f) if d is not None]
+    for doc in docs:
+        assert isinstance(doc, dict) and "kind" in doc, f"{path}: not a Kubernetes object: {doc!r}"
+    return docs
+
+
+def _apply_patch(objects: list[dict], patch: dict, origin: Path) -> None:
+    """Strategic-merge patch of a ConfigMap's data, the only kind used here."""
+    if patch.get("kind") != "ConfigMap" or set(patch) - {"apiVersion", "kind", "metadata", "data"}:
+        raise NotImplementedError(f"{origin}: the test loader only patches ConfigMap data")
+    name = patch["metadata"]["name"]
+    targets = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == name]
+    assert len(targets) == 1, f"{origin}: patch target ConfigMap {name!r} found {len(targets)} times"
+    data = targets[0].setdefault("data", {})
+    for key, value in (patch.get("data") or {}).items():
+        if value is None:  # strategic merge: null deletes the key
+            data.pop(key, None)
+        else:
+            data[key] = value
+
+
+def build(directory: Path) -> list[dict]:
+    """The objects `kustomize build directory` would emit (for our subset)."""
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    unsupported = set(kustomization) - SUPPORTED_KUSTOMIZATION_KEYS
+    if unsupported:
+        raise NotImplementedError(f"{directory}: test loader does not support {sorted(unsupported)}")
+
+    objects: list[dict] = []
+    for resource in kustomization.get("resources", []):
+        path = (directory / resource).resolve()
+        assert path.exists(), f"{directory}: missing resource {resource}"
+        objects += build(path) if path.is_dir() else load_documents(path)
+
+    for entry in kustomization.get("patches", []):
+        if not isinstance(entry, dict) or set(entry) != {"path"}:
+            raise NotImplementedError(f"{directory}: only file patches (`- path: FILE`) are supported")
+        patch_file = directory / entry["path"]
+        for patch in load_documents(patch_file):
+            _apply_patch(objects, patch, patch_file)
+
+    namespace = kustomization.get("namespace")
+    if namespace:
+        for obj in objects:
+            if obj["kind"] not in CLUSTER_SCOPED:
+                obj["metadata"]["namespace"] = namespace
+            if obj["kind"] in {"RoleBinding", "ClusterRoleBinding"}:
+                for subject in obj.get("subjects", []):
+                    if subject.get("kind") == "ServiceAccount":
+                        subject["namespace"] = namespace
+
+    ids = [(o["apiVersion"], o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects]
+    duplicates = {i for i in ids if ids.count(i) > 1}
+    assert not duplicates, f"{directory}: objects defined twice: {sorted(duplicates)}"
+    return objects
+
+
+@functools.cache
+def _bundle(name: str) -> list[dict]:
+    if name == "examples":
+        return [doc for path in sorted((K8S / "examples").glob("*.yaml")) for doc in load_documents(path)]
+    return build(K8S / name)
+
+
+def bundle(name: str) -> list[dict]:
+    """A private copy of the built objects of one bundle."""
+    return copy.deepcopy(_bundle(name))
+
+
+def of_kind(objects: list[dict], kind: str) -> list[dict]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def named(objects: list[dict], kind: str, name: str) -> dict:
+    matches = [o for o in of_kind(objects, kind) if o["metadata"]["name"] == name]
+    assert len(matches) == 1, f"expected one {kind} {name!r}, found {len(matches)}"
+    return matches[0]
+
+
+def deployed_services() -> list[str]:
+    """The services to deploy: the `services/tidal_<name>` packages (minus
+    the simulator) together with the fixed list, so a new service package
+    without manifests fails the tests, and a half-written services/ tree
+    cannot shrink the list."""
+    found = set()
+    services_dir = ROOT / "services"
+    if services_dir.is_dir():
+        for child in services_dir.iterdir():
+            match = re.fullmatch(r"tidal_(\w+)", child.name)
+            if child.is_dir() and match and match.group(1) not in NOT_DEPLOYED:
+                found.add(match.group(1))
+    return sorted(found | set(FIXED_SERVICES))
+
+
+def workloads(objects: list[dict]) -> list[dict]:
+    return [o for o in objects if o["kind"] in {"Deployment", "DaemonSet", "StatefulSet"}]
+
+
+def workload_for(objects: list[dict], service: str) -> dict:
+    """The one workload whose container runs `tidal run SERVICE`."""
+    matches = [
+        w for w in workloads(objects)
+        for c in w["spec"]["template"]["spec"]["containers"]
+        if (c.get("command") or []) + (c.get("args") or []) == ["run", service]
+    ]
+    assert len(matches) == 1, f"expected one workload running {service!r}, found {len(matches)}"
+    return matches[0]
+
+
+def env_of(container: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def pod_labels(workload: dict) -> dict:
+    return workload["spec"]["template"]["metadata"]["labels"]
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+# --------------------------------------------------------------------------
+# The loader itself
+
+
+def test_loader_applies_namespace_and_configmap_patch(tmp_path: Path) -> None:
+    base = tmp_path / "base"
+    overlay = tmp_path / "overlay"
+    base.mkdir()
+    overlay.mkdir()
+    (base / "kustomization.yaml").write_text("namespace: ns1\nresources: [cm.yaml, crb.yaml]\n")
+    (base / "cm.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {url: a, keep: k, drop: d}\n"
+    )
+    (base / "crb.yaml").write_text(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: b}\n"
+        "roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: r}\n"
+        "subjects: [{kind: ServiceAccount, name: s, namespace: other}]\n"
+    )
+    (overlay / "kustomization.yaml").write_text("resources: [../base]\npatches: [{path: p.yaml}]\n")
+    (overlay / "p.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {url: b, drop: null}\n"
+    )
+    objects = build(overlay)
+    cm = named(objects, "ConfigMap", "c")
+    assert cm["data"] == {"url": "b", "keep": "k"}
+    assert cm["metadata"]["namespace"] == "ns1"
+    crb = named(objects, "ClusterRoleBinding", "b")
+    assert "namespace" not in crb["metadata"]
+    assert crb["subjects"][0]["namespace"] == "ns1"
+
+    (overlay / "kustomization.yaml").write_text("resources: [../base]\nimages: [{name: x}]\n")
+    with pytest.raises(NotImplementedError):
+        build(overlay)
+
+
+@pytest.mark.parametrize("name", BUNDLES)
+def test_loader_matches_kustomize_when_available(name: str) -> None:
+    """Cross-check the loader against real kustomize where one is installed."""
+    if shutil.which("kustomize"):
+        cmd = ["kustomize", "build", str(K8S / name)]
+    elif shutil.which("kubectl"):
+        cmd = ["kubectl", "kustomize", str(K8S / name)]
+    else:
+        pytest.skip("neither kustomize nor kubectl is installed")
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"{cmd[0]} unusable here: {exc}")
+    if result.returncode != 0:
+        pytest.skip(f"{cmd[0]} failed to run: {result.stderr.strip()[:200]}")
+
+    def key(o: dict) -> tuple:
+        return (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
+
+    expected = sorted((d for d in yaml.safe_load_all(result.stdout) if d), key=key)
+    assert sorted(bundle(name), key=key) == expected
+
+
+# --------------------------------------------------------------------------
+# (a) schema validation
+
+
+@pytest.mark.parametrize("name", BUNDLES + ("examples",))
+def test_manifests_validate_against_kubernetes_schema(name: str) -> None:
+    objects = bundle(name)
+    assert objects, f"{name}: no objects"
+    errors = []
+    for obj in objects:
+        try:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            errors.append(f"{obj['kind']}/{obj['metadata'].get('name')}: {exc.message} at {list(exc.path)}")
+        except kubernetes_validate.SchemaNotFoundError as exc:
+            errors.append(f"{obj['kind']}/{obj['metadata'].get('name')}: {exc.message}")
+    assert not errors, "\n".join(errors)
+
+
+@pytest.mark.parametrize("name", BUNDLES)
+def test_everything_lives_in_tidal_system(name: str) -> None:
+    objects = bundle(name)
+    assert [o["metadata"]["name"] for o in of_kind(objects, "Namespace")] == [NAMESPACE]
+    misplaced = [
+        (o["kind"], o["metadata"]["name"]) for o in objects
+        if o["kind"] not in CLUSTER_SCOPED and o["metadata"].get("namespace") != NAMESPACE
+    ]
+    assert not misplaced
+
+
+def test_validation_rejects_a_broken_manifest() -> None:
+    """Guard against a validator that accepts anything."""
+    deployment = workload_for(bundle("base"), "scoring")
+    deployment["spec"]["template"]["spec"]["containers"][0]["resource"] = {}  # typo of `resources`
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
+
+
+# --------------------------------------------------------------------------
+# (b) one workload per service
+
+
+def test_service_list_covers_the_fixed_services() -> None:
+    services = deployed_services()
+    assert set(FIXED_SERVICES) <= set(services)
+    assert not NOT_DEPLOYED & set(services)
+
+
+@pytest.mark.parametrize("name", BUNDLES)
+@pytest.mark.parametrize("service", deployed_services())
+def test_each_service_has_a_workload(name: str, service: str) -> None:
+    objects = bundle(name)
+    workload = workload_for(objects, service)
+    assert workload["kind"] == ("DaemonSet" if service == "topology" else "Deployment")
+
+    pod = workload["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == IMAGE
+    assert selects(workload["spec"]["selector"]["matchLabels"], pod_labels(workload))
+
+    env = env_of(container)
+    for var, key in (("TIDAL_BUS_URL", "url"), ("TIDAL_CLUSTER", "cluster")):
+        ref = env[var]["valueFrom"]["configMapKeyRef"]
+        assert ref["name"] == "tidal-bus" and ref["key"] == key
+        assert key in named(objects, "ConfigMap", "tidal-bus")["data"]
+
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports.get("http") == 8080
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    for section in ("requests", "limits"):
+        assert {"cpu", "memory"} <= set(container["resources"][section]), section
+
+    # Each workload runs under its own ServiceAccount.
+    account = pod.get("serviceAccountName")
+    assert account == f"tidal-{service}"
+    named(objects, "ServiceAccount", account)
+
+    # A metrics Service in front of it.
+    services = [s for s in of_kind(objects, "Service") if selects(s["spec"].get("selector", {}), pod_labels(workload))]
+    assert len(services) == 1, f"{service}: {len(services)} Services select it"
+    (svc,) = services
+    assert {"name": "http", "port": 8080} in [{"name": p.get("name"), "port": p["port"]} for p in svc["spec"]["ports"]]
+    annotations = svc["metadata"].get("annotations", {})
+    assert annotations.get("prometheus.io/scrape") == "true"
+    assert annotations.get("prometheus.io/port") == "8080"
+
+
+@pytest.mark.parametrize("service", [s for s in deployed_services() if s != "topology"])
+def test_deployments_are_hardened_and_disruption_safe(service: str) -> None:
+    objects = bundle("base")
+    deployment = workload_for(objects, service)
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["securityContext"].get("runAsNonRoot") is True
+    assert pod["securityContext"].get("runAsUser", 0) != 0
+    sc = container["securityContext"]
+    assert sc.get("readOnlyRootFilesystem") is True
+    assert sc.get("allowPrivilegeEscalation") is False
+    assert sc.get("privileged", False) is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert not sc["capabilities"].get("add")
+
+    pdbs = [p for p in of_kind(objects, "PodDisruptionBudget")
+            if selects(p["spec"]["selector"]["matchLabels"], pod_labels(deployment))]
+    assert len(pdbs) == 1 and pdbs[0]["spec"].get("minAvailable") == 1
+
+    hpas = [h for h in of_kind(objects, "HorizontalPodAutoscaler")
+            if h["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]]
+    if service in AUTOSCALED:
+        assert len(hpas) == 1
+        (hpa,) = hpas
+        assert hpa["apiVersion"] == "autoscaling/v2"
+        assert hpa["spec"]["scaleTargetRef"]["kind"] == "Deployment"
+        assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (1, 8)
+        (metric,) = hpa["spec"]["metrics"]
+        assert metric["resource"]["name"] == "cpu"
+        assert metric["resource"]["target"] == {"type": "Utilization", "averageUtilization": 70}
+        # The HPA owns the replica count; a fixed one would fight it on apply.
+        assert "replicas" not in deployment["spec"]
+    else:
+        assert not hpas
+        # With minAvailable 1, a single replica could never be evicted by a drain.
+        assert deployment["spec"].get("replicas", 1) >= 2
+
+
+# --------------------------------------------------------------------------
+# (c) least privilege
+
+
+def _service_accounts_of_bindings(objects: list[dict]) -> set[str]:
+    bound = set()
+    for binding in of_kind(objects, "RoleBinding") + of_kind(objects, "ClusterRoleBinding"):
+        for subject in binding.get("subjects", []):
+            assert subject["kind"] == "ServiceAccount", f"{binding['metadata']['name']} binds a {subject['kind']}"
+            bound.add(subject["name"])
+    return bound
+
+
+def _granted(role: dict) -> set[tuple[str, str, str]]:
+    granted = set()
+    for rule in role.get("rules", []):
+        assert not rule.get("nonResourceURLs") and not rule.get("resourceNames"), rule
+        for group in rule.get("apiGroups", []):
+            for resource in rule.get("resources", []):
+                for verb in rule.get("verbs", []):
+                    granted.add((group, resource, verb))
+    return granted
+
+
+@pytest.mark.parametrize("name", BUNDLES)
+def test_only_the_bridge_is_bound_to_a_role(name: str) -> None:
+    objects = bundle(name)
+    bridge_account = workload_for(objects, "bridge")["spec"]["template"]["spec"]["serviceAccountName"]
+    assert _service_accounts_of_bindings(objects) == {bridge_account}
+
+    assert not of_kind(objects, "Role") and not of_kind(objects, "RoleBinding")
+    (binding,) = of_kind(objects, "ClusterRoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": bridge_account, "namespace": NAMESPACE}]
+    (role,) = of_kind(objects, "ClusterRole")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"],
+    }
+
+
+@pytest.mark.parametrize("name", BUNDLES)
+def test_bridge_cluster_role_stays_within_allow_list(name: str) -> None:
+    (role,) = of_kind(bundle(name), "ClusterRole")
+    granted = _granted(role)
+    extra = granted - BRIDGE_ALLOWED
+    assert not extra, f"bridge ClusterRole grants more than it needs: {sorted(extra)}"
+    missing = BRIDGE_REQUIRED - granted
+    assert not missing, f"bridge ClusterRole lacks: {sorted(missing)}"
+
+
+def test_allow_list_check_catches_an_added_rule() -> None:
+    (role,) = of_kind(bundle("base"), "ClusterRole")
+    role["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})
+    assert _granted(role) - BRIDGE_ALLOWED == {("", "secrets", "get")}
+
+
+@pytest.mark.parametrize("name", BUNDLES)
+def test_no_token_outside_the_bridge(name: str) -> None:
+    objects = bundle(name)
+    bridge_account = workload_for(objects, "bridge")["spec"]["template"]["spec"]["serviceAccountName"]
+    accounts = {sa["metadata"]["name"]: sa for sa in of_kind(objects, "ServiceAccount")}
+    assert {f"tidal-{s}" for s in FIXED_SERVICES} <= set(accounts)
+    for account_name, account in accounts.items():
+        if account_name != bridge_account:
+            assert account.get("automountServiceAccountToken") is False, account_name
+
+    # The pod-level setting overrides the ServiceAccount's, so check what each
+    # pod actually gets (brokers included, which use the default account).
+    for workload in workloads(objects):
+        pod = workload["spec"]["template"]["spec"]
+        account_name = pod.get("serviceAccountName", "default")
+        default = accounts.get(account_name, {}).get("automountServiceAccountToken", True)
+        mounted = pod.get("automountServiceAccountToken", default)
+        assert mounted is (account_name == bridge_account), workload["metadata"]["name"]
+
+
+# --------------------------------------------------------------------------
+# (d) the node agent's host mounts
+
+
+def test_topology_daemonset_host_mounts() -> None:
+    objects = bundle("base")
+    daemonset = workload_for(objects, "topology")
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    mounts = {
+        host_paths[m["name"]]: (m["mountPath"], bool(m.get("readOnly", False)))
+        for m in container["volumeMounts"] if m["name"] in host_paths
+    }
+    assert mounts.get("/sys", (None, None))[1] is True, "/sys must be mounted read-only"
+    assert mounts.get("/proc", (None, None))[1] is True, "/proc must be mounted read-only"
+    assert mounts.get("/sys/fs/cgroup", (None, None))[1] is False, "/sys/fs/cgroup must be read-write"
+    assert mounts.get("/var/lib/tidal", (None, None))[1] is False, "/var/lib/tidal must be read-write"
+    writable = {path for path, (_, read_only) in mounts.items() if not read_only}
+    assert writable == {"/sys/fs/cgroup", "/var/lib/tidal"}, "unexpected writable host paths"
+
+    env = env_of(container)
+    assert env["TIDAL_TOPOLOGY_SYSFS_ROOT"]["value"] == mounts["/sys"][0] == "/host/sys"
+    assert env["TIDAL_TOPOLOGY_PROCFS_ROOT"]["value"] == mounts["/proc"][0] == "/host/proc"
+    assert env["TIDAL_TOPOLOGY_CGROUP_ROOT"]["value"] == mounts["/sys/fs/cgroup"][0] == "/host/cgroup"
+    assert env["TIDAL_NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+
+    # Root to write cgroup files, but nothing more than that.
+    sc = container["securityContext"]
+    assert sc.get("privileged", False) is False
+    assert sc.get("allowPrivilegeEscalation") is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert "SYS_ADMIN" not in sc["capabilities"].get("add", [])
+    assert not pod.get("hostPID") and not pod.get("hostNetwork")
+
+
+# --------------------------------------------------------------------------
+# (e) the overlays pick the bus
+
+
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_overlay_points_services_at_its_broker(name: str) -> None:
+    scheme, service_name, port = OVERLAYS[name]
+    objects = bundle(name)
+    url = urlsplit(named(objects, "ConfigMap", "tidal-bus")["data"]["url"])
+    assert url.scheme == scheme
+    assert url.hostname == f"{service_name}.{NAMESPACE}.svc"
+    assert url.port == port
+
+    service = named(objects, "Service", service_name)
+    assert port in [p["port"] for p in service["spec"]["ports"]]
+    statefulset = named(objects, "StatefulSet", service_name)
+    assert selects(service["spec"]["selector"], pod_labels(statefulset))
+    assert statefulset["spec"]["volumeClaimTemplates"], "broker data must be on a PVC"
+    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    claim = statefulset["spec"]["volumeClaimTemplates"][0]["metadata"]["name"]
+    assert claim in [m["name"] for m in container["volumeMounts"]]
+
+    # The other broker is not deployed by this overlay.
+    other = ({"nats", "kafka"} - {service_name}).pop()
+    assert not [o for o in objects if o["metadata"]["name"] == other]
+
+
+def test_nats_overlay_runs_jetstream_on_the_volume() -> None:
+    statefulset = named(bundle("overlays/nats"), "StatefulSet", "nats")
+    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "nats:2.10"
+    assert container["args"] == ["-js", "-sd", "/data", "-m", "8222"]
+    assert {"name": "data", "mountPath": "/data"} in container["volumeMounts"]
+
+
+def test_kafka_overlay_is_single_node_kraft() -> None:
+    statefulset = named(bundle("overlays/kafka"), "StatefulSet", "kafka")
+    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "apache/kafka:3.8.0"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"].startswith(env["KAFKA_NODE_ID"] + "@")
+    assert "kafka.tidal-system.svc:9092" in env["KAFKA_ADVERTISED_LISTENERS"]
+    assert not [k for k in env if "ZOOKEEPER" in k]
+
+
+# --------------------------------------------------------------------------
+# the example pod
+
+
+def test_sample_pod_asks_tidal_for_exclusive_cpus_and_a_gpu_share() -> None:
+    (pod,) = bundle("examples")
+    assert pod["kind"] == "Pod"
+    assert pod["spec"]["schedulerName"] == "tidal"
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["tidal.dev/exclusive-cpus"] == "true"
+    assert annotations["tidal.dev/cpu-policy"] == "single-numa"
+    assert annotations["tidal.dev/gpu-count"] == "1"
+    assert annotations["tidal.dev/gpu-milli"] == "500"
+    assert annotations["tidal.dev/gpu-models"].split("|") == ["A100", "V100"]
+    labels = pod["metadata"]["labels"]
+    assert (labels["tidal.dev/tenant"], labels["tidal.dev/user"], labels["tidal.dev/qos"]) == ("team-a", "alice", "LS")
+    (container,) = pod["spec"]["containers"]
+    resources = container["resources"]
+    assert resources["requests"] == resources["limits"] == {"cpu": "4", "memory": "8Gi"}
+
+
+# --------------------------------------------------------------------------
+# (f) compose.yaml
+
+
+@functools.cache
+def _compose() -> dict:
+    return yaml.safe_load((ROOT / "compose.yaml").read_text())
+
+
+def compose_env(service: dict) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):  # the `KEY=value` form
+        env = dict(item.split("=", 1) for item in env)
+    return {k: str(v) for k, v in env.items()}
+
+
+def test_compose_has_both_brokers() -> None:
+    services = _compose()["services"]
+    assert services["nats"]["image"] == "nats:2.10"
+    assert services["nats"]["command"] == ["-js", "-sd", "/data", "-m", "8222"]
+    assert any(v.split(":")[1] == "/data" for v in services["nats"]["volumes"])
+
+    kafka = services["kafka"]
+    assert kafka["image"] == "apache/kafka:3.8.0"
+    env = compose_env(kafka)
+    assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+    assert {"KAFKA_NODE_ID", "KAFKA_CONTROLLER_QUORUM_VOTERS", "KAFKA_LISTENERS"} <= set(env)
+    assert not [k for k in env if "ZOOKEEPER" in k]
+    assert "zookeeper" not in services
+
+
+@pytest.mark.parametrize("service", deployed_services())
+def test_compose_runs_each_service(service: str) -> None:
+    services = _compose()["services"]
+    runners = [name for name, s in services.items() if s.get("command") == ["run", service]]
+    assert runners == [service]
+    entry = services[service]
+    assert entry["image"] == IMAGE and entry["build"]["context"] == "."
+
+    env = compose_env(entry)
+    bus = env["TIDAL_BUS_URL"]
+    assert re.fullmatch(r"\$\{TIDAL_BUS_URL:-nats://nats:4222\}", bus), bus
+    assert env["TIDAL_CLUSTER"].startswith("${TIDAL_CLUSTER")
+    test = " ".join(entry["healthcheck"]["test"])
+    assert "urllib" in test and "http://localhost:8080/healthz" in test
+    assert "8080" in [str(p) for p in entry.get("expose", [])]
+    assert set(entry.get("depends_on", {})) >= {"nats", "kafka"}
+
+
+def test_compose_topology_host_mounts() -> None:
+    topology = _compose()["services"]["topology"]
+    volumes = {}
+    for spec in topology["volumes"]:
+        source, target, *mode = spec.split(":")
+        volumes[source] = (target, mode[0] if mode else "rw")
+    assert volumes["/sys"] == ("/host/sys", "ro")
+    assert volumes["/proc"] == ("/host/proc", "ro")
+    assert volumes["/sys/fs/cgroup"] == ("/host/cgroup", "rw")
+    env = compose_env(topology)
+    assert env["TIDAL_TOPOLOGY_SYSFS_ROOT"] == "/host/sys"
+    assert env["TIDAL_TOPOLOGY_PROCFS_ROOT"] == "/host/proc"
+    assert env["TIDAL_TOPOLOGY_CGROUP_ROOT"] == "/host/cgroup"
+    assert topology.get("privileged", False) is False
+    assert topology["cap_drop"] == ["ALL"]
+    assert "SYS_ADMIN" not in topology.get("cap_add", [])
+
+
+# --------------------------------------------------------------------------
+# Dockerfile
+
+
+def test_dockerfile_builds_the_tidal_cli_as_non_root() -> None:
+    lines = [
+        line.strip() for line in (ROOT / "Dockerfile").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    assert lines[0] == "FROM python:3.11-slim"
+    assert any("pip install --no-cache-dir ." in line for line in lines)
+    users = [line.split()[1] for line in lines if line.startswith("USER ")]
+    assert users and users[-1].split(":")[0] not in {"0", "root"}
+    assert 'ENTRYPOINT ["tidal"]' in lines
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert "tidal" in scripts
+
+    ignored = set((ROOT / ".dockerignore").read_text().split())
+    for entry in (".venv", ".tidal", ".git", ".pytest_cache"):
+        assert entry in ignored
+    assert ignored & {"__pycache__", "**/__pycache__"}
