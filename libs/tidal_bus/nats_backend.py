@@ -59,6 +59,7 @@ class NatsBackend(Backend):
         member_ttl_s: float = 6.0,
         fetch_batch: int = 256,
         publish_timeout_s: float = 30.0,
+        connect_deadline_s: float = 30.0,
         connect_options: dict | None = None,
     ) -> None:
         self.url = url
@@ -67,18 +68,21 @@ class NatsBackend(Backend):
         self.member_ttl_s = member_ttl_s
         self.fetch_batch = fetch_batch
         self.publish_timeout_s = publish_timeout_s
+        self.connect_deadline_s = connect_deadline_s
         self._connect_options = connect_options or {}
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._known_streams: set[str] = set()
+        self._closing = False
 
     # -- lifecycle -----------------------------------------------------------
     async def connect(self) -> None:
         async def on_error(exc: Exception) -> None:
-            log.warning("nats: %s", exc)
+            log.info("nats: %s", exc)
 
         async def on_disconnect() -> None:
-            log.warning("nats: disconnected from %s", self.url)
+            if not self._closing:
+                log.warning("nats: disconnected from %s", self.url)
 
         async def on_reconnect() -> None:
             log.info("nats: reconnected to %s", self.url)
@@ -94,13 +98,18 @@ class NatsBackend(Backend):
             reconnected_cb=on_reconnect,
         )
         options.update(self._connect_options)
+        # Once connected, reconnect forever; the first connection, though, must
+        # come within a deadline so a wrong URL fails instead of hanging.
+        attempt = asyncio.ensure_future(nats.connect(**options))
         try:
-            self._nc = await nats.connect(**options)
-        except (OSError, nats.errors.Error) as exc:
-            raise BusError(f"cannot connect to NATS at {self.url}: {exc}") from exc
+            self._nc = await asyncio.wait_for(attempt, self.connect_deadline_s)
+        except (OSError, nats.errors.Error, asyncio.TimeoutError) as exc:
+            reason = f"no answer within {self.connect_deadline_s:.0f}s" if isinstance(exc, asyncio.TimeoutError) else exc
+            raise BusError(f"cannot connect to NATS at {self.url}: {reason}") from None
         self._js = self._nc.jetstream()
 
     async def close(self) -> None:
+        self._closing = True
         if self._nc is not None and not self._nc.is_closed:
             await self._nc.drain()
         self._nc = None
@@ -205,6 +214,8 @@ class NatsBackend(Backend):
         )
         limit = max(until.values()) if until else None
         try:
+            if not follow and (await psub.consumer_info()).num_pending == 0:
+                return  # nothing there: do not wait out a fetch timeout
             while True:
                 try:
                     batch = await psub.fetch(self.fetch_batch, timeout=1.0)

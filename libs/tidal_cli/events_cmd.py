@@ -1,0 +1,133 @@
+"""`tidal events tail STREAM` and `tidal events publish FILE`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from tidal_bus import StartAt
+from tidal_schemas import Envelope, SchemaError, decode_obj, make_envelope, payload_model
+from tidal_schemas.envelope import describe_validation_error
+from tidal_schemas.streams import STREAMS
+
+from .errors import CliError
+from .options import add_bus_options, bus_for
+
+
+def add(subparsers) -> None:
+    parser = subparsers.add_parser("events", help="read and write event streams")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="{tail,publish}")
+
+    tail = verbs.add_parser("tail", help="print a stream's events", description="print a stream's events")
+    tail.add_argument("stream", help=f"one of: {', '.join(STREAMS)}")
+    tail.add_argument("--from", dest="start", default="latest",
+                      help="earliest, latest (default), an ISO time (2026-01-01T00:00:00Z) or a sequence")
+    tail.add_argument("--limit", type=int, default=0, help="stop after this many events (0 = no limit)")
+    tail.add_argument("--no-follow", action="store_true", help="stop at the end of the stream")
+    add_bus_options(tail)
+    tail.set_defaults(func=run_tail)
+
+    publish = verbs.add_parser(
+        "publish", help="validate a file of events, then publish them",
+        description="FILE (JSON or YAML) holds one event or a list. Each is a full envelope, or the short "
+                    "form {type, payload[, cluster]}. Every event is validated before any is published.")
+    publish.add_argument("file", type=Path)
+    add_bus_options(publish)
+    publish.set_defaults(func=run_publish)
+
+
+def load_events(path: Path, default_cluster: str, source: str = "cli") -> list[Envelope[Any]]:
+    """Read and validate every event of a file; CliError naming the first problem."""
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        raise CliError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        document = orjson.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (orjson.JSONDecodeError, yaml.YAMLError) as exc:
+        raise CliError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
+                       f"{str(exc).splitlines()[0]}") from None
+    items = document if isinstance(document, list) else [document]
+    if not items or items == [None]:
+        raise CliError(f"{path}: no events in the file")
+    events = []
+    for number, item in enumerate(items, 1):
+        where = f"{path}: event {number}" if len(items) > 1 else str(path)
+        try:
+            events.append(_one_event(item, default_cluster, source))
+        except SchemaError as exc:
+            raise CliError(f"{where}: {exc}") from None
+    return events
+
+
+def _one_event(item: Any, default_cluster: str, source: str) -> Envelope[Any]:
+    if not isinstance(item, dict):
+        raise SchemaError(f"an event must be a mapping, got {type(item).__name__}")
+    if "id" in item:
+        return decode_obj(item)
+    if not isinstance(item.get("type"), str):
+        raise SchemaError("field 'type': missing or not a string")
+    model = payload_model(item["type"])
+    from pydantic import ValidationError
+
+    try:
+        payload = model.model_validate(item.get("payload", {}))
+    except ValidationError as exc:
+        raise SchemaError(describe_validation_error(exc).replace("field '", "field 'payload.", 1)) from None
+    return make_envelope(payload, cluster=item.get("cluster", default_cluster), source=source)
+
+
+def run_publish(args: argparse.Namespace) -> int:
+    events = load_events(args.file, args.cluster)
+
+    async def publish() -> None:
+        async with bus_for(args) as bus:
+            for envelope in events:
+                await bus.publish_envelope(envelope)
+
+    asyncio.run(publish())
+    print(f"published {len(events)} event(s) from {args.file}")
+    return 0
+
+
+def run_tail(args: argparse.Namespace) -> int:
+    if args.stream not in STREAMS:
+        raise CliError(f"unknown stream {args.stream!r}; known: {', '.join(STREAMS)}")
+    try:
+        start = StartAt.parse(args.start)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+    async def tail() -> None:
+        count = 0
+        async with bus_for(args) as bus:
+            async for raw, event in bus.read(args.stream, start, follow=not args.no_follow):
+                print(format_event(raw.position, event), flush=True)
+                count += 1
+                if args.limit and count >= args.limit:
+                    return
+
+    try:
+        asyncio.run(tail())
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def format_event(position: int, event: Envelope[Any] | SchemaError) -> str:
+    """One readable block per event: a header line, then the payload as YAML."""
+    if isinstance(event, SchemaError):
+        return f"#{position}  <undecodable: {event}>"
+    header = f"#{position}  {event.time:%Y-%m-%d %H:%M:%S}  {event.type} v{event.version}  " \
+             f"cluster={event.cluster} key={event.key} from={event.source}"
+    body = yaml.safe_dump(event.payload.model_dump(mode="json", exclude_defaults=True), sort_keys=False,
+                          default_flow_style=None, width=120).rstrip()
+    return header + "\n" + "\n".join("    " + line for line in body.splitlines())
+
+

@@ -1,0 +1,62 @@
+"""`tidal`: one command, with a subcommand per job. Errors are one line on
+stderr with a non-zero exit code (2 = bad input, 1 = failure); set
+TIDAL_DEBUG=1 to see tracebacks."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from tidal_bus import BusError
+from tidal_schemas import SchemaError
+
+from . import demo_cmd, events_cmd, schemas_cmd, up_cmd
+from .errors import CliError
+
+COMMANDS = [up_cmd, demo_cmd, events_cmd, schemas_cmd]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's usage errors: one line, exit 2
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tidal", description="Tidal: topology-aware scheduling control plane")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                       parser_class=_Parser)
+    for command in COMMANDS:
+        command.add(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Commands report problems themselves, on one line; library chatter stays quiet.
+    logging.basicConfig(level=logging.ERROR, format="tidal: %(message)s")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except CliError as exc:
+        return _fail(str(exc), exc.exit_code)
+    except SchemaError as exc:
+        return _fail(str(exc), 2)
+    except BusError as exc:
+        return _fail(str(exc), 1)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug: still one line, unless debugging
+        if os.environ.get("TIDAL_DEBUG"):
+            raise
+        return _fail(f"internal error: {type(exc).__name__}: {exc} (TIDAL_DEBUG=1 shows the traceback)", 1)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"tidal: {message}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""The services `tidal run` and `tidal up` know, by name (explicit registry).
+
+Values are import paths so that `tidal --help` does not import every service.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+SERVICES: dict[str, str] = {
+}
+
+
+def available() -> dict[str, str]:
+    """Registered services whose package is importable, in pipeline order."""
+    found = {}
+    for name, target in SERVICES.items():
+        module = target.split(":")[0]
+        if importlib.util.find_spec(module.split(".")[0]) is not None:
+            found[name] = target
+    return found
+
+
+def load(name: str):
+    """The Service class registered under `name`."""
+    try:
+        target = SERVICES[name]
+    except KeyError:
+        known = ", ".join(SERVICES) or "none yet"
+        raise KeyError(f"unknown service {name!r}; known: {known}") from None
+    module_name, class_name = target.split(":")
+    return getattr(importlib.import_module(module_name), class_name)

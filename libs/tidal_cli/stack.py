@@ -1,0 +1,158 @@
+"""A whole Tidal stack on one machine: an embedded nats-server (unless an
+external bus is given) and every service as its own process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidal_bus.embedded import EmbeddedNats, free_port
+
+from .errors import CliError
+from .services import available
+
+
+@dataclass
+class RunningService:
+    name: str
+    process: subprocess.Popen
+    http_port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/readyz", timeout=0.5) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+
+class Stack:
+    def __init__(self, data_dir: Path, *, bus_url: str | None = None, nats_port: int | None = 4222,
+                 namespace: str = "tidal", cluster: str = "local", services: list[str] | None = None,
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.external_bus = bus_url
+        self.nats_port = nats_port
+        self.namespace = namespace
+        self.cluster = cluster
+        known = available()
+        unknown = sorted(set(services or []) - set(known))
+        if unknown:
+            raise CliError(f"unknown service(s) {', '.join(unknown)}; available: {', '.join(known) or 'none'}")
+        self.service_names = services if services is not None else list(known)
+        self.extra_env = extra_env or {}
+        self.nats: EmbeddedNats | None = None
+        self.services: list[RunningService] = []
+
+    @property
+    def bus_url(self) -> str:
+        if self.external_bus:
+            return self.external_bus
+        assert self.nats is not None
+        return self.nats.url
+
+    def start(self) -> "Stack":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if not self.external_bus:
+            port = self.nats_port
+            if port and not _port_free(port):
+                raise CliError(f"port {port} is in use (another nats-server?); pass --nats-port 0 or --bus URL",
+                               exit_code=1)
+            self.nats = EmbeddedNats(self.data_dir / "nats", port=port or None).start()
+        logs = self.data_dir / "logs"
+        logs.mkdir(exist_ok=True)
+        for name in self.service_names:
+            self.services.append(self._spawn(name, logs))
+        return self
+
+    def _spawn(self, name: str, logs: Path) -> RunningService:
+        port = free_port()
+        env = dict(os.environ)
+        env.update({
+            "TIDAL_BUS_URL": self.bus_url, "TIDAL_NAMESPACE": self.namespace, "TIDAL_CLUSTER": self.cluster,
+            f"TIDAL_{name.upper()}_HTTP_PORT": str(port), f"TIDAL_{name.upper()}_HTTP_HOST": "127.0.0.1",
+        })
+        env.update(self.extra_env)
+        log_path = logs / f"{name}.log"
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen([sys.executable, "-m", "tidal_cli.main", "run", name], env=env,
+                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return RunningService(name, process, port, log_path)
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        pending = list(self.services)
+        while pending:
+            self.check_alive()
+            pending = [s for s in pending if not s.ready()]
+            if pending and time.monotonic() > deadline:
+                raise CliError(f"not ready after {timeout:.0f}s: {', '.join(s.name for s in pending)} "
+                               f"(see {pending[0].log_path})", exit_code=1)
+            time.sleep(0.1)
+
+    def check_alive(self) -> None:
+        for service in self.services:
+            code = service.process.poll()
+            if code is not None:
+                raise CliError(f"service {service.name} exited with {code}: {_last_line(service.log_path)}",
+                               exit_code=1)
+
+    def describe(self) -> str:
+        lines = [f"bus        {self.bus_url}  (namespace {self.namespace}, cluster {self.cluster})"]
+        if self.nats is not None:
+            lines.append(f"nats       pid {self.nats.pid}  data {self.nats.data_dir}")
+        for s in self.services:
+            lines.append(f"{s.name:<10} pid {s.process.pid}  {s.url}/metrics  log {s.log_path}")
+        if not self.services:
+            lines.append("(no services installed yet)")
+        return "\n".join(lines)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        for service in self.services:
+            if service.process.poll() is None:
+                service.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for service in self.services:
+            try:
+                service.process.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                service.process.kill()
+                service.process.wait()
+        if self.nats is not None:
+            self.nats.stop()
+
+    def __enter__(self) -> "Stack":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return lines[-1][:300] if lines else "(empty log)"

@@ -1,0 +1,173 @@
+"""What every Tidal service shares: the lifecycle around its handlers.
+
+A service declares its subscriptions and background loops; `run()` connects
+the bus, serves /healthz /readyz /metrics, runs every consumer and loop in
+one TaskGroup (a failure anywhere stops the service with that error instead
+of being lost), and on `stop()` drains: consumers finish the message in hand,
+commit, and leave their groups; loops are cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from tidal_bus import Bus, Consumer, Delivery, Handler, StartAt
+from tidal_schemas import Envelope, Payload
+
+from .http import HealthServer
+from .logs import configure_logging
+from .metrics import ServiceMetrics
+from .settings import ServiceSettings
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """One stream a service consumes. Replicas share `group` (default: the
+    service name) and split the stream's partitions between them."""
+
+    stream: str
+    handler: Handler
+    group: str | None = None
+    start: StartAt = field(default_factory=StartAt.earliest)
+    replay_on_assign: bool = True
+    ordered: bool = True
+
+
+class Service:
+    """Base class; subclasses set `name`, `settings_class`, and override
+    `subscriptions()`, `loops()`, `on_start()` / `on_stop()` as needed."""
+
+    name: ClassVar[str] = "service"
+    settings_class: ClassVar[type[ServiceSettings]] = ServiceSettings
+    produces: ClassVar[tuple[str, ...]] = ()  # streams it writes (what `tidal demo` waits for)
+
+    def __init__(self, settings: ServiceSettings | None = None, *, bus: Bus | None = None) -> None:
+        self.settings = settings or self.settings_class()
+        self.bus = bus or Bus.from_url(
+            self.settings.bus_url, namespace=self.settings.namespace, cluster=self.settings.cluster, source=self.name
+        )
+        self._owns_bus = bus is None
+        self.metrics = ServiceMetrics(self.name)
+        self.log = logging.getLogger(f"tidal.{self.name}")
+        self.consumers: list[Consumer] = []
+        self.http: HealthServer | None = None
+        self._stop_requested = asyncio.Event()
+        self._started = asyncio.Event()
+
+    # -- what subclasses declare ------------------------------------------------
+    def subscriptions(self) -> list[Subscription]:
+        return []
+
+    def loops(self) -> list[Callable[[], Awaitable[None]]]:
+        """Long-running coroutines (periodic work); each must run until cancelled."""
+        return []
+
+    async def on_start(self) -> None:
+        """After the bus is connected, before consumers start."""
+
+    async def on_stop(self) -> None:
+        """After consumers and loops have stopped, before the bus closes."""
+
+    # -- helpers for subclasses -------------------------------------------------
+    async def publish(self, payload: Payload, *, cause: Envelope[Any] | None = None,
+                      delivery: Delivery | None = None, **options: Any) -> Envelope[Any] | None:
+        """Publish an output. While replaying history to rebuild state, the
+        output was already published the first time: it is not repeated."""
+        if delivery is not None and delivery.replaying:
+            self.metrics.suppressed.labels(self.name, payload.TYPE).inc()
+            return None
+        envelope = await self.bus.publish(payload, cause=cause, **options)
+        self.metrics.published(payload.TYPE)
+        return envelope
+
+    # -- lifecycle --------------------------------------------------------------
+    def ready(self) -> tuple[bool, str]:
+        if not self._started.is_set():
+            return False, "starting"
+        if not self.bus.backend.connected:
+            return False, "bus disconnected"
+        waiting = [c.spec.name for c in self.consumers if not c.ready.is_set()]
+        if waiting:
+            return False, f"joining consumer groups: {', '.join(waiting)}"
+        return True, "ok"
+
+    def stop(self) -> None:
+        """Ask the service to drain and exit (what SIGTERM does)."""
+        self._stop_requested.set()
+
+    async def run(self) -> None:
+        if self._owns_bus:
+            await self.bus.backend.connect()
+        try:
+            await self.bus.ensure_streams()
+            self.http = HealthServer(self.settings.http_host, self.settings.http_port, self.ready,
+                                     self.metrics.render)
+            await self.http.start()
+            self.log.info("serving /healthz /readyz /metrics on port %s", self.http.port)
+            self.consumers = [
+                self.bus.consumer(
+                    sub.stream, sub.group or self.name, sub.handler, start=sub.start,
+                    clusters=self.settings.handled_clusters(), ordered=sub.ordered,
+                    replay_on_assign=sub.replay_on_assign, observer=self.metrics,
+                )
+                for sub in self.subscriptions()
+            ]
+            await self.on_start()
+            self._started.set()
+            async with asyncio.TaskGroup() as group:
+                consumer_tasks = [group.create_task(c.run(), name=f"{self.name}:{c.spec.name}")
+                                  for c in self.consumers]
+                loop_tasks = [group.create_task(loop(), name=f"{self.name}:{getattr(loop, '__name__', 'loop')}")
+                              for loop in self.loops()]
+                group.create_task(self._drain_on_stop(consumer_tasks, loop_tasks), name=f"{self.name}:drain")
+            await self.on_stop()
+        finally:
+            if self.http is not None:
+                await self.http.stop()
+            if self._owns_bus:
+                await self.bus.backend.close()
+
+    async def _drain_on_stop(self, consumer_tasks: list[asyncio.Task], loop_tasks: list[asyncio.Task]) -> None:
+        await self._stop_requested.wait()
+        self.log.info("stopping: draining %d consumers", len(self.consumers))
+        for task in loop_tasks:
+            task.cancel()
+        for consumer in self.consumers:
+            consumer.stop()
+        done, pending = await asyncio.wait(consumer_tasks, timeout=self.settings.drain_timeout_s) \
+            if consumer_tasks else (set(), set())
+        for task in pending:  # a consumer stuck past the drain timeout: cut it off
+            self.log.warning("consumer %s did not drain in time; cancelling", task.get_name())
+            task.cancel()
+
+
+def run_service(service_class: type[Service], settings: ServiceSettings | None = None) -> int:
+    """Run a service in this process until SIGTERM/SIGINT; the exit code."""
+    settings = settings or service_class.settings_class()
+    configure_logging(service_class.name, settings.log_level)
+    log = logging.getLogger(f"tidal.{service_class.name}")
+
+    async def main() -> None:
+        service = service_class(settings)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, service.stop)
+        await service.run()
+
+    try:
+        asyncio.run(main())
+    except Exception as exc:  # the service failed: say why on one line, exit non-zero
+        log.error("service %s failed: %s", service_class.name, _describe(exc), exc_info=exc)
+        return 1
+    return 0
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,55 @@
+"""Settings: one pydantic-settings class per service.
+
+Shared keys are read from unprefixed-by-service variables (`TIDAL_BUS_URL`,
+`TIDAL_CLUSTER`, `TIDAL_NAMESPACE`, `TIDAL_LOG_LEVEL`); everything else from
+the service's own prefix, e.g. `TIDAL_PLACEMENT_HTTP_PORT`. Values are
+validated at start, so a typo fails fast with the variable's name.
+"""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from tidal_bus.subjects import check_namespace
+
+DEFAULT_BUS_URL = "nats://127.0.0.1:4222"
+
+
+class ServiceSettings(BaseSettings):
+    """What every service needs. Subclass with `env_prefix="TIDAL_<NAME>_"`."""
+
+    model_config = SettingsConfigDict(env_prefix="TIDAL_SERVICE_", extra="ignore", populate_by_name=True)
+
+    bus_url: str = Field(DEFAULT_BUS_URL, validation_alias=AliasChoices("TIDAL_BUS_URL", "bus_url"))
+    cluster: str = Field("local", validation_alias=AliasChoices("TIDAL_CLUSTER", "cluster"),
+                         pattern=r"^[A-Za-z0-9_-]{1,63}$")
+    namespace: str = Field("tidal", validation_alias=AliasChoices("TIDAL_NAMESPACE", "namespace"))
+    log_level: str = Field("INFO", validation_alias=AliasChoices("TIDAL_LOG_LEVEL", "log_level"))
+    http_host: str = "0.0.0.0"
+    http_port: int = Field(8080, ge=0, le=65535)
+    clusters: list[str] = Field(
+        default_factory=list,
+        description="clusters whose events this instance handles; empty = its own cluster only",
+    )
+    all_clusters: bool = Field(False, description="handle events of every cluster on the bus")
+    drain_timeout_s: float = Field(20.0, gt=0)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        return check_namespace(value)
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        level = value.upper()
+        if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ValueError("log level must be DEBUG, INFO, WARNING or ERROR")
+        return level
+
+    def handled_clusters(self) -> frozenset[str] | None:
+        """None means every cluster."""
+        if self.all_clusters:
+            return None
+        return frozenset(self.clusters or [self.cluster])

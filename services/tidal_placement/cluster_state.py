@@ -1,0 +1,340 @@
+"""The scheduler cache (SPEC §A steps 4–5): every node's free resources in
+numpy arrays indexed by node row, updated one row at a time.
+
+Free figures, always clamped at 0 (an allocatable lowered below what is held
+leaves a node full, never negative):
+
+    cpu_free[r]      = allocatable_cpu[r] − Σ cpu_milli held on r     (node level; may be oversold)
+    mem_free[r]      = allocatable_mem[r] − Σ memory_mib held on r
+    numa_free[r, j]  = allocatable exclusive CPUs of NUMA j − Σ exclusive CPUs held there
+    gpu_free[r, g]   = 1000 − Σ milli held on device g (0 for padding / unhealthy devices)
+
+`assume` deducts a decision at once, `forget` returns exactly what was
+assumed (bind failed), `confirm` marks it bound, `release` returns a bound
+pod's resources (pod deleted). Expected refusals are `Outcome` values.
+Columns are padded: `numa_valid` / `gpu_valid` say which entries are real.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from tidal_schemas import NodeScore, NodeTopology, Resources
+
+from .node_spec import NodeSpec, node_spec
+
+GPU_MILLI = 1000
+
+_ROW = {"present": (bool, False), "schedulable": (bool, False), "exclusive_ok": (bool, False),
+        "cpu_alloc": (np.int64, 0), "cpu_used": (np.int64, 0), "cpu_free": (np.int64, 0),
+        "mem_alloc": (np.int64, 0), "mem_used": (np.int64, 0), "mem_free": (np.int64, 0),
+        "node_load": (np.float64, 0.0), "numa_count": (np.int64, 0), "gpu_model": (np.int64, -1),
+        "gpu_count": (np.int64, 0), "gpu_idle": (np.int64, 0), "gpu_whole": (np.int64, 0),
+        "gpu_max": (np.int64, 0)}
+_NUMA = {"numa_valid": (bool, False), "numa_id": (np.int64, -1), "numa_alloc": (np.int64, 0),
+         "numa_used": (np.int64, 0), "numa_free": (np.int64, 0), "numa_load": (np.float64, 0.0),
+         "numa_order": (np.int64, 0)}
+_GPU = {"gpu_valid": (bool, False), "gpu_used": (np.int64, 0), "gpu_free": (np.int64, 0),
+        "gpu_virtual": (bool, False), "gpu_dev_model": (np.int64, -1)}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Whether a state change was accepted, and why not."""
+
+    ok: bool
+    reason: str = ""
+
+
+OK = Outcome(True)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What one pod holds on one node: node-level CPU/memory, exclusive CPUs
+    per NUMA id, and milli-GPU per GPU id."""
+
+    node: str
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    numa_cpus: tuple[tuple[int, int], ...] = ()
+    gpus: tuple[tuple[str, int], ...] = ()
+
+    @staticmethod
+    def of(node: str, cpu_milli: int = 0, memory_mib: int = 0,
+           numa_cpus: Mapping[int, int] | None = None, gpus: Mapping[str, int] | None = None) -> "Allocation":
+        """Build an allocation from mappings (zero entries dropped)."""
+        return Allocation(node, cpu_milli, memory_mib,
+                          tuple(sorted((k, v) for k, v in (numa_cpus or {}).items() if v)),
+                          tuple(sorted((k, v) for k, v in (gpus or {}).items() if v)))
+
+
+@dataclass
+class _Held:
+    allocation: Allocation
+    confirmed: bool = False
+
+
+class ClusterState:
+    """Free resources of every node, as arrays; see the module docstring."""
+
+    def __init__(self, capacity: int = 64, numa_cols: int = 8, gpu_cols: int = 8):
+        self.rows: dict[str, int] = {}
+        self.names: list[str | None] = []
+        self.specs: dict[int, NodeSpec] = {}
+        self.models: list[str] = []
+        self.model_ids: dict[str, int] = {}
+        self._spare: list[int] = []
+        self._held: dict[str, _Held] = {}
+        self._pods_on: dict[int, set[str]] = {}
+        self._blocked: dict[int, set[str]] = {}
+        self._numa_col: dict[int, dict[int, int]] = {}
+        self._gpu_col: dict[int, dict[str, int]] = {}
+        self._resize(capacity, numa_cols, gpu_cols)
+
+    # ---- nodes -------------------------------------------------------------
+
+    def upsert_node(self, topology: NodeTopology) -> None:
+        """Add or replace a node's inventory; pods already held on it stay held."""
+        spec = node_spec(topology)
+        r = self.rows.get(spec.name)
+        if r is None:
+            r = self._new_row(spec.name)
+        self._resize(len(self.names), max(self.numa_cols, len(spec.numa_ids)), max(self.gpu_cols, len(spec.gpu_ids)))
+        self.specs[r] = spec
+        self.present[r] = True
+        self.exclusive_ok[r] = spec.exclusive
+        self.cpu_alloc[r], self.mem_alloc[r] = spec.cpu_milli, spec.memory_mib
+        for name in _NUMA:
+            getattr(self, name)[r] = _NUMA[name][1]
+        n = len(spec.numa_ids)
+        self.numa_count[r] = n
+        self.numa_valid[r, :n] = True
+        self.numa_id[r, :n] = spec.numa_ids
+        self.numa_alloc[r, :n] = spec.numa_cpus
+        self._numa_col[r] = {numa: j for j, numa in enumerate(spec.numa_ids)}
+        for name in _GPU:
+            getattr(self, name)[r] = _GPU[name][1]
+        g = len(spec.gpu_ids)
+        self.gpu_valid[r, :g] = spec.gpu_healthy
+        self.gpu_virtual[r, :g] = spec.gpu_virtual
+        self.gpu_dev_model[r, :g] = [self._model_id(m) for m in spec.gpu_models]
+        self.gpu_model[r] = -1 if spec.model is None else self._model_id(spec.model)
+        self.gpu_count[r] = sum(spec.gpu_healthy)
+        self._gpu_col[r] = {gpu: k for k, gpu in enumerate(spec.gpu_ids)}
+        self._reapply_devices(r)
+        self.schedulable[r] = not self._blocked.get(r)
+        self._recount(r)
+        self._order_numa(r)
+
+    def remove_node(self, name: str) -> list[str]:
+        """Drop a node; returns the keys of the pods that were held on it."""
+        r = self.rows.pop(name, None)
+        if r is None:
+            return []
+        dropped = sorted(self._pods_on.pop(r, set()))
+        for key in dropped:
+            del self._held[key]
+        for table in (_ROW, _NUMA, _GPU):
+            for attr, (_, fill) in table.items():
+                getattr(self, attr)[r] = fill
+        self.names[r] = None
+        for side in (self.specs, self._blocked, self._numa_col, self._gpu_col):
+            side.pop(r, None)
+        self._spare.append(r)
+        return dropped
+
+    def set_allocatable(self, node: str, resources: Resources) -> Outcome:
+        """Replace node-level CPU/memory allocatable (e.g. oversold by §D)."""
+        r = self.rows.get(node)
+        if r is None:
+            return Outcome(False, f"unknown node {node}")
+        self.cpu_alloc[r], self.mem_alloc[r] = resources.cpu_milli, resources.memory_mib
+        self._refresh_node(r)
+        return OK
+
+    def set_blocked(self, node: str, reason: str, blocked: bool = True) -> Outcome:
+        """Add (or lift) a reason the node takes no new pods: a taint, stale metrics…"""
+        r = self.rows.get(node)
+        if r is None:
+            return Outcome(False, f"unknown node {node}")
+        reasons = self._blocked.setdefault(r, set())
+        (reasons.add if blocked else reasons.discard)(reason)
+        self.schedulable[r] = not reasons
+        return OK
+
+    def update_load(self, node: str, numa_load: Mapping[int, float], node_load: float | None = None) -> Outcome:
+        """Set NUMA loads (by NUMA id) and the node load (default: their mean, §E)."""
+        r = self.rows.get(node)
+        if r is None:
+            return Outcome(False, f"unknown node {node}")
+        cols = self._numa_col[r]
+        for numa, load in numa_load.items():
+            if numa in cols:
+                self.numa_load[r, cols[numa]] = load
+        n = int(self.numa_count[r])
+        self.node_load[r] = node_load if node_load is not None else float(self.numa_load[r, :n].mean())
+        self._order_numa(r)
+        return OK
+
+    def apply_node_score(self, score: NodeScore) -> Outcome:
+        """Take the loads of a scoring-service `NodeScore`."""
+        return self.update_load(score.node, score.numa_load, score.load)
+
+    # ---- pods --------------------------------------------------------------
+
+    def assume(self, pod_key: str, allocation: Allocation) -> Outcome:
+        """Deduct a decision now; refused (nothing changed) if any figure would go negative."""
+        if pod_key in self._held:
+            return Outcome(False, f"{pod_key} is already held on {self._held[pod_key].allocation.node}")
+        r = self.rows.get(allocation.node)
+        if r is None:
+            return Outcome(False, f"unknown node {allocation.node}")
+        problem = self._check(r, allocation)
+        if problem:
+            return Outcome(False, problem)
+        self._apply(r, allocation, +1)
+        self._held[pod_key] = _Held(allocation)
+        self._pods_on.setdefault(r, set()).add(pod_key)
+        return OK
+
+    def confirm(self, pod_key: str) -> Outcome:
+        """Mark an assumed pod as bound."""
+        held = self._held.get(pod_key)
+        if held is None:
+            return Outcome(False, f"{pod_key} is not held")
+        held.confirmed = True
+        return OK
+
+    def forget(self, pod_key: str) -> Allocation | None:
+        """Undo an assume whose bind failed; returns what was returned to the cache."""
+        held = self._held.get(pod_key)
+        if held is None or held.confirmed:
+            return None
+        return self.release(pod_key)
+
+    def release(self, pod_key: str) -> Allocation | None:
+        """Return a held pod's resources (assumed or bound); None when not held."""
+        held = self._held.pop(pod_key, None)
+        if held is None:
+            return None
+        r = self.rows[held.allocation.node]
+        self._pods_on[r].discard(pod_key)
+        self._apply(r, held.allocation, -1)
+        return held.allocation
+
+    def held(self, pod_key: str) -> Allocation | None:
+        """The allocation a pod holds, if any."""
+        entry = self._held.get(pod_key)
+        return entry.allocation if entry else None
+
+    def gpu_id(self, row: int, col: int) -> str:
+        """The GPU id stored in column `col` of `row`."""
+        return self.specs[row].gpu_ids[col]
+
+    @property
+    def size(self) -> int:
+        """Number of rows in use (present or spare)."""
+        return len(self.names)
+
+    # ---- internals ---------------------------------------------------------
+
+    def _check(self, r: int, a: Allocation) -> str:
+        if a.cpu_milli < 0 or a.memory_mib < 0:
+            return "negative request"
+        if a.cpu_milli > self.cpu_free[r]:
+            return f"cpu: asks {a.cpu_milli}m, {self.cpu_free[r]}m free on {a.node}"
+        if a.memory_mib > self.mem_free[r]:
+            return f"memory: asks {a.memory_mib}Mi, {self.mem_free[r]}Mi free on {a.node}"
+        for numa, count in a.numa_cpus:
+            j = self._numa_col[r].get(numa)
+            if j is None or not self.exclusive_ok[r]:
+                return f"numa {numa} on {a.node} offers no exclusive CPUs"
+            if count < 0 or count > self.numa_free[r, j]:
+                return f"numa {numa}: asks {count} CPUs, {self.numa_free[r, j]} free on {a.node}"
+        if len({gpu for gpu, _ in a.gpus}) != len(a.gpus):
+            return "a GPU is named twice"
+        for gpu, milli in a.gpus:
+            k = self._gpu_col[r].get(gpu)
+            if k is None:
+                return f"unknown GPU {gpu} on {a.node}"
+            if milli <= 0 or milli > self.gpu_free[r, k]:
+                return f"GPU {gpu}: asks {milli} milli, {self.gpu_free[r, k]} free on {a.node}"
+        return ""
+
+    def _apply(self, r: int, a: Allocation, sign: int) -> None:
+        self.cpu_used[r] += sign * a.cpu_milli
+        self.mem_used[r] += sign * a.memory_mib
+        for numa, count in a.numa_cpus:
+            self.numa_used[r, self._numa_col[r][numa]] += sign * count
+        for gpu, milli in a.gpus:
+            self.gpu_used[r, self._gpu_col[r][gpu]] += sign * milli
+        self._refresh_node(r)
+        self._recount(r)
+
+    def _reapply_devices(self, r: int) -> None:
+        # A re-reported node keeps its pods: put their per-NUMA and per-GPU
+        # holdings back by id; ids the node no longer reports are dropped.
+        for key in self._pods_on.get(r, ()):
+            a = self._held[key].allocation
+            for numa, count in a.numa_cpus:
+                if numa in self._numa_col[r]:
+                    self.numa_used[r, self._numa_col[r][numa]] += count
+            for gpu, milli in a.gpus:
+                if gpu in self._gpu_col[r]:
+                    self.gpu_used[r, self._gpu_col[r][gpu]] += milli
+
+    def _refresh_node(self, r: int) -> None:
+        self.cpu_free[r] = max(int(self.cpu_alloc[r] - self.cpu_used[r]), 0)
+        self.mem_free[r] = max(int(self.mem_alloc[r] - self.mem_used[r]), 0)
+
+    def _recount(self, r: int) -> None:
+        """Recompute the row's derived figures (free per NUMA / GPU, GPU summaries)."""
+        self._refresh_node(r)
+        self.numa_free[r] = np.where(self.numa_valid[r], np.maximum(self.numa_alloc[r] - self.numa_used[r], 0), 0)
+        free = np.where(self.gpu_valid[r], np.maximum(GPU_MILLI - self.gpu_used[r], 0), 0)
+        self.gpu_free[r] = free
+        self.gpu_idle[r] = free.sum()
+        self.gpu_whole[r] = np.count_nonzero(free == GPU_MILLI)
+        self.gpu_max[r] = free.max() if free.size else 0
+
+    def _order_numa(self, r: int) -> None:
+        # §E ranks NUMA nodes by load; padding sorts last. Loads change only
+        # on metric updates, so the order is cached instead of sorted per pod.
+        self.numa_order[r] = np.argsort(np.where(self.numa_valid[r], self.numa_load[r], np.inf), kind="stable")
+
+    def _model_id(self, model: str) -> int:
+        if model not in self.model_ids:
+            self.model_ids[model] = len(self.models)
+            self.models.append(model)
+        return self.model_ids[model]
+
+    def _new_row(self, name: str) -> int:
+        if self._spare:
+            r = self._spare.pop()
+            self.names[r] = name
+        else:
+            r = len(self.names)
+            self.names.append(name)
+        self.rows[name] = r
+        return r
+
+    def _resize(self, rows: int, numa_cols: int, gpu_cols: int) -> None:
+        old = getattr(self, "capacity", 0)
+        capacity = max(old, 1)
+        while capacity < rows:
+            capacity *= 2
+        if old == capacity and numa_cols == getattr(self, "numa_cols", -1) and gpu_cols == getattr(self, "gpu_cols", -1):
+            return
+        for table, cols in ((_ROW, None), (_NUMA, numa_cols), (_GPU, gpu_cols)):
+            for attr, (dtype, fill) in table.items():
+                shape = (capacity,) if cols is None else (capacity, cols)
+                fresh = np.full(shape, fill, dtype=dtype)
+                prev = getattr(self, attr, None)
+                if prev is not None:
+                    fresh[tuple(slice(0, s) for s in prev.shape)] = prev
+                setattr(self, attr, fresh)
+        self.capacity, self.numa_cols, self.gpu_cols = capacity, numa_cols, gpu_cols

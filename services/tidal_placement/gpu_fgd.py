@@ -1,0 +1,62 @@
+"""Fragmentation Gradient Descent (Weng et al., ATC '23), as the simulator
+runs it (`fgd_score.go`; openb METHOD.md §2.5).
+
+For each feasible node, with F the fragmentation of `gpu_frag`:
+
+    Δ     = F_n(before) − F_n(after placing the pod)
+    score = ⌊100 · sigmoid(Δ / 1000)⌋          (higher is better; cost = −score)
+
+A GPU-share pod tries every device that fits and keeps the first device
+with the highest score; whole-GPU pods take the lowest-index free devices
+(which ones does not change F). CPU-only pods are scored too: their CPU
+can strand a node's GPUs. Ties between nodes are left to the selector —
+kube-scheduler picks uniformly at random among the top scores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .gpu_candidates import Candidates, Scored, is_share, no_device, share_options, sigmoid_score
+from .gpu_frag import FragModel
+from .gpu_workload import Shape, TargetWorkload
+
+NAME = "fgd"
+
+
+def frag_deltas(frag: FragModel, c: Candidates, shape: Shape) -> np.ndarray:
+    """Δ = F(before) − F(after): (nodes,) for whole-GPU and CPU-only pods,
+    (nodes × devices) for a GPU share (−inf where the device cannot take it)."""
+    before = frag.node_frag(c.cpu_free, c.gpu_free, c.model, c.models)
+    cpu_after = c.cpu_free - shape.cpu_milli
+    if is_share(shape):
+        after = frag.after_share(cpu_after, c.gpu_free, c.model, c.models, shape.gpu_milli)
+        return np.where(share_options(c, shape.gpu_milli), before[:, None] - after, -np.inf)
+    if shape.gpu_count:
+        return before - frag.after_whole(cpu_after, c.gpu_free, c.model, c.models, shape.gpu_count)
+    return before - frag.node_frag(cpu_after, c.gpu_free, c.model, c.models)
+
+
+@dataclass
+class Fgd:
+    frag: FragModel
+    name: str = NAME
+    scores_cpu_pods: bool = True
+
+    def score(self, c: Candidates, shape: Shape) -> Scored:
+        """Cost = −FGD score per node; for shares the device chosen."""
+        delta = frag_deltas(self.frag, c, shape)
+        if delta.ndim == 1:
+            return Scored(cost=-sigmoid_score(delta), device=no_device(len(delta)))
+        score = np.where(np.isfinite(delta), sigmoid_score(delta), -1.0)
+        device = np.argmax(score, axis=1)  # first device among equal scores, as the plugin's strict '>'
+        return Scored(cost=-score[np.arange(len(device)), device], device=device)
+
+
+def new(workload: TargetWorkload | None = None, **options) -> Fgd:
+    """Factory for the registry; FGD needs the target workload."""
+    if workload is None:
+        raise ValueError("fgd needs a target workload (typical pod shapes)")
+    return Fgd(FragModel(workload), **options)

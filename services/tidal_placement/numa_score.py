@@ -1,0 +1,60 @@
+"""§E topology-aware NUMA score, vectorised over candidate nodes.
+
+For each node, list its NUMA nodes by load ascending (ties: lower column);
+take the first; if its free CPUs cover the request the score is its load;
+otherwise keep adding the next NUMA node until the running sum of free CPUs
+covers the request. With t NUMA nodes taken,
+
+    score = (load_1 + … + load_t) / t
+
+and the node is infeasible when all its NUMA nodes together cannot cover the
+request. The node with the lowest score wins (SPEC §E step 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class NumaChoice:
+    """Per node: the §E score (inf when infeasible), which NUMA columns were
+    taken, and how many."""
+
+    score: np.ndarray
+    taken: np.ndarray
+    count: np.ndarray
+    feasible: np.ndarray
+
+
+def load_order(load: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Column indices of each row's NUMA nodes by load ascending, padding last."""
+    return np.argsort(np.where(valid, load, np.inf), axis=1, kind="stable")
+
+
+def numa_scores(request: int | np.ndarray, free: np.ndarray, load: np.ndarray, valid: np.ndarray,
+                order: np.ndarray | None = None) -> NumaChoice:
+    """Least-loaded accumulation (§E) for every row.
+
+    `request` is the CPU count to cover (a scalar or one per row), `free`,
+    `load`, `valid` are (nodes × NUMA columns); `order` may be passed when the
+    load order is already known (it changes only when loads change).
+    """
+    if order is None:
+        order = load_order(load, valid)
+    width = free.shape[1]
+    sorted_free = np.take_along_axis(np.where(valid, free, 0), order, axis=1)
+    sorted_load = np.take_along_axis(np.where(valid, load, 0.0), order, axis=1)
+    covered = np.cumsum(sorted_free, axis=1)
+    need = np.asarray(request).reshape(-1, 1)
+    before = np.count_nonzero(covered < need, axis=1)  # NUMA nodes that did not yet cover
+    feasible = (before < width) & (before < valid.sum(axis=1))
+    last = np.minimum(before, width - 1)
+    mean = np.take_along_axis(np.cumsum(sorted_load, axis=1), last[:, None], axis=1)[:, 0] / (last + 1)
+    score = np.where(feasible, mean, np.inf)
+    taken_sorted = (np.arange(width)[None, :] <= last[:, None]) & feasible[:, None]
+    taken = np.zeros_like(taken_sorted)
+    np.put_along_axis(taken, order, taken_sorted, axis=1)
+    return NumaChoice(score=score, taken=taken, count=np.where(feasible, last + 1, 0), feasible=feasible)

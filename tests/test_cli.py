@@ -1,0 +1,99 @@
+"""The `tidal` command: error paths give one line and the right exit code;
+events published from a file can be tailed back from a real NATS server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+TIDAL = [sys.executable, "-m", "tidal_cli.main"]
+
+
+def tidal(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*TIDAL, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, cwd=ROOT)
+
+
+def _one_line_error(result: subprocess.CompletedProcess, code: int, *fragments: str) -> None:
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+@pytest.mark.parametrize("content, suffix, fragments", [
+    ('{"type": "pod.lifecycle", "payload": {"namespace": "a", "name": "b", "phase": "pending", '
+     '"created_at": "2026-01-01T00:00:00Z", "requests": {"cpu_milli": "lots"}}}', ".json",
+     ["field 'payload.requests.cpu_milli'", "valid integer"]),
+    ('[{"type": "node.metrics", "payload": {"node": "n", "sampled_at": "2026-01-01T00:00:00Z", "interval_s": 10}},'
+     ' {"type": "node.metrics", "payload": {"node": "n"}}]', ".json", ["event 2", "field 'payload.sampled_at'"]),
+    ("type: no.such.event\npayload: {}\n", ".yaml", ["unknown event type 'no.such.event'"]),
+    ("{broken", ".json", ["not valid JSON"]),
+    ("key: [unclosed\n", ".yaml", ["not valid YAML"]),
+    ("", ".yaml", ["no events in the file"]),
+])
+def test_publish_rejects_invalid_files_before_publishing(tmp_path, content, suffix, fragments):
+    path = tmp_path / f"events{suffix}"
+    path.write_text(content)
+    # no broker is reachable at this URL: validation must fail before any connection
+    _one_line_error(tidal("events", "publish", str(path), "--bus", "nats://127.0.0.1:1"), 2, *fragments)
+
+
+def test_publish_missing_file(tmp_path):
+    _one_line_error(tidal("events", "publish", str(tmp_path / "none.json")), 2, "No such file")
+
+
+def test_unreachable_bus_is_one_line(tmp_path):
+    path = tmp_path / "ok.yaml"
+    path.write_text("type: node.metrics\npayload: {node: n1, sampled_at: '2026-01-01T00:00:00Z', interval_s: 10}\n")
+    _one_line_error(tidal("events", "publish", str(path), "--bus", "nats://127.0.0.1:1"), 1, "cannot connect to NATS")
+
+
+def test_usage_errors(tmp_path):
+    _one_line_error(tidal("events", "tail", "no.such.stream", "--no-follow"), 2, "unknown stream 'no.such.stream'")
+    _one_line_error(tidal("events", "tail", "node.metrics", "--from", "yesterday"), 2, "--from")
+    _one_line_error(tidal("run", "no-such-service"), 2, "unknown service 'no-such-service'")
+    _one_line_error(tidal("frobnicate"), 2, "invalid choice")
+    _one_line_error(tidal("events", "publish", "x", "--bus", "amqp://h:1"), 2, "No such file")
+
+
+def test_schemas_check(tmp_path):
+    assert tidal("schemas", "check").returncode == 0
+    (tmp_path / "schemas").mkdir()
+    _one_line_error(tidal("schemas", "check", "--dir", str(tmp_path / "schemas")), 1, "drifted", "missing")
+    assert tidal("schemas", "export", "--dir", str(tmp_path / "schemas")).returncode == 0
+    assert tidal("schemas", "check", "--dir", str(tmp_path / "schemas")).returncode == 0
+
+
+def test_publish_then_tail_round_trip(tmp_path, nats_server, namespace):
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        "- type: node.metrics\n  payload: {node: alpha, sampled_at: '2026-01-01T00:00:00Z', interval_s: 10,"
+        " numa_load: {0: 0.25}}\n"
+        "- type: node.metrics\n  cluster: east\n  payload: {node: 'beta.example.com', sampled_at: "
+        "'2026-01-01T00:00:10Z', interval_s: 10}\n")
+    bus = ["--bus", nats_server.url, "--namespace", namespace]
+    published = tidal("events", "publish", str(path), *bus)
+    assert published.returncode == 0, published.stderr
+    assert "published 2 event(s)" in published.stdout
+    tailed = tidal("events", "tail", "node.metrics", "--from", "earliest", "--no-follow", *bus)
+    assert tailed.returncode == 0, tailed.stderr
+    assert "node.metrics v1  cluster=local key=alpha" in tailed.stdout
+    assert "cluster=east key=beta.example.com" in tailed.stdout
+    assert "numa_load: {'0': 0.25}" in tailed.stdout
+    limited = tidal("events", "tail", "node.metrics", "--from", "2", "--no-follow", *bus)
+    assert "alpha" not in limited.stdout and "beta.example.com" in limited.stdout
+
+
+def test_help_everywhere():
+    for args in (["--help"], ["events", "--help"], ["events", "tail", "--help"], ["schemas", "export", "--help"],
+                 ["up", "--help"], ["demo", "--help"]):
+        result = tidal(*args)
+        assert result.returncode == 0 and "usage: tidal" in result.stdout, args

@@ -1,0 +1,115 @@
+"""The schema library: round trips, tolerance of unknown fields, precise
+rejection of wrong types, and the generated files kept in step."""
+
+from __future__ import annotations
+
+import shutil
+
+import orjson
+import pytest
+
+from builders import T0, metrics, pod
+from conftest import ROOT
+from tidal_schemas import (
+    NodeAction, SchemaError, decode, derived_id, encode, event_types, make_envelope,
+)
+from tidal_schemas import export
+from tidal_schemas.streams import STREAMS
+
+
+def _wire(payload, **changes) -> dict:
+    raw = orjson.loads(encode(make_envelope(payload, cluster="c1", source="test")))
+    for path, value in changes.items():
+        target = raw
+        *parents, last = path.split(".")
+        for part in parents:
+            target = target[part]
+        target[last] = value
+    return raw
+
+
+def test_round_trip_keeps_every_field():
+    original = make_envelope(pod("p1", cpu_milli=2000, exclusive_cpus=True, cpu_policy="spread"),
+                             cluster="c1", source="test")
+    assert decode(encode(original)) == original
+
+
+def test_unknown_fields_from_newer_producers_are_ignored():
+    raw = _wire(metrics("n1"), **{"payload.future_field": {"x": 1}, "trace_id": "abc"})
+    assert decode(orjson.dumps(raw)).payload.node == "n1"
+
+
+@pytest.mark.parametrize("path, value, message", [
+    ("payload.requests.cpu_milli", "lots", "field 'payload.requests.cpu_milli': Input should be a valid integer"),
+    ("payload.requests.cpu_milli", -5, "field 'payload.requests.cpu_milli': Input should be greater than or equal to 0"),
+    ("payload.phase", "exploded", "field 'payload.phase': Input should be 'pending', 'bound', 'running' or 'deleted'"),
+    ("cluster", "has spaces", "field 'cluster': String should match pattern"),
+    ("payload.qos", 3, "field 'payload.qos'"),
+])
+def test_wrong_types_are_rejected_naming_the_field(path, value, message):
+    with pytest.raises(SchemaError) as caught:
+        decode(orjson.dumps(_wire(pod("p1"), **{path: value})))
+    assert str(caught.value).startswith(message)
+
+
+@pytest.mark.parametrize("raw, message", [
+    (b"[1, 2]", "an event must be a JSON object"),
+    (b"nope", "not JSON"),
+    (b'{"type": "no.such"}', "unknown event type 'no.such'"),
+    (b'{"version": 1}', "field 'type': missing"),
+])
+def test_malformed_events(raw, message):
+    with pytest.raises(SchemaError, match=message):
+        decode(raw)
+
+
+def test_newer_version_than_known_is_rejected():
+    raw = _wire(metrics("n1"), version=2)
+    with pytest.raises(SchemaError, match="version 2 is newer than the supported 1"):
+        decode(orjson.dumps(raw))
+
+
+def test_cross_field_rules():
+    with pytest.raises(ValueError, match="whole, non-zero number of CPUs"):
+        pod("p1", cpu_milli=1500, exclusive_cpus=True)
+    with pytest.raises(ValueError, match="must name its node"):
+        pod("p1", phase="running")
+    with pytest.raises(ValueError, match="must give a non-empty cpuset"):
+        NodeAction(action_id="a", node="n", kind="set-cpuset", pod="ns/p", reason="r")
+
+
+def test_outputs_of_the_same_cause_get_the_same_id():
+    cause = make_envelope(metrics("n1"), cluster="c1", source="test")
+    a = make_envelope(metrics("n1"), cluster="c1", source="x", cause=cause)
+    b = make_envelope(metrics("n1"), cluster="c1", source="x", cause=cause)
+    assert a.id == b.id == derived_id(cause.id, "node.metrics", "n1")
+    assert make_envelope(metrics("n1"), cluster="c1", source="x", cause=cause, discriminator="2").id != a.id
+
+
+def test_every_event_type_has_a_stream_and_a_key():
+    assert set(event_types()) == set(STREAMS)
+    assert pod("p1", namespace="ns").event_key() == "ns/p1"
+    assert metrics("n9").event_key() == "n9"
+
+
+def test_generated_files_match_the_models():
+    assert export.drift(ROOT / "schemas") == []
+
+
+def test_drift_is_detected(tmp_path):
+    copy = tmp_path / "schemas"
+    shutil.copytree(ROOT / "schemas", copy)
+    (copy / "node.metrics.json").write_text("{}")
+    (copy / "stale.json").write_text("{}")
+    (copy / "pod.lifecycle.json").unlink()
+    problems = export.drift(copy)
+    assert "node.metrics.json: differs from the models" in problems
+    assert "stale.json: no model produces it" in problems
+    assert "pod.lifecycle.json: missing" in problems
+
+
+def test_asyncapi_lists_every_stream():
+    doc = export.asyncapi_document()
+    assert doc["asyncapi"].startswith("3.")
+    assert {m["name"] for m in doc["components"]["messages"].values()} == set(STREAMS)
+    assert doc["channels"]["node_metrics"]["address"] == "tidal.node_metrics.{cluster}.{partition}.{key}"
