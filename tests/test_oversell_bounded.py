@@ -62,15 +62,18 @@ def test_skipped_terms_are_named():
     assert set(result.terms) == {"w*capacity", "floor"}
 
 
-@pytest.mark.parametrize("w, floor_fraction, expected", [
-    # 100·60/50 = 120 vs w·100: w = 1.1 → 110 wins
-    (1.1, 0.8, 110),
-    # floor 0.95·100 = 95 above min(150, 120, 90) = 90
-    (1.5, 0.95, 95),
+@pytest.mark.parametrize("ls, w, floor_fraction, expected, chosen", [
+    # LS unused; min(w·100 = 110, 100·60/50 = 120) = 110
+    ((0, 0), 1.1, 0.8, 110, "w*capacity"),
+    # floor 0.95·100 = 95 above min(150, 120, 100·45/50 = 90) = 90
+    ((45, 50), 1.5, 0.95, 95, "floor"),
+    # the default floor 80 is below 90: the LS term stands
+    ((45, 50), 1.5, 0.8, 90, "capacity*allocated_ls/used_ls"),
 ])
-def test_w_and_floor_are_settings(w, floor_fraction, expected):
-    result = bounded_allocatable(100, 60, 50, 45, 50, 0.5, w=w, floor_fraction=floor_fraction)
+def test_w_and_floor_are_settings(ls, w, floor_fraction, expected, chosen):
+    result = bounded_allocatable(100, 60, 50, *ls, 0.5, w=w, floor_fraction=floor_fraction)
     assert result.allocatable == pytest.approx(expected)
+    assert result.chosen == chosen
 
 
 @pytest.mark.parametrize("kwargs", [

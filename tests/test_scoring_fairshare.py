@@ -216,3 +216,16 @@ def test_two_replicas_fed_the_same_events_agree_exactly():
         assert out_one == out_two
     assert one.records() == two.records()
     assert [(s.user, s.resource_type) for s in out_one] == sorted((s.user, s.resource_type) for s in out_one)
+
+
+def test_book_rebuilt_from_its_published_scores_continues_identically():
+    # A replica that restarts and replays score.user continues exactly where
+    # the one that kept running is.
+    running = FairShareBook(adjust_time_s=DAY)
+    running.advance(at(0), {("alice", "cpu"): 1000.0, ("bob", "A100"): 500.0})
+    published = running.advance(at(3600), {("alice", "cpu"): 1000.0, ("bob", "A100"): 500.0})
+    restarted = FairShareBook(adjust_time_s=DAY)
+    for score in published:
+        restarted.restore_published(score)
+    later = {("alice", "cpu"): 2000.0}
+    assert restarted.advance(at(7 * 3600), later) == running.advance(at(7 * 3600), later)

@@ -109,6 +109,7 @@ class NodeBounded:
 
     @property
     def reason(self) -> str:
+        """Both resources' reasons, for `NodeAllocatable.reason`."""
         return f"cpu: {self.cpu.reason}; memory: {self.memory.reason}"
 
 

@@ -70,8 +70,8 @@ def read_usage(path: str) -> UsageSeries:
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageFileError(f"{path}: cannot read usage file: {exc}") from None
     if not rows or [cell.strip() for cell in rows[0]] != ["t", "usage"]:
-        found = ",".join(rows[0]) if rows else "an empty file"
-        raise UsageFileError(f"{path}:1: expected header 't,usage', found {found!r}")
+        found = repr(",".join(rows[0])) if rows else "an empty file"
+        raise UsageFileError(f"{path}:1: expected header 't,usage', found {found}")
     times: list[float] = []
     usage: list[float] = []
     for line_no, row in enumerate(rows[1:], start=2):
@@ -113,9 +113,14 @@ def _fmt(value: float) -> str:
     return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROG, description="Print how a fair-share score follows a usage series (SPEC §C).")
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # usage errors: one line, exit 2, like `tidal`
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the command's options on `parser` (so `tidal` can mount it as
+    a subcommand and call `run`)."""
     parser.add_argument("--adjust-time", required=True, type=_positive_duration, metavar="T",
                         help="adjustment time T (seconds or 90s, 15m, 2h, 7d); 4T is the settle time")
     parser.add_argument("--period", required=True, type=_positive_duration, metavar="DT",
@@ -123,28 +128,35 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--usage", required=True, metavar="FILE", help="CSV with header t,usage")
     parser.add_argument("--initial-score", type=float, default=0.0, metavar="S",
                         help="score at the first t (default 0: no history)")
-    return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command; returns the exit status (2 on bad input)."""
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:  # argparse has printed its message already
-        return exc.code if isinstance(exc.code, int) else 2
+def run(args: argparse.Namespace) -> int:
+    """Print the trace for parsed arguments; 0, or 2 with one line on
+    stderr when the input is bad."""
     if not math.isfinite(args.initial_score) or args.initial_score < 0:
-        print(f"{PROG}: error: --initial-score must be a non-negative number", file=sys.stderr)
+        print(f"{PROG}: --initial-score must be a non-negative number", file=sys.stderr)
         return 2
     try:
         series = read_usage(args.usage)
     except UsageFileError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     out = csv.writer(sys.stdout, lineterminator="\n")
     out.writerow(["t", "usage", "score"])
     for t, usage, score in trace(series, args.adjust_time, args.period, args.initial_score):
         out.writerow([_fmt(t), _fmt(usage), repr(score)])
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; returns the exit status (2 on bad input)."""
+    parser = _Parser(prog=PROG, description="Print how a fair-share score follows a usage series (SPEC §C).")
+    add_arguments(parser)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error already printed
+        return exc.code if isinstance(exc.code, int) else 2
+    return run(args)
 
 
 if __name__ == "__main__":

@@ -107,7 +107,8 @@ def usage_by_resource_type(running_pods: Iterable[RunningPod]) -> dict[Key, floa
     return totals
 
 
-def run_times_by_resource_type(running_pods: Iterable[RunningPod], now: datetime) -> dict[Key, list[tuple[float, float]]]:
+def run_times_by_resource_type(running_pods: Iterable[RunningPod],
+                               now: datetime) -> dict[Key, list[tuple[float, float]]]:
     """Per (user, resource type), the (usage, run time s) of each running pod,
     the input of `initial_score`, in a canonical order. A pod without a
     start time has run 0 s."""
@@ -147,6 +148,12 @@ class FairShareBook:
         """Load a persisted record (e.g. a replayed `score.user`); the next
         `advance` then catches it up with Δt = time since `updated_at`."""
         self._records[(user, resource_type)] = record
+
+    def restore_published(self, published: UserScore) -> None:
+        """`restore` from a `score.user` event, as when replaying the stream
+        after a restart. The book's own T applies from here on."""
+        self.restore(published.user, published.resource_type,
+                     ScoreRecord(score=published.score, usage=published.usage, updated_at=published.updated_at))
 
     def get(self, user: str, resource_type: str) -> ScoreRecord | None:
         """The record of one key, or None when the book has none."""
