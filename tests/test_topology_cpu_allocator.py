@@ -121,7 +121,8 @@ UNIT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("description, topology, available, count, expected", UNIT_CASES, ids=[c[0] for c in UNIT_CASES])
+@pytest.mark.parametrize("description, topology, available, count, expected", UNIT_CASES,
+                         ids=[c[0] for c in UNIT_CASES])
 def test_packed_whole_units(description, topology, available, count, expected):
     assert take_packed(topology, available, count).cpus == sorted(expected)
 

@@ -45,7 +45,7 @@ class FakeNvml:
     def _device(self, handle):
         kind, index, *slot = handle
         device = self.devices[index]
-        return device if kind == "gpu" else dict(zip(("uuid", "mib"), device["mig"][slot[0]]))
+        return device if kind == "gpu" else dict(zip(("uuid", "mib"), device["mig"][slot[0]], strict=True))
 
     def nvmlDeviceGetUUID(self, handle):
         return self._device(handle)["uuid"].encode()  # old bindings return bytes

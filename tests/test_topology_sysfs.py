@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -209,3 +211,19 @@ def test_format_cpuset(ids, expected):
 def test_format_cpuset_rejects_negative():
     with pytest.raises(ValueError, match="non-negative"):
         format_cpuset([-1, 2])
+
+
+def test_committed_fixtures_match_the_generator(tmp_path, monkeypatch):
+    # regenerate every tree in a temp dir and compare file by file with what is committed
+    spec = importlib.util.spec_from_file_location("make_sysfs", FIXTURES.parent / "make_sysfs.py")
+    make_sysfs = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "make_sysfs", make_sysfs)  # dataclasses look their module up
+    spec.loader.exec_module(make_sysfs)
+    for layout_ in make_sysfs.LAYOUTS:
+        fresh = tmp_path / layout_.name
+        make_sysfs.write_tree(fresh, layout_)
+        committed = FIXTURES / layout_.name
+        files = sorted(p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file())
+        assert files == sorted(p.relative_to(committed) for p in committed.rglob("*") if p.is_file())
+        for rel in files:
+            assert (fresh / rel).read_text() == (committed / rel).read_text(), f"{layout_.name}/{rel}"

@@ -243,3 +243,12 @@ def test_hostile_parent_reads_nothing(tmp_path):
     cgroup_v1(tmp_path / "cg", {UID_A: ("", 5, 5)})
     for parent in ("../cg/cpuacct/kubepods", "/etc", "kubepods/../..", ""):
         assert read_pod_counters(tmp_path / "cg", parent=parent, clock=lambda: 1).cpu_ns == {}
+
+
+def test_joined_cpu_cpuacct_mount(tmp_path):
+    # many v1 hosts mount cpu and cpuacct together, with "cpuacct" a symlink to "cpu,cpuacct"
+    write(tmp_path / "cpu,cpuacct/kubepods" / f"pod{UID_A}" / "cpuacct.usage", "7\n")
+    os.symlink("cpu,cpuacct", tmp_path / "cpuacct")
+    assert read_pod_counters(tmp_path, clock=lambda: 1).cpu_ns == {UID_A: 7}
+    assert read_pod_counters(tmp_path, clock=lambda: 1, cpu_controller="cpu,cpuacct").cpu_ns == {UID_A: 7}
+    assert read_pod_counters(tmp_path, clock=lambda: 1, cpu_controller="../cpuacct").cpu_ns == {}

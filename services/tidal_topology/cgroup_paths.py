@@ -16,12 +16,20 @@ from typing import Literal
 
 CgroupVersion = Literal["v1", "v2"]
 
-_UID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32}"
-# Static pods carry a 32-hex config hash as UID instead of an RFC 4122 UUID.
-UID_RE = re.compile(_UID)
-_CGROUPFS_POD = re.compile(rf"pod(?P<uid>{_UID})")
-_SYSTEMD_POD = re.compile(rf"kubepods(?:-[a-z]+)?-pod(?P<uid>{_UID.replace('-', '_')})\.slice")
+
+
+def _uid_pattern(sep: str) -> str:
+    # Static pods carry a 32-hex config hash as UID instead of an RFC 4122 UUID.
+    return sep.join(f"[0-9a-f]{{{n}}}" for n in (8, 4, 4, 4, 12)) + "|[0-9a-f]{32}"
+
+
+UID_RE = re.compile(_uid_pattern("-"))
+_CGROUPFS_POD = re.compile(rf"pod(?P<uid>{_uid_pattern('-')})")
+# The systemd driver writes the UID with '_' for '-' inside slice names.
+_SYSTEMD_POD = re.compile(rf"kubepods(?:-[a-z]+)?-pod(?P<uid>{_uid_pattern('_')})\.slice")
 _SEGMENT = re.compile(r"[A-Za-z0-9_.-]{1,255}")
+# v1 controller mounts: "cpuacct", or joined ones such as "cpu,cpuacct".
+_CONTROLLER = re.compile(r"[a-z0-9_]+(?:,[a-z0-9_]+)*")
 
 
 def check_uid(uid: str) -> str:
@@ -63,7 +71,7 @@ def pod_uid_of(dirname: str) -> str | None:
 def parent_dir(root: Path, parent: str, controller: str | None) -> Path | None:
     """`root/[controller/]parent` when the names are valid and it resolves
     inside `root`; None otherwise (or when it does not exist)."""
-    if check_parent(parent) or (controller is not None and not _SEGMENT.fullmatch(controller)):
+    if check_parent(parent) or (controller is not None and not _CONTROLLER.fullmatch(controller)):
         return None
     base = root / controller / parent if controller else root / parent
     if not base.is_dir() or not inside(base, root):

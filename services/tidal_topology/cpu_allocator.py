@@ -71,6 +71,12 @@ class _Topology:
     def in_numa(self, numa: int) -> set[int]:
         return {cpu for cpu, n in self.numa_of.items() if n == numa}
 
+    def in_socket(self, socket: int) -> set[int]:
+        return {cpu for cpu, s in self.socket_of.items() if s == socket}
+
+    def in_core(self, core: tuple[int, int]) -> set[int]:
+        return {cpu for cpu, k in self.core_of.items() if k == core}
+
 
 def _core_key(core: tuple[int, int]) -> tuple[int, int]:
     # kubelet compares core ids; the socket only breaks ties between equal ids.
@@ -136,7 +142,8 @@ class _Accumulator:
 
     # -- phases -------------------------------------------------------------
 
-    def _take_whole(self, units: list, members: Callable[[object], set[int]], is_free: Callable[[set[int]], bool]) -> None:
+    def _take_whole(self, units: list, members: Callable[[object], set[int]],
+                    is_free: Callable[[set[int]], bool]) -> None:
         # The candidate list is fixed before taking, as in kubelet.
         for unit in [u for u in units if is_free(members(u))]:
             cpus = members(unit)
@@ -151,15 +158,12 @@ class _Accumulator:
 
     def take_full_sockets(self) -> None:
         t = self.topo
-        members = lambda s: {c for c, sock in t.socket_of.items() if sock == s}  # noqa: E731
-        self._take_whole(self.sorted_sockets(), members,
-                         lambda cpus: len(cpus & self.free) == t.cpus_per_socket)
+        # kubelet: "free" = as many free CPUs as an average socket / core has
+        self._take_whole(self.sorted_sockets(), t.in_socket, lambda cpus: len(cpus & self.free) == t.cpus_per_socket)
 
     def take_full_cores(self) -> None:
         t = self.topo
-        members = lambda k: {c for c, core in t.core_of.items() if core == k}  # noqa: E731
-        self._take_whole(self.sorted_cores(), members,
-                         lambda cpus: len(cpus & self.free) == t.cpus_per_core)
+        self._take_whole(self.sorted_cores(), t.in_core, lambda cpus: len(cpus & self.free) == t.cpus_per_core)
 
     def take_remaining(self) -> None:
         for cpu in self.sorted_cpus():
@@ -229,7 +233,8 @@ def pick_per_numa(topology: Sequence[CpuLike], available: Iterable[int], counts:
     return PickResult(sorted(chosen), "per-numa " + ", ".join(f"{n}:{counts[n]}" for n in sorted(counts)))
 
 
-def pick_cpus(topology: Sequence[CpuLike], available: Iterable[int], count: int, policy: Policy = "packed") -> PickResult:
+def pick_cpus(topology: Sequence[CpuLike], available: Iterable[int], count: int,
+              policy: Policy = "packed") -> PickResult:
     """`count` exclusive CPUs from `available` under `policy`:
 
     - `packed`: kubelet's packed allocator over the whole node;

@@ -4,6 +4,7 @@ the answer is an empty list with the reason, never an exception."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,10 +66,8 @@ def read_nvml(nvml: ModuleType | Any | None = None) -> GpuDiscovery:
     except Exception as exc:
         return GpuDiscovery(reason=f"NVML query failed: {exc}", error=True)
     finally:
-        try:
+        with contextlib.suppress(Exception):  # a failed shutdown changes nothing we report
             nvml.nvmlShutdown()
-        except Exception:  # shutdown failure changes nothing we report
-            pass
 
 
 def _text(value: bytes | str) -> str:

@@ -46,10 +46,12 @@ class MachineTopology:
 
     @property
     def numa_ids(self) -> list[int]:
+        """Every NUMA id with CPUs or memory, ascending."""
         return sorted({c.numa for c in self.cpus} | set(self.numa_memory_mib))
 
     @property
     def sockets(self) -> list[int]:
+        """Every socket id, ascending."""
         return sorted({c.socket for c in self.cpus})
 
     def cpus_on(self, numa: int) -> list[int]:
