@@ -97,3 +97,29 @@ def test_help_everywhere():
                  ["up", "--help"], ["demo", "--help"]):
         result = tidal(*args)
         assert result.returncode == 0 and "usage: tidal" in result.stdout, args
+
+
+def test_cpus_pick_through_tidal(tmp_path):
+    topology = tmp_path / "topo.json"
+    # 2 NUMA nodes x 1 core x 2 threads
+    topology.write_text('[{"cpu":0,"core":0,"socket":0,"numa":0},{"cpu":1,"core":0,"socket":0,"numa":0},'
+                        '{"cpu":2,"core":1,"socket":0,"numa":1},{"cpu":3,"core":1,"socket":0,"numa":1}]')
+    spread = tidal("cpus", "pick", "--topology", str(topology), "--available", "0-3", "--count", "2",
+                   "--policy", "spread")
+    assert spread.returncode == 0 and spread.stdout.strip() == "[0, 2]"
+    packed = tidal("cpus", "pick", "--topology", str(topology), "--available", "0-3", "--count", "2")
+    assert packed.stdout.strip() == "[0, 1]"  # one whole core before breaking into another
+    _one_line_error(tidal("cpus", "pick", "--topology", str(topology), "--available", "0-3", "--count", "9"),
+                    1, "requested 9, available 4")
+    _one_line_error(tidal("cpus", "pick", "--topology", str(topology), "--available", "0-x", "--count", "1"), 2)
+
+
+def test_fairshare_trace_through_tidal(tmp_path):
+    usage = tmp_path / "usage.csv"
+    usage.write_text("t,usage\n0,1\n400,1\n")
+    result = tidal("fairshare", "trace", "--adjust-time", "100s", "--period", "100s", "--usage", str(usage))
+    rows = [line.split(",") for line in result.stdout.strip().splitlines()]
+    assert rows[0] == ["t", "usage", "score"]
+    # after one adjust time T the score is 1 - e^-1 = 0.632 of the step
+    assert abs(float(rows[2][2]) - 0.6321) < 1e-3
+    _one_line_error(tidal("fairshare", "trace", "--adjust-time", "0s", "--period", "1s", "--usage", str(usage)), 2)

@@ -12,10 +12,10 @@ import sys
 from tidal_bus import BusError
 from tidal_schemas import SchemaError
 
-from . import demo_cmd, events_cmd, schemas_cmd, up_cmd
+from . import demo_cmd, events_cmd, schemas_cmd, tools_cmd, up_cmd
 from .errors import CliError
 
-COMMANDS = [up_cmd, demo_cmd, events_cmd, schemas_cmd]
+COMMANDS = [up_cmd, demo_cmd, events_cmd, schemas_cmd, tools_cmd]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,9 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     # Commands report problems themselves, on one line; library chatter stays quiet.
     logging.basicConfig(level=logging.ERROR, format="tidal: %(message)s")
+    argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        if argv[:2] == ["cpus", "pick"]:  # its own parser owns every flag after `pick`
+            return tools_cmd.run_cpus_pick(argparse.Namespace(rest=argv[2:]))
+        args = parser.parse_args(argv)
         return args.func(args)
     except CliError as exc:
         return _fail(str(exc), exc.exit_code)
@@ -47,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc), 1)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (`| head`): not an error
+        sys.stdout = open(os.devnull, "w")
+        return 0
     except Exception as exc:  # a bug: still one line, unless debugging
         if os.environ.get("TIDAL_DEBUG"):
             raise

@@ -15,6 +15,7 @@ class GpuShare(Record):
 
     gpu: Name
     milli: int = Field(ge=1, le=1000)
+    model: str = ""
 
 
 class NodeCandidate(Record):

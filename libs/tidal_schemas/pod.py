@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from .common import CpuPolicy, GpuKind, Name, NonNegInt, Qos, Record, Resources, pod_key
 from .envelope import Payload, register
+from .placement import GpuShare
 
 PodPhase = Literal["pending", "bound", "running", "deleted"]
 
@@ -64,6 +65,9 @@ class PodLifecycle(Payload):
     started_at: datetime | None = None
     invalid_reason: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    numa_cpus: dict[int, NonNegInt] = Field(
+        default_factory=dict, description="bound pods: exclusive CPUs held on each NUMA node")
+    gpus: list[GpuShare] = Field(default_factory=list, description="bound pods: the GPUs (or shares) held")
 
     def event_key(self) -> str:
         return pod_key(self.namespace, self.name)

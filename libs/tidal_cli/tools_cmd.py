@@ -1,0 +1,29 @@
+"""Operator tools that live with the policy they exercise:
+`tidal cpus pick` (node agent CPU choice) and `tidal fairshare trace`."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add(subparsers) -> None:
+    cpus = subparsers.add_parser("cpus", help="exclusive CPU choice, as the node agent makes it")
+    cpu_verbs = cpus.add_subparsers(dest="verb", required=True, metavar="{pick}")
+    # `tidal cpus pick ...` is routed to the node agent's own parser by main();
+    # this entry only makes it show up in `tidal cpus --help`.
+    cpu_verbs.add_parser("pick", help="pick CPUs: --topology FILE --available LIST --count N [--policy P]")
+
+    fairshare = subparsers.add_parser("fairshare", help="fair-share score tools")
+    fs_verbs = fairshare.add_subparsers(dest="verb", required=True, metavar="{trace}")
+    from tidal_scoring.cli_fairshare import add_arguments, run
+
+    trace = fs_verbs.add_parser("trace", help="replay a usage CSV through the fair-share decay",
+                                description="Print CSV t,usage,score for a usage series (CSV t,usage).")
+    add_arguments(trace)
+    trace.set_defaults(func=run)
+
+
+def run_cpus_pick(args: argparse.Namespace) -> int:
+    from tidal_topology.cli_cpus import main
+
+    return main(args.rest)
