@@ -261,3 +261,41 @@ class TestKafkaBus(BusContract):
     @pytest.fixture
     def bus_url(self, kafka_server) -> str:
         return kafka_server.url
+
+
+class CatchUpContract:
+    """Group-less readers: drain the backlog, say so, then follow."""
+
+    async def test_catch_up_then_follow(self, bus_url, namespace):
+        seen, caught_up_at = [], []
+        async with make_bus(bus_url, namespace) as bus:
+            for i in range(5):
+                await bus.publish(metrics(f"n{i}"))
+
+            async def on_event(event):
+                seen.append(event.payload.node)
+
+            async def on_caught_up():
+                caught_up_at.append(len(seen))
+
+            task = asyncio.create_task(bus.catch_up_then_follow("node.metrics", on_event, on_caught_up))
+            await wait_until(lambda: caught_up_at, what="caught up")
+            for i in range(5, 8):
+                await bus.publish(metrics(f"n{i}"))
+            await wait_until(lambda: len(seen) == 8, what="followed events")
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        assert caught_up_at == [5]
+        assert sorted(seen) == sorted(f"n{i}" for i in range(8)) and len(set(seen)) == 8
+
+
+class TestNatsCatchUp(CatchUpContract):
+    @pytest.fixture
+    def bus_url(self, nats_server) -> str:
+        return nats_server.url
+
+
+class TestKafkaCatchUp(CatchUpContract):
+    @pytest.fixture
+    def bus_url(self, kafka_server) -> str:
+        return kafka_server.url

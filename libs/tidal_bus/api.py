@@ -21,9 +21,10 @@ class StartAt:
     """Where a new consumer group starts reading. An existing group always
     resumes from its own committed position."""
 
-    kind: Literal["earliest", "latest", "time", "sequence"]
+    kind: Literal["earliest", "latest", "time", "sequence", "after"]
     time: datetime | None = None
     sequence: int | None = None
+    positions: tuple[tuple[int, int], ...] = ()
 
     @classmethod
     def earliest(cls) -> "StartAt":
@@ -41,6 +42,12 @@ class StartAt:
     def at_sequence(cls, sequence: int) -> "StartAt":
         """A stream sequence on NATS; an offset in every partition on Kafka."""
         return cls("sequence", sequence=sequence)
+
+    @classmethod
+    def after(cls, positions: dict[int, int]) -> "StartAt":
+        """Right after the last position read in each partition (from a
+        previous `read`), so a reader can drain a backlog, then follow."""
+        return cls("after", positions=tuple(sorted(positions.items())))
 
     @classmethod
     def parse(cls, text: str) -> "StartAt":

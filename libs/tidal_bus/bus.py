@@ -129,6 +129,23 @@ class Bus:
         """A consumer-group member for `handler`; call `run()` to consume."""
         return Consumer(self, stream(stream_name), group, handler, start=start or StartAt.earliest(), **options)
 
+    async def catch_up_then_follow(
+        self, stream_name: str, on_event, on_caught_up
+    ) -> None:
+        """Read a stream from its start without a group: hand every event to
+        `on_event`, call `on_caught_up` once the backlog present at the start
+        is done, then keep following. For state every replica needs whole
+        (e.g. the table of running pods)."""
+        last: dict[int, int] = {}
+        async for raw, event in self.read(stream_name, StartAt.earliest()):
+            last[raw.partition] = raw.position
+            if not isinstance(event, SchemaError):
+                await on_event(event)
+        await on_caught_up()
+        async for raw, event in self.read(stream_name, StartAt.after(last), follow=True):
+            if not isinstance(event, SchemaError):
+                await on_event(event)
+
     async def read(
         self, stream_name: str, start: StartAt, *, follow: bool = False
     ) -> AsyncIterator[tuple[RawMessage, Envelope[Any] | SchemaError]]:

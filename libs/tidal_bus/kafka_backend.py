@@ -173,6 +173,13 @@ async def _seek(consumer: AIOKafkaConsumer, tps: list[TopicPartition], start: St
         await consumer.seek_to_beginning(*tps)
     elif start.kind == "latest":
         await consumer.seek_to_end(*tps)
+    elif start.kind == "after":
+        last = dict(start.positions)  # positions are offset + 1: the next offset to read
+        for tp in tps:
+            if tp.partition in last:
+                consumer.seek(tp, last[tp.partition])
+            else:
+                await consumer.seek_to_beginning(tp)
     elif start.kind == "sequence":
         assert start.sequence is not None
         for tp in tps:

@@ -275,6 +275,10 @@ def _deliver_options(start: StartAt) -> dict:
         assert start.time is not None
         return {"deliver_policy": DeliverPolicy.BY_START_TIME,
                 "opt_start_time": start.time.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")}
+    if start.kind == "after":
+        # one sequence space for every partition: resume after the highest seen
+        last = max((position for _, position in start.positions), default=0)
+        return {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": last + 1}
     return {"deliver_policy": DeliverPolicy.BY_START_SEQUENCE, "opt_start_seq": start.sequence}
 
 

@@ -33,7 +33,9 @@ def add(subparsers) -> None:
 def run_demo(args: argparse.Namespace) -> int:
     started = time.monotonic()
     shutil.rmtree(args.data_dir, ignore_errors=True)
-    with Stack(args.data_dir, nats_port=0, namespace="demo", cluster="demo") as stack:
+    # Short periods so a demo of a minute shows several rounds of every stage.
+    demo_env = {"TIDAL_SCORING_PERIOD_S": "1"}
+    with Stack(args.data_dir, nats_port=0, namespace="demo", cluster="demo", extra_env=demo_env) as stack:
         stack.wait_ready()
         print(stack.describe(), flush=True)
         expected = {stream for s in stack.services for stream in load(s.name).produces}

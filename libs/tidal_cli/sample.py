@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from tidal_schemas import (
-    Cpu, Gpu, GpuAsk, GpuBinding, GpuGroup, NodeMetrics, NodeTopology, NumaNode, Payload,
+    Cpu, Gpu, GpuAsk, GpuBinding, GpuGroup, GpuShare, NodeMetrics, NodeTopology, NumaNode, Payload,
     PodLifecycle, Resources, TenantConfig,
 )
 from tidal_schemas.pod import TenantPermissions
@@ -90,4 +90,21 @@ def sample_events(now: datetime | None = None) -> list[Payload]:
             gpu=gpu, tenant=tenant, user=user, qos=qos, priority=100 if qos == "LS" else 0,
             evictable=qos == "BE", created_at=now + timedelta(milliseconds=i),
         ))
-    return [*nodes, *metrics, *tenants, *pods]
+    running = [
+        PodLifecycle(namespace="team-vision", name="resnet-0", uid="uid-r0", phase="running", node="gpu-a100",
+                     requests=Resources(cpu_milli=8000, memory_mib=32768), gpu=GpuAsk(count=2, models=["A100"]),
+                     gpus=[GpuShare(gpu="gpu-a100-gpu6", milli=1000, model="A100"),
+                           GpuShare(gpu="gpu-a100-gpu7", milli=1000, model="A100")],
+                     tenant="team-vision", user="alice", qos="LS", priority=100,
+                     created_at=now - timedelta(hours=3), started_at=now - timedelta(hours=3)),
+        PodLifecycle(namespace="team-speech", name="asr-0", uid="uid-r1", phase="running", node="gpu-t4",
+                     requests=Resources(cpu_milli=4000, memory_mib=8192), gpu=GpuAsk(count=1, models=["T4"]),
+                     gpus=[GpuShare(gpu="gpu-t4-gpu0", milli=1000, model="T4")],
+                     tenant="team-speech", user="carol", qos="LS", priority=100,
+                     created_at=now - timedelta(hours=1), started_at=now - timedelta(hours=1)),
+        PodLifecycle(namespace="team-vision", name="crawler-0", uid="uid-r2", phase="running", node="cpu-dual",
+                     requests=Resources(cpu_milli=6000, memory_mib=12288), tenant="team-vision", user="bob",
+                     qos="BE", evictable=True, created_at=now - timedelta(minutes=20),
+                     started_at=now - timedelta(minutes=20)),
+    ]
+    return [*nodes, *metrics, *tenants, *running, *pods]

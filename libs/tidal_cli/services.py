@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 
 SERVICES: dict[str, str] = {
+    "scoring": "tidal_scoring.service:ScoringService",
 }
 
 

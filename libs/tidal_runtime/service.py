@@ -36,6 +36,8 @@ class Subscription:
     start: StartAt = field(default_factory=StartAt.earliest)
     replay_on_assign: bool = True
     ordered: bool = True
+    on_assign: Callable[[frozenset[int], frozenset[int]], Awaitable[None]] | None = None
+    """Told (gained, lost) partitions before gained ones are replayed."""
 
 
 class Service:
@@ -113,7 +115,7 @@ class Service:
                 self.bus.consumer(
                     sub.stream, sub.group or self.name, sub.handler, start=sub.start,
                     clusters=self.settings.handled_clusters(), ordered=sub.ordered,
-                    replay_on_assign=sub.replay_on_assign, observer=self.metrics,
+                    replay_on_assign=sub.replay_on_assign, on_assign=sub.on_assign, observer=self.metrics,
                 )
                 for sub in self.subscriptions()
             ]

@@ -19,7 +19,7 @@ Tidal units of each (milli-GPU, milli-CPU, MiB), and so is the score.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -158,6 +158,11 @@ class FairShareBook:
     def get(self, user: str, resource_type: str) -> ScoreRecord | None:
         """The record of one key, or None when the book has none."""
         return self._records.get((user, resource_type))
+
+    def forget(self, which: Callable[[str, str], bool]) -> None:
+        """Drop the records of keys for which `which(user, resource_type)` holds."""
+        for key in [k for k in self._records if which(*k)]:
+            del self._records[key]
 
     def records(self) -> dict[Key, ScoreRecord]:
         """A copy of every record, for snapshots."""

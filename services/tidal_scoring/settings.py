@@ -1,0 +1,37 @@
+"""Settings of the scoring service (env prefix TIDAL_SCORING_)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from tidal_runtime import ServiceSettings
+
+from .durations import parse_duration
+
+
+class ScoringSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="TIDAL_SCORING_", extra="ignore", populate_by_name=True)
+
+    period_s: float = Field(60.0, gt=0, description="fair-share update period Δt")
+    settle_time: str = Field("7d", description="4T: time for a score to settle within 2 % after a change")
+    peak_estimator: Literal["weighted", "percentile", "statistical"] = "percentile"
+    peak_window_s: float = Field(300.0, gt=0)
+    peak_min_samples: int = Field(3, ge=1)
+    weight_cpu: float = Field(0.5, ge=0, le=1, description="w_cpu of the weighted estimator (w_mem = 1 - w_cpu)")
+
+    @field_validator("settle_time")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        seconds = parse_duration(value)
+        if not seconds:
+            raise ValueError(f"settle_time {value!r}: expected a positive duration like 7d, 36h or 600s")
+        return value
+
+    @property
+    def settle_time_s(self) -> float:
+        seconds = parse_duration(self.settle_time)
+        assert seconds is not None
+        return seconds
