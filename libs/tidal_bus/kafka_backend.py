@@ -68,7 +68,7 @@ class KafkaBackend(Backend):
             topic,
             num_partitions=spec.partitions,
             replication_factor=1,
-            topic_configs={"retention.ms": str(int(spec.max_age_s * 1000)), "retention.bytes": str(spec.max_bytes)},
+            topic_configs={"retention.ms": str(int(spec.max_age_s * 1000)), "retention.bytes": str(spec.max_bytes if spec.max_bytes is not None else -1)},
         )
         try:
             await self._admin.create_topics([new])

@@ -135,7 +135,7 @@ class NatsBackend(Backend):
             retention=RetentionPolicy.LIMITS,
             storage=StorageType.FILE,
             max_age=spec.max_age_s,
-            max_bytes=spec.max_bytes,
+            max_bytes=spec.max_bytes if spec.max_bytes is not None else -1,
             discard=DiscardPolicy.OLD,
             duplicate_window=DUPLICATE_WINDOW_S,
         )

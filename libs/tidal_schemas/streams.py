@@ -19,7 +19,7 @@ class StreamSpec:
     name: str
     partitions: int = 8
     max_age_s: float = 7 * DAY
-    max_bytes: int = 1 << 30
+    max_bytes: int | None = None  # None: bounded by age only (NATS reserves storage for a byte cap)
     producers: tuple[str, ...] = ()
     consumers: tuple[str, ...] = ()
 
@@ -59,7 +59,7 @@ _CATALOGUE = [
     StreamSpec("action.result", producers=("topology", "bridge", "simulator"),
                consumers=("oversell", "remediation")),
     StreamSpec("cpu.assignment", producers=("topology",), consumers=()),
-    StreamSpec("dead.letter", partitions=1, max_age_s=30 * DAY, producers=("every service",)),
+    StreamSpec("dead.letter", partitions=1, max_age_s=30 * DAY, max_bytes=256 << 20, producers=("every service",)),
 ]
 
 STREAMS: dict[str, StreamSpec] = {spec.name: spec for spec in _CATALOGUE}

@@ -1,0 +1,5 @@
+"""Tidal remediation: NUMA hotspot relief (SPEC §E, seed 004). This package
+holds the pure policy — hotspot detection, the round planner, the memory of
+what was frozen or moved, the retry policy and the conversion to
+`node.action` events; the service wiring decodes `node.metrics` and
+`action.result`, calls these functions and publishes the actions."""

@@ -1,0 +1,138 @@
+"""The snapshot one remediation round works on, built from a node's
+`NodeMetrics` and `NodeTopology` (SPEC §E).
+
+Capacity of NUMA node m, in milli-CPU, is all its CPUs (reserved ones too),
+because its load is the mean utilisation over all of them:
+
+    capacity(m) = 1000 · |cpus(m)|
+
+A pod is *on* NUMA node m when its `numa_nodes` include m (when the agent
+left `numa_nodes` empty, they are read off the pod's cpuset). A pod spanning
+several NUMA nodes has its usage u attributed in proportion to its CPUs
+there — the kernel schedules its threads over its cpuset, so each CPU
+carries about the same share:
+
+    share(m) = u · |cpuset ∩ cpus(m)| / |cpuset ∩ cpus(numa_nodes)|
+
+and evenly, share(m) = u / |numa_nodes|, when the cpuset says nothing about
+those NUMA nodes (empty, i.e. the shared pool, or outside them).
+
+A pod's cpuset is *exclusive* (its CPUs are nobody else's, so they are not
+free for a move) when the caller says so — e.g. from `cpu.assignment`
+events. Without that list: a cpuset is exclusive unless another pod has
+the very same cpuset or it is every non-reserved CPU of the node, since
+every container in the shared pool is given the whole pool. The fallback
+errs towards "taken", which can only forbid a move, never double-book CPUs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+from tidal_schemas import NodeMetrics, NodeTopology, PodUsage
+
+MILLI_PER_CPU = 1000
+
+
+@dataclass(frozen=True)
+class PodState:
+    """One pod on the node as the policy sees it."""
+
+    name: str
+    cpu_milli: float
+    qos: str
+    cpuset: tuple[int, ...] = ()
+    numa_nodes: tuple[int, ...] = ()
+    frozen: bool = False
+    exclusive: bool = False
+
+
+@dataclass(frozen=True)
+class NumaState:
+    """One NUMA node: its CPUs and its measured load (None = not sampled)."""
+
+    id: int
+    cpus: tuple[int, ...]
+    load: float | None
+
+    @property
+    def capacity_milli(self) -> float:
+        """1000 · number of CPUs."""
+        return float(MILLI_PER_CPU * len(self.cpus))
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """A node's NUMA nodes, pods, reserved CPUs and CPU → core map."""
+
+    node: str
+    numa: Mapping[int, NumaState]
+    pods: tuple[PodState, ...]
+    reserved_cpus: frozenset[int] = frozenset()
+    cpu_core: Mapping[int, int] = field(default_factory=dict)
+
+    def pod(self, name: str) -> PodState | None:
+        """The pod called `name`, if the node runs it."""
+        return next((p for p in self.pods if p.name == name), None)
+
+    def cpu_numa(self) -> dict[int, int]:
+        """CPU id → NUMA id."""
+        return {cpu: numa.id for numa in self.numa.values() for cpu in numa.cpus}
+
+
+def numa_shares(pod: PodState, state: NodeState) -> dict[int, float]:
+    """The pod's usage (milli-CPU) attributed to each NUMA node it is on,
+    share(m) = u · |cpuset ∩ cpus(m)| / |cpuset ∩ cpus(numa_nodes)|, or an
+    even split u / |numa_nodes| when the cpuset does not cover those NUMA
+    nodes. NUMA nodes the topology does not know get no entry."""
+    numas = [n for n in pod.numa_nodes if n in state.numa]
+    if not numas:
+        return {}
+    cpu_numa = state.cpu_numa()
+    counts = Counter(cpu_numa[cpu] for cpu in pod.cpuset if cpu_numa.get(cpu) in numas)
+    total = sum(counts.values())
+    if total == 0:
+        # split over every NUMA node the pod claims; an unknown one's part is lost, not moved elsewhere
+        return {n: pod.cpu_milli / len(pod.numa_nodes) for n in numas}
+    return {n: pod.cpu_milli * counts[n] / total for n in numas if counts[n]}
+
+
+def _numa_cpus(topology: NodeTopology) -> dict[int, tuple[int, ...]]:
+    cpus: dict[int, set[int]] = {numa.id: set(numa.cpus) for numa in topology.numa_nodes}
+    for cpu in topology.cpus:
+        cpus.setdefault(cpu.numa, set()).add(cpu.cpu)
+    return {n: tuple(sorted(c)) for n, c in sorted(cpus.items()) if c}
+
+
+def _shared_cpusets(pods: list[PodUsage], allocatable: frozenset[int]) -> set[tuple[int, ...]]:
+    seen = Counter(tuple(sorted(p.cpuset)) for p in pods if p.cpuset)
+    shared = {cpuset for cpuset, count in seen.items() if count > 1}
+    shared.add(tuple(sorted(allocatable)))
+    return shared
+
+
+def node_state_from(metrics: NodeMetrics, topology: NodeTopology,
+                    exclusive_pods: Collection[str] | None = None) -> NodeState:
+    """The round's snapshot: NUMA CPUs from the topology, NUMA loads from
+    the agent's `numa_load` (a NUMA node it did not sample has load None),
+    pods from `metrics.pods`. `exclusive_pods` names the pods holding
+    exclusive CPUs; None applies the fallback rule of the module docstring."""
+    if metrics.node != topology.node:
+        raise ValueError(f"metrics of {metrics.node} with topology of {topology.node}")
+    numa_cpus = _numa_cpus(topology)
+    cpu_numa = {cpu: n for n, cpus in numa_cpus.items() for cpu in cpus}
+    reserved = frozenset(topology.reserved_cpus)
+    shared = _shared_cpusets(metrics.pods, frozenset(cpu_numa) - reserved)
+    pods = []
+    for usage in metrics.pods:
+        cpuset = tuple(sorted(usage.cpuset))
+        numas = tuple(sorted(set(usage.numa_nodes))) or tuple(sorted({cpu_numa[c] for c in cpuset if c in cpu_numa}))
+        exclusive = (usage.pod in exclusive_pods) if exclusive_pods is not None else (
+            bool(cpuset) and cpuset not in shared)
+        pods.append(PodState(usage.pod, float(usage.cpu_milli), usage.qos, cpuset, numas, usage.frozen,
+                             exclusive and bool(cpuset)))
+    numa = {n: NumaState(n, cpus, metrics.numa_load.get(n)) for n, cpus in numa_cpus.items()}
+    cores = {cpu.cpu: cpu.core for cpu in topology.cpus}
+    return NodeState(metrics.node, numa, tuple(sorted(pods, key=lambda p: p.name)), reserved, cores)
