@@ -34,7 +34,8 @@ def run_demo(args: argparse.Namespace) -> int:
     started = time.monotonic()
     shutil.rmtree(args.data_dir, ignore_errors=True)
     # Short periods so a demo of a minute shows several rounds of every stage.
-    demo_env = {"TIDAL_SCORING_PERIOD_S": "1"}
+    demo_env = {"TIDAL_SCORING_PERIOD_S": "1", "TIDAL_TOPOLOGY_INTERVAL_S": "1",
+                "TIDAL_TOPOLOGY_STATE_FILE": str(args.data_dir.resolve() / "cpu-state.json")}
     with Stack(args.data_dir, nats_port=0, namespace="demo", cluster="demo", extra_env=demo_env) as stack:
         stack.wait_ready()
         print(stack.describe(), flush=True)

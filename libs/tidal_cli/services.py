@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 
 SERVICES: dict[str, str] = {
+    "topology": "tidal_topology.service:TopologyService",
     "scoring": "tidal_scoring.service:ScoringService",
 }
 

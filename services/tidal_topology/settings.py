@@ -1,0 +1,59 @@
+"""Settings of the node agent (env prefix TIDAL_TOPOLOGY_; the node name
+also from TIDAL_NODE_NAME, which the DaemonSet sets from spec.nodeName)."""
+
+from __future__ import annotations
+
+import socket
+from typing import Literal
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from tidal_runtime import ServiceSettings
+
+from .cpuset import parse_cpuset
+
+
+class TopologySettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="TIDAL_TOPOLOGY_", extra="ignore", populate_by_name=True)
+
+    node_name: str = Field(default_factory=socket.gethostname,
+                           validation_alias=AliasChoices("TIDAL_NODE_NAME", "TIDAL_TOPOLOGY_NODE_NAME", "node_name"))
+    sysfs_root: str = "/sys"
+    procfs_root: str = "/proc"
+    cgroup_root: str = "/sys/fs/cgroup"
+    cgroup_parent: str = Field("kubepods", description="the kubepods parent cgroup holding pod cgroups")
+    cgroup_version: Literal["auto", "v1", "v2"] = "auto"
+    reserved_cpus: str = Field("", description="cpuset kept for the system, like kubelet --reserved-cpus")
+    exclusive_cpus: bool = Field(True, description="offer exclusive CPUs (like cpu-manager-policy=static)")
+    numa_override: str = Field("", description="cpu:numa pairs that replace sysfs, e.g. 0:0,1:1")
+    gpu_inventory_file: str | None = None
+    interval_s: float = Field(10.0, gt=0, description="usage sampling interval")
+    state_file: str = Field("/var/lib/tidal/cpu-state.json", description="exclusive CPU assignment checkpoint")
+    pool: str = "default"
+
+    @field_validator("reserved_cpus")
+    @classmethod
+    def _cpuset(cls, value: str) -> str:
+        parse_cpuset(value) if value.strip() else None
+        return value
+
+    @field_validator("numa_override")
+    @classmethod
+    def _override(cls, value: str) -> str:
+        cls.parse_override(value)
+        return value
+
+    @staticmethod
+    def parse_override(value: str) -> dict[int, int]:
+        mapping = {}
+        for pair in filter(None, (p.strip() for p in value.split(","))):
+            cpu, sep, numa = pair.partition(":")
+            if not sep or not cpu.strip().isdigit() or not numa.strip().isdigit():
+                raise ValueError(f"numa_override: {pair!r} is not cpu:numa")
+            mapping[int(cpu)] = int(numa)
+        return mapping
+
+    @property
+    def reserved(self) -> list[int]:
+        return parse_cpuset(self.reserved_cpus) if self.reserved_cpus.strip() else []
