@@ -299,3 +299,36 @@ class TestKafkaCatchUp(CatchUpContract):
     @pytest.fixture
     def bus_url(self, kafka_server) -> str:
         return kafka_server.url
+
+
+class AlignmentContract:
+    """A process owns the same partitions of every stream it reads, so
+    state joined across node-keyed streams stays on one replica."""
+
+    async def test_partitions_align_across_streams(self, bus_url, namespace):
+        async def ignore(envelope, delivery):
+            return None
+
+        async with make_bus(bus_url, namespace) as a, make_bus(bus_url, namespace) as b:
+            consumers = {(name, bus): bus.consumer(name, "g", ignore)
+                         for name in ("node.metrics", "node.topology") for bus in (a, b)}
+            tasks = [await _run(c) for c in consumers.values()]
+            owned = lambda name, bus: consumers[(name, bus)].subscription.owned()  # noqa: E731
+            await wait_until(lambda: all(owned(n, x) for n in ("node.metrics", "node.topology") for x in (a, b))
+                             and owned("node.metrics", a) == owned("node.topology", a)
+                             and owned("node.metrics", b) == owned("node.topology", b)
+                             and not owned("node.metrics", a) & owned("node.metrics", b),
+                             timeout=30, what="aligned, disjoint ownership")
+            await _stop(*tasks)
+
+
+class TestNatsAlignment(AlignmentContract):
+    @pytest.fixture
+    def bus_url(self, nats_server) -> str:
+        return nats_server.url
+
+
+class TestKafkaAlignment(AlignmentContract):
+    @pytest.fixture
+    def bus_url(self, kafka_server) -> str:
+        return kafka_server.url

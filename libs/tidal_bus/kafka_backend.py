@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import AsyncIterator
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -19,6 +20,7 @@ from tidal_schemas.streams import StreamSpec, partition_for
 
 from .api import AssignmentListener, Backend, GroupSubscription, RawMessage, StartAt
 from .errors import BusError
+from .kafka_assignor import rendezvous_assignor
 from .subjects import kafka_topic
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,7 @@ class KafkaBackend(Backend):
         self.fetch_batch = fetch_batch
         self._options = client_options or {}
         self._group_options = group_options or {}
+        self.member_id = uuid.uuid4().hex[:12]  # one per process: aligns partitions across streams
         self._producer: AIOKafkaProducer | None = None
         self._admin: AIOKafkaAdminClient | None = None
         self._known_topics: set[str] = set()
@@ -209,6 +212,7 @@ class _KafkaGroupSubscription(GroupSubscription):
             group_id=f"{backend.namespace}.{group}",
             enable_auto_commit=False,
             auto_offset_reset="latest" if start.kind == "latest" else "earliest",
+            partition_assignment_strategy=(rendezvous_assignor(backend.member_id),),
             **backend._options,
             **backend._group_options,
         )

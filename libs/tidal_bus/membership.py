@@ -46,8 +46,11 @@ class Membership:
         partitions: int,
         on_change: Callable[[frozenset[int]], Awaitable[None]],
         ttl: float = 6.0,
+        member_id: str | None = None,
     ) -> None:
-        self.member_id = uuid.uuid4().hex[:12]
+        # One id per process (not per subscription) so that a process owns the
+        # same partitions of every stream it reads.
+        self.member_id = member_id or uuid.uuid4().hex[:12]
         self._js = js
         self._bucket_name = bucket
         self._prefix = group_key

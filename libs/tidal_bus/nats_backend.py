@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from datetime import timezone
 
@@ -74,6 +75,7 @@ class NatsBackend(Backend):
         self._js: JetStreamContext | None = None
         self._known_streams: set[str] = set()
         self._closing = False
+        self.member_id = uuid.uuid4().hex[:12]
 
     # -- lifecycle -----------------------------------------------------------
     async def connect(self) -> None:
@@ -302,6 +304,7 @@ class _NatsGroupSubscription(GroupSubscription):
             partitions=spec.partitions,
             on_change=self._desire,
             ttl=backend.member_ttl_s,
+            member_id=backend.member_id,
         )
         self._desired: frozenset[int] = frozenset()
         self._changed = asyncio.Event()
