@@ -10,6 +10,7 @@ import importlib
 SERVICES: dict[str, str] = {
     "topology": "tidal_topology.service:TopologyService",
     "scoring": "tidal_scoring.service:ScoringService",
+    "oversell": "tidal_oversell.service:OversellService",
 }
 
 

@@ -1,0 +1,160 @@
+"""The oversell service (§D): the oversold allocatable of every node, the
+stop-scheduling taint with hysteresis, and evictions in the §D order.
+
+Per-node streams are consumed by the group (replicas split the nodes; one
+process owns the same partitions of every stream). Decisions to act are
+taken only on live metrics, never while replaying history, and are checked
+against this service's own action log, so a restart repeats no eviction."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tidal_bus import Delivery
+from tidal_schemas import (
+    ActionResult, Envelope, NodeAction, NodeMetrics, NodeScore, NodeTopology, PodLifecycle, derived_id,
+)
+
+from tidal_runtime import Service, Subscription
+
+from .allocatable import bounded_allocatable_event, factor_allocatable, unchanged_allocatable
+from .eviction import candidate_from, plan_evictions
+from .node_state import ActionLog, NodeView
+from .settings import TAINT_KEY, OversellSettings
+from .thresholds import evict_threshold, taint_decision
+
+
+class OversellService(Service):
+    name = "oversell"
+    settings_class = OversellSettings
+    produces = ("node.allocatable",)
+
+    def __init__(self, settings: OversellSettings | None = None, **kwargs: Any) -> None:
+        super().__init__(settings, **kwargs)
+        self.settings: OversellSettings
+        self.views: dict[tuple[str, str], NodeView] = {}
+        self.pods: dict[tuple[str, str], PodLifecycle] = {}
+        self.log_of_actions = ActionLog()
+        self.action_log_ready = asyncio.Event()  # no action before our own log is read back
+        self._logs_caught_up: set[str] = set()
+
+    def subscriptions(self) -> list[Subscription]:
+        return [Subscription("node.topology", self.on_topology), Subscription("score.node", self.on_score),
+                Subscription("node.metrics", self.on_metrics)]
+
+    def loops(self):
+        return [self.follow_pods, self.follow_own_actions, self.follow_action_results]
+
+    def _view(self, cluster: str, node: str) -> NodeView:
+        return self.views.setdefault((cluster, node), NodeView())
+
+    async def on_topology(self, envelope: Envelope[NodeTopology], delivery: Delivery) -> None:
+        self._view(envelope.cluster, envelope.payload.node).topology = envelope.payload
+
+    async def on_score(self, envelope: Envelope[NodeScore], delivery: Delivery) -> None:
+        self._view(envelope.cluster, envelope.payload.node).peak = envelope.payload.peak
+
+    async def follow_pods(self) -> None:
+        async def on_event(envelope: Envelope[Any]) -> None:
+            pod = envelope.payload
+            if isinstance(pod, PodLifecycle):
+                key = (envelope.cluster, pod.event_key())
+                if pod.phase in ("bound", "running"):
+                    self.pods[key] = pod
+                else:
+                    self.pods.pop(key, None)
+                    if pod.phase == "deleted":
+                        self.log_of_actions.pod_gone(envelope.cluster, pod)
+
+        async def done() -> None:
+            return None
+
+        await self.bus.catch_up_then_follow("pod.lifecycle", on_event, done)
+
+    async def follow_own_actions(self) -> None:
+        await self._follow_log("node.action")
+
+    async def follow_action_results(self) -> None:
+        await self._follow_log("action.result")
+
+    async def _follow_log(self, stream_name: str) -> None:
+        async def on_event(envelope: Envelope[Any]) -> None:
+            payload = envelope.payload
+            if isinstance(payload, NodeAction) and payload.requested_by == self.name:
+                self.log_of_actions.record(envelope.cluster, payload, envelope.time)
+            elif isinstance(payload, ActionResult):
+                self.log_of_actions.result(envelope.cluster, payload)
+
+        async def done() -> None:
+            self._logs_caught_up.add(stream_name)
+            if len(self._logs_caught_up) == 2:
+                self.action_log_ready.set()
+
+        await self.bus.catch_up_then_follow(stream_name, on_event, done)
+
+    def pods_on(self, cluster: str, node: str) -> list[PodLifecycle]:
+        return sorted((p for (c, _), p in self.pods.items() if c == cluster and p.node == node),
+                      key=lambda p: p.event_key())
+
+    async def on_metrics(self, envelope: Envelope[NodeMetrics], delivery: Delivery) -> None:
+        metrics, cluster = envelope.payload, envelope.cluster
+        view = self._view(cluster, metrics.node)
+        if view.topology is None:
+            self.log.info("node %s/%s: metrics before topology; waiting for its inventory", cluster, metrics.node)
+            return
+        pods = self.pods_on(cluster, metrics.node)
+        allocatable = self._allocatable(view, pods, metrics)
+        view.factor = allocatable.factor
+        await self.publish(allocatable, cause=envelope, delivery=delivery)
+        if not delivery.replaying:
+            await self.action_log_ready.wait()
+            await self._act(envelope, view.topology, pods)
+
+    def _allocatable(self, view: NodeView, pods: list[PodLifecycle], metrics: NodeMetrics):
+        topology, s = view.topology, self.settings
+        policy = s.policy_for(topology.pool)
+        if policy == "factor":
+            return factor_allocatable(topology, pods, view.peak, view.factor, metrics.sampled_at, s.factor())
+        if policy == "bounded":
+            return bounded_allocatable_event(topology, pods, metrics, s.bounded())
+        return unchanged_allocatable(topology)
+
+    async def _act(self, envelope: Envelope[NodeMetrics], topology: NodeTopology, pods: list[PodLifecycle]) -> None:
+        metrics, cluster, s = envelope.payload, envelope.cluster, self.settings
+        now, node, basis = metrics.sampled_at, metrics.node, float(topology.capacity.memory_mib)
+        if basis <= 0:
+            return
+        utilisation = metrics.memory_used_mib / basis
+        measured = {"memory_used_mib": float(metrics.memory_used_mib), "memory_limit_mib": basis,
+                    "utilisation": utilisation}
+        tainted = self.log_of_actions.tainted.get((cluster, node), False)
+        decision = taint_decision(utilisation, tainted, s.stop_threshold, s.hysteresis)
+        if decision.action != "keep":
+            await self._send(envelope, decision.action, None, decision.reason, measured, taint_key=TAINT_KEY)
+        threshold = evict_threshold(basis, basis, s.evict_fraction)
+        if utilisation < threshold.utilisation or self.log_of_actions.cooling_down(
+                cluster, node, now, s.eviction_cooldown_s):
+            return
+        usage = {u.pod: u for u in metrics.pods}
+        pending = [p for p in pods if self.log_of_actions.eviction_pending(cluster, p.event_key(), now,
+                                                                           s.eviction_timeout_s)]
+        freed = sum(usage[p.event_key()].memory_mib for p in pending if p.event_key() in usage)
+        candidates = [candidate_from(p, usage.get(p.event_key())) for p in pods if p not in pending]
+        plan = plan_evictions(candidates, metrics.memory_used_mib - freed, basis, threshold.utilisation,
+                              s.max_evictions_per_round)
+        for step in plan.steps:
+            await self._send(envelope, "evict", step.pod.name,
+                             f"{step.reason}; {threshold.reason}; round: {plan.reason}",
+                             {**measured, "projected_utilisation": step.projected_utilisation})
+
+    async def _send(self, cause: Envelope[NodeMetrics], kind: str, pod: str | None, reason: str,
+                    measured: dict[str, float], **fields: Any) -> None:
+        node = cause.payload.node
+        # Derived from the metrics event: re-handling it yields the same action id.
+        action_id = derived_id(cause.id, "node.action", node, f"{kind}/{pod or ''}")
+        action = NodeAction(action_id=action_id, node=node, kind=kind, pod=pod, reason=reason, measured=measured,
+                            dry_run=self.settings.dry_run, requested_by=self.name, **fields)
+        self.log_of_actions.record(cause.cluster, action, cause.payload.sampled_at)
+        self.log.info("node %s: %s %s (%s)", action.node, action.kind, action.pod or "", action.reason)
+        await self.publish(action, cause=cause, discriminator=f"{action.kind}/{action.pod or ''}")

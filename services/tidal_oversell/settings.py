@@ -1,0 +1,52 @@
+"""Settings of the oversell service (env prefix TIDAL_OVERSELL_)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from tidal_runtime import ServiceSettings
+
+from .bounded import BoundedSettings
+from .factor import FactorSettings
+from .thresholds import ThresholdSettings
+
+Policy = Literal["factor", "bounded", "none"]
+TAINT_KEY = "tidal.dev/stop-scheduling"
+
+
+class OversellSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="TIDAL_OVERSELL_", extra="ignore", populate_by_name=True)
+
+    default_policy: Policy = "factor"
+    pool_policies: dict[str, Policy] = Field(default_factory=dict, description='per node pool, e.g. {"gpu": "none"}')
+    min_factor: float = Field(1.0, ge=1.0)
+    max_factor: float = Field(1.5, ge=1.0)
+    max_rise_per_update: float = Field(0.05, gt=0)
+    warmup_s: float = Field(600.0, ge=0)
+    bounded_threshold: float = Field(0.75, gt=0, le=1)
+    bounded_w: float = Field(1.5, gt=1)
+    bounded_floor: float = Field(0.8, ge=0.5, le=1.0)
+    stop_threshold: float = Field(0.85, gt=0, le=1)
+    hysteresis: float = Field(0.05, ge=0)
+    evict_fraction: float = Field(0.95, gt=0, le=1)
+    max_evictions_per_round: int = Field(3, ge=1)
+    eviction_cooldown_s: float = Field(60.0, ge=0)
+    eviction_timeout_s: float = Field(300.0, gt=0, description="an eviction without the pod gone is retried after")
+    dry_run: bool = False
+
+    def policy_for(self, pool: str) -> Policy:
+        return self.pool_policies.get(pool, self.default_policy)
+
+    def factor(self) -> FactorSettings:
+        return FactorSettings(min_factor=self.min_factor, max_factor=self.max_factor,
+                              max_rise_per_update=self.max_rise_per_update, warmup_s=self.warmup_s)
+
+    def bounded(self) -> BoundedSettings:
+        return BoundedSettings(threshold=self.bounded_threshold, w=self.bounded_w, floor_fraction=self.bounded_floor)
+
+    def thresholds(self) -> ThresholdSettings:
+        return ThresholdSettings(stop_threshold=self.stop_threshold, hysteresis=self.hysteresis,
+                                 evict_fraction=self.evict_fraction)
