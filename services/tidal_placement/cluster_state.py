@@ -20,25 +20,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import numpy as np
-
 from tidal_schemas import NodeScore, NodeTopology, Resources
 
+from .cluster_arrays import GPU_ARRAYS, NUMA_ARRAYS, ROW_ARRAYS, GPU_MILLI, ClusterArrays
 from .node_spec import NodeSpec, node_spec
 
-GPU_MILLI = 1000
-
-_ROW = {"present": (bool, False), "schedulable": (bool, False), "exclusive_ok": (bool, False),
-        "cpu_alloc": (np.int64, 0), "cpu_used": (np.int64, 0), "cpu_free": (np.int64, 0),
-        "mem_alloc": (np.int64, 0), "mem_used": (np.int64, 0), "mem_free": (np.int64, 0),
-        "node_load": (np.float64, 0.0), "numa_count": (np.int64, 0), "gpu_model": (np.int64, -1),
-        "gpu_count": (np.int64, 0), "gpu_idle": (np.int64, 0), "gpu_whole": (np.int64, 0),
-        "gpu_max": (np.int64, 0)}
-_NUMA = {"numa_valid": (bool, False), "numa_id": (np.int64, -1), "numa_alloc": (np.int64, 0),
-         "numa_used": (np.int64, 0), "numa_free": (np.int64, 0), "numa_load": (np.float64, 0.0),
-         "numa_order": (np.int64, 0)}
-_GPU = {"gpu_valid": (bool, False), "gpu_used": (np.int64, 0), "gpu_free": (np.int64, 0),
-        "gpu_virtual": (bool, False), "gpu_dev_model": (np.int64, -1)}
+__all__ = ["GPU_MILLI", "Allocation", "ClusterState", "OK", "Outcome"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +65,7 @@ class _Held:
     confirmed: bool = False
 
 
-class ClusterState:
+class ClusterState(ClusterArrays):
     """Free resources of every node, as arrays; see the module docstring."""
 
     def __init__(self, capacity: int = 64, numa_cols: int = 8, gpu_cols: int = 8):
@@ -93,6 +80,7 @@ class ClusterState:
         self._blocked: dict[int, set[str]] = {}
         self._numa_col: dict[int, dict[int, int]] = {}
         self._gpu_col: dict[int, dict[str, int]] = {}
+        self.mixed_model_rows: set[int] = set()
         self._resize(capacity, numa_cols, gpu_cols)
 
     # ---- nodes -------------------------------------------------------------
@@ -108,21 +96,22 @@ class ClusterState:
         self.present[r] = True
         self.exclusive_ok[r] = spec.exclusive
         self.cpu_alloc[r], self.mem_alloc[r] = spec.cpu_milli, spec.memory_mib
-        for name in _NUMA:
-            getattr(self, name)[r] = _NUMA[name][1]
+        for name in NUMA_ARRAYS:
+            getattr(self, name)[r] = NUMA_ARRAYS[name][1]
         n = len(spec.numa_ids)
         self.numa_count[r] = n
         self.numa_valid[r, :n] = True
         self.numa_id[r, :n] = spec.numa_ids
         self.numa_alloc[r, :n] = spec.numa_cpus
         self._numa_col[r] = {numa: j for j, numa in enumerate(spec.numa_ids)}
-        for name in _GPU:
-            getattr(self, name)[r] = _GPU[name][1]
+        for name in GPU_ARRAYS:
+            getattr(self, name)[r] = GPU_ARRAYS[name][1]
         g = len(spec.gpu_ids)
         self.gpu_valid[r, :g] = spec.gpu_healthy
         self.gpu_virtual[r, :g] = spec.gpu_virtual
         self.gpu_dev_model[r, :g] = [self._model_id(m) for m in spec.gpu_models]
         self.gpu_model[r] = -1 if spec.model is None else self._model_id(spec.model)
+        (self.mixed_model_rows.add if len(set(spec.gpu_models)) > 1 else self.mixed_model_rows.discard)(r)
         self.gpu_count[r] = sum(spec.gpu_healthy)
         self._gpu_col[r] = {gpu: k for k, gpu in enumerate(spec.gpu_ids)}
         self._reapply_devices(r)
@@ -138,10 +127,11 @@ class ClusterState:
         dropped = sorted(self._pods_on.pop(r, set()))
         for key in dropped:
             del self._held[key]
-        for table in (_ROW, _NUMA, _GPU):
+        for table in (ROW_ARRAYS, NUMA_ARRAYS, GPU_ARRAYS):
             for attr, (_, fill) in table.items():
                 getattr(self, attr)[r] = fill
         self.names[r] = None
+        self.mixed_model_rows.discard(r)
         for side in (self.specs, self._blocked, self._numa_col, self._gpu_col):
             side.pop(r, None)
         self._spare.append(r)
@@ -235,11 +225,6 @@ class ClusterState:
         """The GPU id stored in column `col` of `row`."""
         return self.specs[row].gpu_ids[col]
 
-    @property
-    def size(self) -> int:
-        """Number of rows in use (present or spare)."""
-        return len(self.names)
-
     # ---- internals ---------------------------------------------------------
 
     def _check(self, r: int, a: Allocation) -> str:
@@ -268,12 +253,16 @@ class ClusterState:
     def _apply(self, r: int, a: Allocation, sign: int) -> None:
         self.cpu_used[r] += sign * a.cpu_milli
         self.mem_used[r] += sign * a.memory_mib
-        for numa, count in a.numa_cpus:
-            self.numa_used[r, self._numa_col[r][numa]] += sign * count
-        for gpu, milli in a.gpus:
-            self.gpu_used[r, self._gpu_col[r][gpu]] += sign * milli
         self._refresh_node(r)
-        self._recount(r)
+        # only the parts the pod touched need their derived figures redone
+        if a.numa_cpus:
+            for numa, count in a.numa_cpus:
+                self.numa_used[r, self._numa_col[r][numa]] += sign * count
+            self._refresh_numa(r)
+        if a.gpus:
+            for gpu, milli in a.gpus:
+                self.gpu_used[r, self._gpu_col[r][gpu]] += sign * milli
+            self._refresh_gpus(r)
 
     def _reapply_devices(self, r: int) -> None:
         # A re-reported node keeps its pods: put their per-NUMA and per-GPU
@@ -286,25 +275,6 @@ class ClusterState:
             for gpu, milli in a.gpus:
                 if gpu in self._gpu_col[r]:
                     self.gpu_used[r, self._gpu_col[r][gpu]] += milli
-
-    def _refresh_node(self, r: int) -> None:
-        self.cpu_free[r] = max(int(self.cpu_alloc[r] - self.cpu_used[r]), 0)
-        self.mem_free[r] = max(int(self.mem_alloc[r] - self.mem_used[r]), 0)
-
-    def _recount(self, r: int) -> None:
-        """Recompute the row's derived figures (free per NUMA / GPU, GPU summaries)."""
-        self._refresh_node(r)
-        self.numa_free[r] = np.where(self.numa_valid[r], np.maximum(self.numa_alloc[r] - self.numa_used[r], 0), 0)
-        free = np.where(self.gpu_valid[r], np.maximum(GPU_MILLI - self.gpu_used[r], 0), 0)
-        self.gpu_free[r] = free
-        self.gpu_idle[r] = free.sum()
-        self.gpu_whole[r] = np.count_nonzero(free == GPU_MILLI)
-        self.gpu_max[r] = free.max() if free.size else 0
-
-    def _order_numa(self, r: int) -> None:
-        # §E ranks NUMA nodes by load; padding sorts last. Loads change only
-        # on metric updates, so the order is cached instead of sorted per pod.
-        self.numa_order[r] = np.argsort(np.where(self.numa_valid[r], self.numa_load[r], np.inf), kind="stable")
 
     def _model_id(self, model: str) -> int:
         if model not in self.model_ids:
@@ -322,19 +292,3 @@ class ClusterState:
         self.rows[name] = r
         return r
 
-    def _resize(self, rows: int, numa_cols: int, gpu_cols: int) -> None:
-        old = getattr(self, "capacity", 0)
-        capacity = max(old, 1)
-        while capacity < rows:
-            capacity *= 2
-        if old == capacity and numa_cols == getattr(self, "numa_cols", -1) and gpu_cols == getattr(self, "gpu_cols", -1):
-            return
-        for table, cols in ((_ROW, None), (_NUMA, numa_cols), (_GPU, gpu_cols)):
-            for attr, (dtype, fill) in table.items():
-                shape = (capacity,) if cols is None else (capacity, cols)
-                fresh = np.full(shape, fill, dtype=dtype)
-                prev = getattr(self, attr, None)
-                if prev is not None:
-                    fresh[tuple(slice(0, s) for s in prev.shape)] = prev
-                setattr(self, attr, fresh)
-        self.capacity, self.numa_cols, self.gpu_cols = capacity, numa_cols, gpu_cols

@@ -11,7 +11,8 @@ For k CPUs on a node with c NUMA nodes:
 - `auto`: §E least-loaded accumulation (`numa_score`): take NUMA nodes by
   load ascending until their free CPUs cover k, filling each in that order.
 
-The node's NUMA score is the mean load of the NUMA nodes that receive CPUs.
+The node's NUMA score is the mean load of the NUMA nodes that receive CPUs
+(for `auto`, §E's: of the NUMA nodes taken, even one that had no CPU left).
 """
 
 from __future__ import annotations
@@ -40,19 +41,21 @@ def distribute(policy: CpuPolicy, cpus: int, free: np.ndarray, load: np.ndarray,
                order: np.ndarray | None = None) -> Distribution:
     """Per-NUMA CPU counts for `cpus` exclusive CPUs under `policy`; arrays
     are (nodes × NUMA columns), `order` the optional cached load order."""
+    walk = None
     if policy == "spread":
         counts = _spread(cpus, free, valid)
     elif policy == "single-numa":
         counts = _single(cpus, free, load, valid)
     elif policy == "auto":
-        counts = _auto(cpus, free, load, valid, order)
+        walk = numa_scores(cpus, free, load, valid, order)
+        counts = _auto(cpus, free, valid, order, walk.feasible, load)
     else:
         raise ValueError(f"unknown CPU policy {policy!r}")
     feasible = np.all(counts <= np.where(valid, free, 0), axis=1) & (counts.sum(axis=1) == cpus) & valid.any(axis=1)
     counts = np.where(feasible[:, None], counts, 0)
     used = counts > 0
     n_used = used.sum(axis=1)
-    mean = np.where(used, load, 0.0).sum(axis=1) / np.maximum(n_used, 1)
+    mean = np.where(used, load, 0.0).sum(axis=1) / np.maximum(n_used, 1) if walk is None else walk.score
     return Distribution(counts=counts, feasible=feasible, score=np.where(feasible, mean, np.inf))
 
 
@@ -76,8 +79,8 @@ def _single(cpus: int, free: np.ndarray, load: np.ndarray, valid: np.ndarray) ->
     return counts
 
 
-def _auto(cpus: int, free: np.ndarray, load: np.ndarray, valid: np.ndarray, order: np.ndarray | None) -> np.ndarray:
-    choice = numa_scores(cpus, free, load, valid, order)
+def _auto(cpus: int, free: np.ndarray, valid: np.ndarray, order: np.ndarray | None, feasible: np.ndarray,
+          load: np.ndarray) -> np.ndarray:
     if order is None:
         order = np.argsort(np.where(valid, load, np.inf), axis=1, kind="stable")
     sorted_free = np.take_along_axis(np.where(valid, free, 0), order, axis=1)
@@ -85,4 +88,4 @@ def _auto(cpus: int, free: np.ndarray, load: np.ndarray, valid: np.ndarray, orde
     take_sorted = np.clip(cpus - before, 0, sorted_free)
     counts = np.zeros(free.shape, dtype=np.int64)
     np.put_along_axis(counts, order, take_sorted, axis=1)
-    return np.where(choice.feasible[:, None], counts, 0)
+    return np.where(feasible[:, None], counts, 0)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .gpu_candidates import Candidates, Scored, best_fit_device, is_share, no_device, share_options
+from .gpu_candidates import Candidates, Scored
 from .gpu_workload import Shape, TargetWorkload
 
 NAME = "best-fit"
@@ -33,10 +33,9 @@ class BestFit:
     def score(self, c: Candidates, shape: Shape) -> Scored:
         """Leftover per candidate (lower is better) and the share device."""
         leftover = (0.5 * (c.cpu_free - shape.cpu_milli) / self.cpu_norm
-                    + 0.5 * (c.gpu_free.sum(axis=1) - shape.gpu_total) / self.gpu_norm)
+                    + 0.5 * (c.gpu_idle - shape.gpu_total) / self.gpu_norm)
         cost = -_normalised(np.trunc((1.0 - leftover) * 100.0)) if self.quantised else leftover
-        device = best_fit_device(c.gpu_free, share_options(c, shape.gpu_milli)) if is_share(shape) else no_device(len(cost))
-        return Scored(cost=cost, device=device)
+        return Scored(cost=cost)  # a share then goes to the fullest device that fits
 
 
 def _normalised(score: np.ndarray) -> np.ndarray:

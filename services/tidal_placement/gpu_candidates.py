@@ -4,39 +4,62 @@ arrays, and the small device-choice rules strategies share.
 A strategy is an object with `name`, `scores_cpu_pods` and
 `score(candidates, shape) -> Scored`; `cost` is lower-is-better per
 candidate, `device` the device a GPU-share pod would take on each
-candidate (−1 otherwise), `tiebreak` an optional second key.
+candidate (None: the fullest device that fits, chosen after the node),
+`tiebreaks` further keys, compared in order when costs are equal.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import cached_property
 from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from .cluster_state import ClusterState
 from .gpu_workload import Shape
 
 GPU_MILLI = 1000
 
 
-@dataclass(frozen=True)
 class Candidates:
-    """Feasible nodes for one pod. `gpu_free` is (nodes × devices) milli
-    left, `eligible` the devices this pod may use, `model` the node GPU
-    model id (−1 = none) into `models`."""
+    """Feasible nodes for one pod, read lazily from the scheduler cache (a
+    strategy that needs only node totals never gathers per-device arrays).
+    `gpu_free` is (nodes × devices) milli left, `eligible` the devices this
+    pod may use, `model` the node GPU model id (−1 = none) into `models`."""
 
-    rows: np.ndarray
-    cpu_free: np.ndarray
-    gpu_free: np.ndarray
-    eligible: np.ndarray
-    model: np.ndarray
-    models: tuple[str, ...]
+    def __init__(self, state: ClusterState, rows: np.ndarray, eligible: np.ndarray | None = None):
+        self.rows, self._state, self._eligible = rows, state, eligible
+
+    @cached_property
+    def cpu_free(self) -> np.ndarray:
+        return self._state.cpu_free[self.rows]
+
+    @cached_property
+    def gpu_idle(self) -> np.ndarray:
+        return self._state.gpu_idle[self.rows]
+
+    @cached_property
+    def gpu_free(self) -> np.ndarray:
+        return self._state.gpu_free[self.rows]
+
+    @cached_property
+    def eligible(self) -> np.ndarray:
+        source = self._state.gpu_valid if self._eligible is None else self._eligible
+        return source[self.rows]
+
+    @cached_property
+    def model(self) -> np.ndarray:
+        return self._state.gpu_model[self.rows]
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(self._state.models)
 
 
 class Scored(NamedTuple):
     cost: np.ndarray
-    device: np.ndarray
-    tiebreak: np.ndarray | None = None
+    device: np.ndarray | None = None
+    tiebreaks: tuple[np.ndarray, ...] = ()
 
 
 class GpuStrategy(Protocol):
@@ -56,24 +79,11 @@ def share_options(c: Candidates, milli: int) -> np.ndarray:
     return c.eligible & (c.gpu_free >= milli)
 
 
-def best_fit_device(gpu_free: np.ndarray, options: np.ndarray) -> np.ndarray:
-    """Per row, the option with the least milli left (ties: lowest index),
-    so shares of one physical GPU are packed until it is full; −1 if none."""
-    masked = np.where(options, gpu_free, np.iinfo(np.int64).max)
-    device = np.argmin(masked, axis=1)
-    return np.where(options.any(axis=1), device, -1)
-
-
 def whole_devices(gpu_free: np.ndarray, eligible: np.ndarray, count: int) -> list[int]:
     """The `count` lowest-index whole free devices of one node (as the
     simulator's `AllocateExclusiveGpuId`), or [] when there are too few."""
     free = np.flatnonzero(eligible & (gpu_free == GPU_MILLI))
     return [int(g) for g in free[:count]] if len(free) >= count else []
-
-
-def no_device(n: int) -> np.ndarray:
-    """The `device` column for pods that do not share a GPU."""
-    return np.full(n, -1, dtype=np.int64)
 
 
 def sigmoid_score(delta: np.ndarray) -> np.ndarray:

@@ -9,8 +9,10 @@ For each feasible node, with F the fragmentation of `gpu_frag`:
 A GPU-share pod tries every device that fits and keeps the first device
 with the highest score; whole-GPU pods take the lowest-index free devices
 (which ones does not change F). CPU-only pods are scored too: their CPU
-can strand a node's GPUs. Ties between nodes are left to the selector —
-kube-scheduler picks uniformly at random among the top scores.
+can strand a node's GPUs. Ties between nodes are left to `decide`; the
+published numbers are reproduced when they go to the first node of a
+random node order (the simulator's permuted node names), not when they go
+uniformly at random (see gpu_fgd_cpu).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .gpu_candidates import Candidates, Scored, is_share, no_device, share_options, sigmoid_score
+from .gpu_candidates import Candidates, Scored, is_share, share_options, sigmoid_score
 from .gpu_frag import FragModel
 from .gpu_workload import Shape, TargetWorkload
 
@@ -49,7 +51,7 @@ class Fgd:
         """Cost = −FGD score per node; for shares the device chosen."""
         delta = frag_deltas(self.frag, c, shape)
         if delta.ndim == 1:
-            return Scored(cost=-sigmoid_score(delta), device=no_device(len(delta)))
+            return Scored(cost=-sigmoid_score(delta))
         score = np.where(np.isfinite(delta), sigmoid_score(delta), -1.0)
         device = np.argmax(score, axis=1)  # first device among equal scores, as the plugin's strict '>'
         return Scored(cost=-score[np.arange(len(device)), device], device=device)

@@ -1,0 +1,122 @@
+"""GPU placement quality on the real openb trace, by the arrive-only protocol
+of the FGD paper's simulator (/work/shared/data/openb/METHOD.md §3).
+
+For each strategy and seed: pods sorted by name and shuffled with the seed,
+inflated by uniform sampling with replacement up to 1.3 × cluster GPU
+capacity, then placed in order by Tidal's policy core (`decide` over the
+scheduler cache: CPU, memory, GPU model and GPU room must fit); nothing
+departs. Logged after every arrival and averaged per arrived level
+(cumulative GPU request of arrived pods, placed or not, in % of capacity):
+GPU allocation ratio, fragmented GPU (% of capacity) and fragmented share
+of idle GPU — the measure of METHOD.md §2 with the trace's typical pods.
+
+Ties left after a strategy's keys go to the first node of a per-seed random
+node order, as in the simulator (which prefixes node names with a random
+permutation); `--tie random` picks uniformly instead.
+
+Prints one JSON line per (strategy, seed), then a summary with the median
+allocation at 100 % arrived next to the authors' published numbers.
+
+Run: .venv/bin/python bench/placement_openb.py [--seeds 10] [--strategies best-fit fgd fgd-cpu] [--jobs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from tidal_placement.gpu_frag import FragModel
+from tidal_placement.gpu_strategies import make_strategy
+from tidal_placement.gpu_workload import typical_workload
+from tidal_placement.openb import read_nodes, read_pods
+from tidal_placement.openb_replay import alloc_curve, arrival_sequence, frag_curve, frag_ratio_curve, replay
+
+DATA = Path("/work/shared/data/openb")
+PUBLISHED_NAMES = {"best-fit": "05-BestFit", "fgd": "06-FGD"}
+# how the simulator's baselines score: BestFit's integer, min-max normalised score, CPU-only pods included
+OPTIONS = {"best-fit": {"quantised": True, "scores_cpu_pods": True}}
+
+
+def run_one(args: tuple) -> dict:
+    """Replay one (strategy, seed) and summarise it."""
+    strategy_name, seed, data_dir, trace, nodes_file, ratio, tie = args
+    nodes, pods = read_nodes(Path(data_dir) / nodes_file), read_pods(Path(data_dir) / trace)
+    workload = typical_workload([p.shape for p in pods])
+    capacity = 1000 * sum(n.gpus for n in nodes)
+    sequence = arrival_sequence(pods, seed, capacity, ratio)
+    strategy = make_strategy(strategy_name, workload, **OPTIONS.get(strategy_name, {}))
+    ties = np.random.default_rng([seed, 7])
+    rank, rng = (ties.permutation(len(nodes)), None) if tie == "order" else (None, ties)
+    started = time.perf_counter()
+    log = replay(nodes, sequence, strategy, FragModel(workload), rng=rng, rank=rank)
+    return {"strategy": strategy_name, "seed": seed, "trace": trace, "pods": len(sequence),
+            "placed": int(log.placed.sum()), "alloc_pct": alloc_curve(log), "frag_pct": frag_curve(log),
+            "frag_of_idle_pct": frag_ratio_curve(log), "wall_s": round(time.perf_counter() - started, 2)}
+
+
+def published(data_dir: Path, trace: str) -> dict[tuple[str, str, int], float]:
+    """(policy, metric, level) → published median, for `trace`."""
+    path = data_dir / "published_results_default.csv"
+    out = {}
+    if path.exists():
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                if row["workload"] == Path(trace).stem:
+                    out[(row["policy"], row["metric"], int(row["arrived_pct_of_gpu_capacity"]))] = float(row["median"])
+    return out
+
+
+def summary(results: list[dict], reference: dict, wall: float) -> str:
+    """A table of medians over seeds, next to the published medians."""
+    lines = ["", f"{'strategy':<10} {'seeds':>5} {'alloc@90':>9} {'alloc@100 median':>17} {'[min, max]':>16} "
+                 f"{'alloc@130':>10} {'frag@100':>9} {'published@100':>14} {'s/run':>6}"]
+    for name in dict.fromkeys(r["strategy"] for r in results):
+        runs = [r for r in results if r["strategy"] == name]
+        at = lambda level, key="alloc_pct": statistics.median(r[key][level] for r in runs)  # noqa: E731
+        hundred = [r["alloc_pct"][100] for r in runs]
+        ref = reference.get((PUBLISHED_NAMES.get(name, ""), "alloc_ratio_pct", 100))
+        lines.append(f"{name:<10} {len(runs):>5} {at(90):>9.2f} {at(100):>17.2f} "
+                     f"{f'[{min(hundred):.2f}, {max(hundred):.2f}]':>16} {at(130):>10.2f} "
+                     f"{at(100, 'frag_pct'):>9.2f} {(f'{ref:.2f}' if ref else '-'):>14} "
+                     f"{statistics.mean(r['wall_s'] for r in runs):>6.1f}")
+    others = sorted({p for p, m, lvl in reference if m == "alloc_ratio_pct"})
+    if others:
+        lines.append("published medians @100 %: " + ", ".join(
+            f"{p} {reference[(p, 'alloc_ratio_pct', 100)]:.2f}" for p in others))
+    lines.append(f"total wall time {wall:.1f} s")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=10, help="run seeds 0..N-1")
+    parser.add_argument("--seed-base", type=int, default=0)
+    parser.add_argument("--strategies", nargs="+", default=["best-fit", "fgd", "fgd-cpu"])
+    parser.add_argument("--data-dir", type=Path, default=DATA)
+    parser.add_argument("--trace", default="openb_pod_list_default.csv")
+    parser.add_argument("--nodes", default="openb_node_list_gpu_node.csv")
+    parser.add_argument("--ratio", type=float, default=1.3)
+    parser.add_argument("--tie", choices=["order", "random"], default="order")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    args = parser.parse_args()
+    jobs = [(name, seed, str(args.data_dir), args.trace, args.nodes, args.ratio, args.tie)
+            for name in args.strategies for seed in range(args.seed_base, args.seed_base + args.seeds)]
+    started = time.perf_counter()
+    results = []
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for result in pool.map(run_one, jobs):
+            print(json.dumps(result), flush=True)
+            results.append(result)
+    print(summary(results, published(args.data_dir, args.trace), time.perf_counter() - started))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""In-process speed of the placement policy core: decide + assume per pod.
+
+Synthetic clusters of 1,000 / 5,000 / 10,000 nodes (1, 2, 4 or 8 NUMA
+nodes of 8–32 CPUs, 0–8 GPUs of three models, some nodes without exclusive
+CPUs, loads from a NodeScore-like update) and a pod mix shaped like the
+openb trace (CPU-only, GPU shares, whole and multi-GPU pods) plus pods
+asking exclusive CPUs under spread / single-numa / auto. Pods depart in
+arrival order once the cluster holds `--live` pods per node, so the cache
+stays part full; only decide + assume is timed.
+
+Prints one JSON line per configuration:
+{"nodes": N, "mode": "in-process", "strategy": S, "pods_per_s": X, "p50_ms": Y, "p99_ms": Z}
+
+Run: .venv/bin/python bench/placement_policy.py [--nodes 1000 5000 10000] [--pods 20000]
+     [--strategy best-fit] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from tidal_placement.cluster_state import ClusterState
+from tidal_placement.decide import PodRequest, decide
+from tidal_placement.gpu_strategies import make_strategy
+from tidal_placement.gpu_workload import typical_workload
+from tidal_placement.topology_builder import make_topology
+
+MODELS = ("A100", "T4", "V100")
+
+
+def build_cluster(n: int, rng: np.random.Generator) -> ClusterState:
+    """`n` synthetic nodes with random NUMA layout, GPUs and loads."""
+    state = ClusterState(capacity=n, gpu_cols=8)
+    for i in range(n):
+        numa = int(rng.choice([1, 2, 4, 8], p=[0.2, 0.4, 0.3, 0.1]))
+        per_numa = int(rng.choice([8, 16, 32])) if numa <= 2 else int(rng.choice([8, 16]))
+        gpus = int(rng.choice([0, 1, 2, 4, 8], p=[0.3, 0.1, 0.2, 0.2, 0.2]))
+        topo = make_topology(f"node-{i:05d}", (per_numa,) * numa, gpus=gpus, model=MODELS[i % 3],
+                             memory_mib=8192 * numa * per_numa // 4, exclusive=bool(rng.random() < 0.8))
+        state.upsert_node(topo)
+        state.update_load(topo.node, {j: float(rng.uniform(0.05, 0.9)) for j in range(numa)})
+    return state
+
+
+def pod_mix(count: int, rng: np.random.Generator) -> list[PodRequest]:
+    """Pods shaped like the openb mix, with 10 % exclusive-CPU pods."""
+    pods = []
+    for i in range(count):
+        kind = rng.choice(["cpu", "exclusive", "share", "one", "multi"], p=[0.25, 0.10, 0.30, 0.30, 0.05])
+        cpu = int(rng.choice([1000, 2000, 4000, 8000, 12000]))
+        mem = int(rng.choice([1024, 4096, 16384]))
+        if kind == "cpu":
+            pods.append(PodRequest(f"p{i}", cpu, mem))
+        elif kind == "exclusive":
+            pods.append(PodRequest(f"p{i}", int(rng.choice([2000, 4000, 6000])), mem, True,
+                                   str(rng.choice(["spread", "single-numa", "auto"]))))
+        elif kind == "share":
+            pods.append(PodRequest(f"p{i}", cpu, mem, gpu_count=1, gpu_milli=int(rng.choice([250, 470, 810]))))
+        elif kind == "one":
+            pods.append(PodRequest(f"p{i}", cpu, mem, gpu_count=1,
+                                   gpu_models=(MODELS[i % 3],) if rng.random() < 0.2 else ()))
+        else:
+            pods.append(PodRequest(f"p{i}", cpu, mem, gpu_count=int(rng.choice([2, 4, 8]))))
+    return pods
+
+
+def run(nodes: int, pods: int, strategy_name: str, live_per_node: float, seed: int) -> dict:
+    """Time decide + assume for `pods` pods on a fresh synthetic cluster."""
+    rng = np.random.default_rng(seed)
+    state = build_cluster(nodes, rng)
+    mix = pod_mix(pods, rng)
+    workload = typical_workload([p.shape for p in mix[:2000]])
+    strategy = make_strategy(strategy_name, workload)
+    live: list[str] = []
+    cap = int(live_per_node * nodes)
+    latencies = np.empty(len(mix))
+    placed = 0
+    for i, pod in enumerate(mix):
+        t0 = time.perf_counter_ns()
+        choice = decide(state, pod, strategy)
+        if choice.ok and state.assume(pod.key, choice.allocation).ok:
+            placed += 1
+            live.append(pod.key)
+        latencies[i] = time.perf_counter_ns() - t0
+        if len(live) > cap:
+            state.release(live.pop(0))
+    total_s = latencies.sum() / 1e9
+    return {"nodes": nodes, "mode": "in-process", "strategy": strategy_name,
+            "pods_per_s": round(len(mix) / total_s, 1),
+            "p50_ms": round(float(np.percentile(latencies, 50)) / 1e6, 4),
+            "p99_ms": round(float(np.percentile(latencies, 99)) / 1e6, 4),
+            "pods": len(mix), "placed": placed}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000, 10000])
+    parser.add_argument("--pods", type=int, default=20000)
+    parser.add_argument("--strategy", default="best-fit")
+    parser.add_argument("--live", type=float, default=3.0, help="live pods per node before departures start")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    for n in args.nodes:
+        print(json.dumps(run(n, args.pods, args.strategy, args.live, args.seed)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

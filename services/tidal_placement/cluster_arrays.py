@@ -1,0 +1,119 @@
+"""Storage of the scheduler cache: one row of numpy arrays per node, NUMA and
+GPU columns padded to the widest node, and the figures derived from a row.
+
+Derived per row (kept current on every change of that row):
+- `cpu_free`, `mem_free`: allocatable − held, clamped at 0;
+- `numa_free[j]`: exclusive CPUs of NUMA column j not held; `numa_max_free`;
+- `gpu_free[g]`: 1000 − milli held on device g (0 for padding / unhealthy),
+  `gpu_idle` (Σ), `gpu_whole` (devices fully free), `gpu_max`;
+- NUMA prefixes for §A/§E lookups (`numa_lookup`): in load order
+  (`numa_order`), cumulative free CPUs and mean load of the t least-loaded
+  NUMA nodes; in free-descending order (ties: lower column), free CPUs and
+  cumulative load. Padding repeats the all-NUMA figures (`numa_free_desc`
+  pads with −1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+GPU_MILLI = 1000
+
+# name: (dtype, fill value) — per node row, per (row, NUMA column), per (row, GPU column)
+ROW_ARRAYS = {
+    "present": (bool, False), "schedulable": (bool, False), "exclusive_ok": (bool, False),
+    "cpu_alloc": (np.int64, 0), "cpu_used": (np.int64, 0), "cpu_free": (np.int64, 0),
+    "mem_alloc": (np.int64, 0), "mem_used": (np.int64, 0), "mem_free": (np.int64, 0),
+    "node_load": (np.float64, 0.0), "numa_count": (np.int64, 0), "numa_max_free": (np.int64, 0),
+    "gpu_model": (np.int64, -1), "gpu_count": (np.int64, 0), "gpu_idle": (np.int64, 0),
+    "gpu_whole": (np.int64, 0), "gpu_max": (np.int64, 0),
+}
+NUMA_ARRAYS = {
+    "numa_valid": (bool, False), "numa_id": (np.int64, -1), "numa_alloc": (np.int64, 0),
+    "numa_used": (np.int64, 0), "numa_free": (np.int64, 0), "numa_load": (np.float64, 0.0),
+    "numa_order": (np.int64, 0), "numa_cum_free": (np.int64, 0), "numa_cum_mean": (np.float64, 0.0),
+    "numa_free_desc": (np.int64, -1), "numa_desc_cum_load": (np.float64, 0.0),
+}
+GPU_ARRAYS = {
+    "gpu_valid": (bool, False), "gpu_used": (np.int64, 0), "gpu_free": (np.int64, 0),
+    "gpu_virtual": (bool, False), "gpu_dev_model": (np.int64, -1),
+}
+
+
+class ClusterArrays:
+    """Growable per-node arrays (one attribute per entry of the tables
+    above); `ClusterState` owns `names` and fills and updates the rows."""
+
+    names: list[str | None]
+
+    @property
+    def size(self) -> int:
+        """Number of rows in use (present or spare)."""
+        return len(self.names)
+
+    def _refresh_node(self, r: int) -> None:
+        self.cpu_free[r] = max(int(self.cpu_alloc[r] - self.cpu_used[r]), 0)
+        self.mem_free[r] = max(int(self.mem_alloc[r] - self.mem_used[r]), 0)
+
+    def _recount(self, r: int) -> None:
+        """Recompute the row's derived figures (free per NUMA / GPU, GPU summaries)."""
+        self._refresh_node(r)
+        self._refresh_numa(r)
+        self._refresh_gpus(r)
+
+    def _refresh_numa(self, r: int) -> None:
+        self.numa_free[r] = np.where(self.numa_valid[r], np.maximum(self.numa_alloc[r] - self.numa_used[r], 0), 0)
+        self._numa_head(r)
+
+    def _refresh_gpus(self, r: int) -> None:
+        free = np.where(self.gpu_valid[r], np.maximum(GPU_MILLI - self.gpu_used[r], 0), 0)
+        self.gpu_free[r] = free
+        self.gpu_idle[r] = free.sum()
+        self.gpu_whole[r] = np.count_nonzero(free == GPU_MILLI)
+        self.gpu_max[r] = free.max() if free.size else 0
+
+    def _order_numa(self, r: int) -> None:
+        # §E ranks NUMA nodes by load; padding sorts last. Loads change only
+        # on metric updates, so the order is cached instead of sorted per pod.
+        self.numa_order[r] = np.argsort(np.where(self.numa_valid[r], self.numa_load[r], np.inf), kind="stable")
+        self._numa_head(r)
+
+    def _numa_head(self, r: int) -> None:
+        # Per-node prefixes that turn §A/§E scores into column lookups:
+        # in load order, free CPUs of the t least-loaded NUMA nodes and their
+        # mean load; in free-descending order (ties: lower column), free CPUs
+        # and summed load — the NUMA nodes `spread` gives its remainder to.
+        # Padding repeats the all-NUMA figures (free_desc pads with -1).
+        count = int(self.numa_count[r])
+        if not count:
+            return
+        load = self.numa_load[r, :count]
+        free = self.numa_free[r, :count]
+        by_load = self.numa_order[r, :count]
+        cum_free = np.cumsum(free[by_load])
+        cum_mean = np.cumsum(load[by_load]) / np.arange(1, count + 1)
+        self.numa_cum_free[r, :count], self.numa_cum_free[r, count:] = cum_free, cum_free[-1]
+        self.numa_cum_mean[r, :count], self.numa_cum_mean[r, count:] = cum_mean, cum_mean[-1]
+        by_free = np.argsort(-free, kind="stable")
+        desc_load = np.cumsum(load[by_free])
+        self.numa_free_desc[r, :count] = free[by_free]
+        self.numa_desc_cum_load[r, :count], self.numa_desc_cum_load[r, count:] = desc_load, desc_load[-1]
+        self.numa_max_free[r] = free.max()
+
+    def _resize(self, rows: int, numa_cols: int, gpu_cols: int) -> None:
+        old = getattr(self, "capacity", 0)
+        capacity = max(old, 1)
+        while capacity < rows:
+            capacity *= 2
+        same_cols = (numa_cols, gpu_cols) == (getattr(self, "numa_cols", -1), getattr(self, "gpu_cols", -1))
+        if old == capacity and same_cols:
+            return
+        for table, cols in ((ROW_ARRAYS, None), (NUMA_ARRAYS, numa_cols), (GPU_ARRAYS, gpu_cols)):
+            for attr, (dtype, fill) in table.items():
+                shape = (capacity,) if cols is None else (capacity, cols)
+                fresh = np.full(shape, fill, dtype=dtype)
+                prev = getattr(self, attr, None)
+                if prev is not None:
+                    fresh[tuple(slice(0, s) for s in prev.shape)] = prev
+                setattr(self, attr, fresh)
+        self.capacity, self.numa_cols, self.gpu_cols = capacity, numa_cols, gpu_cols

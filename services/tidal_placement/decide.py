@@ -1,0 +1,177 @@
+"""One placement decision over the scheduler cache (SPEC §A, §B, §E).
+
+1. Filter nodes (vectorised; nodes counted out per reason): present and
+   schedulable, node CPU and memory free ≥ request (allocatable may be
+   oversold), the exclusive-CPU capability, GPU model, enough GPU room
+   (whole free devices, or one device with ≥ the share; per device when a
+   kind, a §B group mask or a mixed-model node is involved), then whether
+   the §A per-NUMA distribution is possible (exclusive pods).
+2. Rank: a GPU pod (or any pod when the strategy scores CPU-only pods) by
+   the GPU strategy's cost, then its tiebreaks; then the §E NUMA score
+   (lowest first) — for exclusive pods the §A distribution's. Remaining
+   ties go to the lowest `rank` (a per-node order), or uniformly at random
+   with `rng` (as kube-scheduler), else to the lowest row. Without a GPU
+   strategy, CPU-only pods are ranked by §E alone.
+3. Name the NUMA CPUs (`distribute` on the chosen node) and concrete GPUs:
+   the allocation to `assume`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from .cluster_state import Allocation, ClusterState
+from .cpu_distribution import distribute
+from .gpu_candidates import GPU_MILLI, Candidates, GpuStrategy, is_share, whole_devices
+from .gpu_workload import Shape
+from .numa_lookup import exclusive_feasible, exclusive_scores, shared_numa_scores
+from .pod_request import Placement, PodRequest
+
+__all__ = ["Placement", "PodRequest", "decide", "shared_numa_scores"]
+
+
+def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = None, *,
+           rng: np.random.Generator | None = None, rank: np.ndarray | None = None,
+           allowed: np.ndarray | None = None) -> Placement:
+    """Choose a node, NUMA CPUs and GPUs for `pod`. Final ties go to the
+    lowest `rank[row]` (default: the row), or uniformly at random with
+    `rng`. `allowed` optionally limits the GPU devices usable (rows ×
+    device columns, e.g. a §B group)."""
+    n, shape = state.size, pod.shape
+    present = state.present[:n]
+    stages = [("unschedulable", state.schedulable[:n]), ("cpu", state.cpu_free[:n] >= pod.cpu_milli),
+              ("memory", state.mem_free[:n] >= pod.memory_mib)]
+    if pod.exclusive_cpus:
+        stages.append(("no-exclusive-cpus", state.exclusive_ok[:n]))
+    eligible = None
+    if pod.gpu_count:
+        need = pod.gpu_milli if is_share(shape) else GPU_MILLI
+        if pod.gpu_kind or allowed is not None or (pod.gpu_models and state.mixed_model_rows):
+            eligible = _eligible(state, pod, allowed, n)  # per device
+            room = np.count_nonzero(eligible & (state.gpu_free[:n] >= need), axis=1)
+            stages.append(("gpu", room >= pod.gpu_count))
+        else:  # every node's GPUs share its model: node-level figures suffice
+            if pod.gpu_models:
+                table = np.array([m in pod.gpu_models for m in state.models] + [False])
+                stages.append(("gpu-model", table[state.gpu_model[:n]]))  # id -1 (no GPU) hits the False pad
+            stages.append(("gpu", state.gpu_max[:n] >= need if is_share(shape) else state.gpu_whole[:n] >= pod.gpu_count))
+    keep, filtered = present, {}
+    for reason, mask in stages:
+        narrowed = keep & mask
+        filtered[reason] = int(np.count_nonzero(keep)) - int(np.count_nonzero(narrowed))
+        keep = narrowed
+    rows = np.flatnonzero(keep)
+    if not rows.size:
+        filtered = {k: v for k, v in filtered.items() if v}
+        return Placement(False, _why(filtered, int(np.count_nonzero(present))), filtered=filtered)
+    keys: list[np.ndarray] = []
+    scored = None
+    if strategy is not None and (pod.gpu_count or strategy.scores_cpu_pods):
+        scored = strategy.score(Candidates(state, rows, eligible), shape)
+        keys = [scored.cost, *scored.tiebreaks]
+    cpus = pod.cpu_milli // 1000
+    if pod.exclusive_cpus:
+        ok = exclusive_feasible(state, pod.cpu_policy, cpus, rows)
+        filtered["numa"] = int(np.count_nonzero(~ok))
+        idx = np.flatnonzero(ok)
+        rows, keys = rows[idx], [key[idx] for key in keys]
+        if scored is not None and scored.device is not None:
+            scored = scored._replace(device=scored.device[idx])
+    filtered = {k: v for k, v in filtered.items() if v}
+    if not rows.size:
+        return Placement(False, _why(filtered, int(np.count_nonzero(present))), filtered=filtered)
+    need_cpus = -(-pod.cpu_milli // 1000)
+
+    def numa_key(idx: np.ndarray) -> np.ndarray:
+        sub = rows if len(idx) == len(rows) else rows[idx]
+        if pod.exclusive_cpus:
+            return exclusive_scores(state, pod.cpu_policy, cpus, sub)
+        return shared_numa_scores(state, sub, need_cpus)
+
+    i = _select(len(rows), keys, numa_key, rng, None if rank is None else rank[rows])
+    r = int(rows[i])
+    if pod.exclusive_cpus:
+        dist = distribute(pod.cpu_policy, cpus, state.numa_free[r:r + 1], state.numa_load[r:r + 1],
+                          state.numa_valid[r:r + 1], state.numa_order[r:r + 1])
+        numa_cpus = {int(state.numa_id[r, j]): int(dist.counts[0, j]) for j in np.flatnonzero(dist.counts[0])}
+        numa_nodes, numa = tuple(sorted(numa_cpus)), float(dist.score[0])
+    else:
+        numa_cpus = {}
+        numa, numa_nodes = _numa_take(state, r, need_cpus)
+    gpus = _gpus(state, r, pod, shape, eligible, None if scored is None or scored.device is None else scored.device[i])
+    allocation = Allocation.of(state.names[r], pod.cpu_milli, pod.memory_mib, numa_cpus, gpus)
+    return Placement(True, node=state.names[r], row=r, allocation=allocation, numa_nodes=numa_nodes,
+                     cost=float(keys[0][i]) if keys else numa, numa_score=numa, candidates=int(rows.size),
+                     filtered=filtered)
+
+
+def _numa_take(state: ClusterState, r: int, need: int) -> tuple[float, tuple[int, ...]]:
+    # the same §E walk for the one chosen node, in plain Python
+    count = int(state.numa_count[r])
+    free, load = state.numa_free[r].tolist(), state.numa_load[r].tolist()
+    taken, covered = [], 0
+    for j in state.numa_order[r, :count].tolist():
+        taken.append(j)
+        covered += free[j]
+        if covered >= need:
+            break
+    if covered < need:
+        taken = list(range(count))
+    score = sum(load[j] for j in taken) / len(taken) if taken else 0.0
+    ids = state.numa_id[r].tolist()
+    return score, tuple(sorted(ids[j] for j in taken))
+
+
+def _gpus(state: ClusterState, r: int, pod: PodRequest, shape: Shape, eligible: np.ndarray | None,
+          device: int | None) -> dict[str, int]:
+    if not pod.gpu_count:
+        return {}
+    if device is not None and device >= 0:
+        return {state.gpu_id(r, int(device)): pod.gpu_milli}
+    ok_row = eligible[r] if eligible is not None else state.gpu_valid[r]
+    if is_share(shape):
+        options = np.flatnonzero(ok_row & (state.gpu_free[r] >= pod.gpu_milli))
+        picks = [int(options[np.argmin(state.gpu_free[r, options])])]  # the fullest that fits
+    else:
+        picks = whole_devices(state.gpu_free[r], ok_row, pod.gpu_count)
+    return {state.gpu_id(r, g): pod.gpu_milli for g in picks}
+
+
+def _eligible(state: ClusterState, pod: PodRequest, allowed: np.ndarray | None, n: int) -> np.ndarray:
+    ok = state.gpu_valid[:n].copy()
+    if pod.gpu_models:
+        table = np.array([m in pod.gpu_models for m in state.models] + [False])
+        ok &= table[np.where(state.gpu_dev_model[:n] < 0, len(state.models), state.gpu_dev_model[:n])]
+    if pod.gpu_kind:
+        ok &= state.gpu_virtual[:n] == (pod.gpu_kind == "virtual")
+    if allowed is not None:
+        ok &= allowed[:n]
+    return ok
+
+
+def _select(k: int, keys: list[np.ndarray], numa_key: Callable[[np.ndarray], np.ndarray],
+            rng: np.random.Generator | None, rank: np.ndarray | None) -> int:
+    # lexicographic minimum without sorting: narrow the ties key by key
+    if k == 1:
+        return 0
+    idx = None  # all candidates
+    for key in [*keys, None]:
+        if key is None:
+            values = numa_key(np.arange(k) if idx is None else idx)
+        else:
+            values = key if idx is None else key[idx]
+        best = values.min()
+        tied = np.flatnonzero(values <= best + 1e-9 * max(1.0, abs(float(best))))
+        idx = tied if idx is None else idx[tied]
+        if len(idx) == 1:
+            return int(idx[0])
+    if rng is not None:
+        return int(idx[rng.integers(len(idx))])
+    return int(idx[np.argmin(rank[idx])]) if rank is not None else int(idx[0])
+
+
+def _why(filtered: Mapping[str, int], present: int) -> str:
+    parts = ", ".join(f"{count} {reason}" for reason, count in sorted(filtered.items(), key=lambda kv: -kv[1]))
+    return f"0/{present} nodes fit" + (f": {parts}" if parts else "")

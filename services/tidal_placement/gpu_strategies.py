@@ -1,0 +1,31 @@
+"""The GPU placement strategies, by name: an explicit registry of factories
+`new(workload=None, **options) -> GpuStrategy` (one module per strategy).
+
+- `best-fit`: least leftover CPU/GPU (`gpu_bestfit`).
+- `fgd`: Fragmentation Gradient Descent as published (`gpu_fgd`).
+- `fgd-cpu`: FGD with CPU-deficit and packing tie-breaks (`gpu_fgd_cpu`),
+  which allocates more GPUs than FGD on the openb trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import gpu_bestfit, gpu_fgd, gpu_fgd_cpu
+from .gpu_candidates import GpuStrategy
+from .gpu_workload import TargetWorkload
+
+GPU_STRATEGIES: dict[str, Callable[..., GpuStrategy]] = {
+    gpu_bestfit.NAME: gpu_bestfit.new,
+    gpu_fgd.NAME: gpu_fgd.new,
+    gpu_fgd_cpu.NAME: gpu_fgd_cpu.new,
+}
+
+
+def make_strategy(name: str, workload: TargetWorkload | None = None, **options) -> GpuStrategy:
+    """Build the strategy registered as `name`."""
+    try:
+        factory = GPU_STRATEGIES[name]
+    except KeyError:
+        raise ValueError(f"unknown GPU strategy {name!r}; known: {', '.join(sorted(GPU_STRATEGIES))}") from None
+    return factory(workload, **options)

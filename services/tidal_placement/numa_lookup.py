@@ -1,0 +1,86 @@
+"""§A / §E NUMA figures for many nodes from the cache's per-node prefixes
+(`ClusterState._numa_head`), without per-pod sorting.
+
+- Shared-pool pod needing c CPUs (§E): walk the load-order prefixes; the
+  first t with Σ free ≥ c gives score = mean load of those t. The mean of
+  the t least-loaded only grows with t, so a node whose partial mean
+  already exceeds the best score found is dropped (score inf): scores are
+  exact wherever a node can still be the minimum of `rows`.
+- Exclusive CPUs (§A), k CPUs on a node with n NUMA nodes:
+  `auto`: feasible iff Σ free ≥ k; score as above.
+  `single-numa`: feasible iff max free ≥ k; score = least load among NUMA
+  nodes with ≥ k free (the least-loaded one when it fits).
+  `spread`: b = ⌊k/n⌋, e = k − b·n; feasible iff the smallest free ≥ b
+  and the e-th largest free ≥ b + 1; score = mean of all loads when b ≥ 1,
+  else the mean load of the e NUMA nodes with most free.
+These agree with `cpu_distribution.distribute`, which names the counts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .cluster_state import ClusterState
+
+
+def shared_numa_scores(state: ClusterState, rows: np.ndarray, need: int, *,
+                       all_when_short: bool = True) -> np.ndarray:
+    """§E scores of `rows` for `need` CPUs (inf where a node cannot win).
+    A node whose NUMA nodes cannot cover `need` scores the mean of all of
+    them (`all_when_short`), else inf."""
+    head = state.numa_cum_mean[rows, 0]
+    covered = state.numa_cum_free[rows, 0] >= need
+    score = np.where(covered, head, np.inf)
+    best = score.min() if len(score) else np.inf
+    waiting = np.flatnonzero(~covered & (head <= best))
+    for j in range(1, state.numa_cols):
+        if not waiting.size:
+            return score
+        sub = rows[waiting]
+        mean = state.numa_cum_mean[sub, j]
+        covers = state.numa_cum_free[sub, j] >= need
+        score[waiting[covers]] = mean[covers]
+        best = min(best, mean[covers].min()) if covers.any() else best
+        waiting = waiting[~covers & (mean <= best)]
+    if all_when_short:
+        score[waiting] = state.numa_cum_mean[rows[waiting], -1]
+    return score
+
+
+def exclusive_feasible(state: ClusterState, policy: str, cpus: int, rows: np.ndarray) -> np.ndarray:
+    """Which of `rows` can give `cpus` exclusive CPUs under `policy`."""
+    if policy == "auto":
+        return state.numa_cum_free[rows, -1] >= cpus
+    if policy == "single-numa":
+        return state.numa_max_free[rows] >= cpus
+    if policy == "spread":
+        count = state.numa_count[rows]
+        base = cpus // np.maximum(count, 1)
+        extra = cpus - base * count
+        low = state.numa_free_desc[rows, np.maximum(count - 1, 0)] >= base
+        high = (extra == 0) | (state.numa_free_desc[rows, np.maximum(extra - 1, 0)] >= base + 1)
+        return (count > 0) & low & high
+    raise ValueError(f"unknown CPU policy {policy!r}")
+
+
+def exclusive_scores(state: ClusterState, policy: str, cpus: int, rows: np.ndarray) -> np.ndarray:
+    """NUMA score of feasible `rows` (inf where a node cannot be the minimum)."""
+    if policy == "auto":
+        return shared_numa_scores(state, rows, cpus, all_when_short=False)
+    if policy == "spread":
+        count = state.numa_count[rows]
+        base = cpus // np.maximum(count, 1)
+        extra = np.maximum(cpus - base * count, 1)
+        few = state.numa_desc_cum_load[rows, extra - 1] / extra
+        return np.where(base >= 1, state.numa_cum_mean[rows, -1], few)
+    if policy == "single-numa":
+        head_fits = state.numa_cum_free[rows, 0] >= cpus
+        head = state.numa_cum_mean[rows, 0]
+        score = np.where(head_fits, head, np.inf)
+        todo = np.flatnonzero(~head_fits & (head <= score.min()))
+        if todo.size:
+            sub = rows[todo]
+            fits = state.numa_valid[sub] & (state.numa_free[sub] >= cpus)
+            score[todo] = np.where(fits, state.numa_load[sub], np.inf).min(axis=1)
+        return score
+    raise ValueError(f"unknown CPU policy {policy!r}")

@@ -1,0 +1,72 @@
+"""A pod as placement sees it, the decision about it, and that decision as
+the `PlacementDecision` event the service publishes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tidal_schemas import GpuShare, NodeCandidate, PlacementDecision, PodLifecycle, pod_key
+
+from .cluster_state import GPU_MILLI, Allocation
+from .cpu_distribution import CpuPolicy
+from .gpu_workload import Shape
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    """What placement needs to know of a pod."""
+
+    key: str
+    cpu_milli: int
+    memory_mib: int = 0
+    exclusive_cpus: bool = False
+    cpu_policy: CpuPolicy = "auto"
+    gpu_count: int = 0
+    gpu_milli: int = GPU_MILLI
+    gpu_models: tuple[str, ...] = ()
+    gpu_kind: str | None = None
+
+    @property
+    def shape(self) -> Shape:
+        return Shape(self.cpu_milli, self.gpu_milli if self.gpu_count else 0, self.gpu_count, self.gpu_models)
+
+    @staticmethod
+    def from_pod(pod: PodLifecycle) -> "PodRequest":
+        """The request of a pod event."""
+        return PodRequest(key=pod_key(pod.namespace, pod.name), cpu_milli=pod.requests.cpu_milli,
+                          memory_mib=pod.requests.memory_mib, exclusive_cpus=pod.exclusive_cpus,
+                          cpu_policy=pod.cpu_policy or "auto", gpu_count=pod.gpu.count, gpu_milli=pod.gpu.milli,
+                          gpu_models=tuple(pod.gpu.models), gpu_kind=pod.gpu.kind)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the pod goes and what it takes, or why nowhere (`ok` False)."""
+
+    ok: bool
+    reason: str = ""
+    node: str | None = None
+    row: int = -1
+    allocation: Allocation | None = None
+    numa_nodes: tuple[int, ...] = ()
+    cost: float = 0.0
+    numa_score: float = 0.0
+    candidates: int = 0
+    filtered: Mapping[str, int] = field(default_factory=dict)
+
+
+def placement_decision(pod: PodLifecycle, placement: Placement, decision_id: str) -> PlacementDecision:
+    """The event for `placement` of `pod`: `placed` with node, NUMA CPUs and
+    GPUs, or `pending` with the reason and the per-reason node counts."""
+    common = dict(decision_id=decision_id, namespace=pod.namespace, name=pod.name, uid=pod.uid,
+                  filtered=dict(placement.filtered), reason=placement.reason)
+    if not placement.ok:
+        return PlacementDecision(outcome="pending", **common)
+    allocation = placement.allocation
+    chosen = NodeCandidate(node=placement.node, score=placement.cost, numa_nodes=list(placement.numa_nodes),
+                           breakdown={"cost": placement.cost, "numa": placement.numa_score,
+                                      "candidates": float(placement.candidates)})
+    return PlacementDecision(outcome="placed", node=placement.node, numa_cpus=dict(allocation.numa_cpus),
+                             numa_nodes=list(placement.numa_nodes), chosen=chosen,
+                             gpus=[GpuShare(gpu=gpu, milli=milli) for gpu, milli in allocation.gpus], **common)

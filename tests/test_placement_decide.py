@@ -1,0 +1,176 @@
+"""One placement decision: filters with reasons, §A CPU distribution, §E
+NUMA choice, GPU devices, tie-breaking, and the allocation to assume."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tidal_placement.cluster_state import ClusterState
+from tidal_placement.decide import PodRequest, decide
+from tidal_placement.pod_request import placement_decision
+from tidal_placement.gpu_strategies import make_strategy
+from tidal_placement.topology_builder import make_topology
+from tidal_schemas import Gpu, GpuAsk, Resources
+
+from builders import pod
+
+
+def cluster(*topologies, loads=None) -> ClusterState:
+    state = ClusterState()
+    for t in topologies:
+        state.upsert_node(t)
+    for node, numa in (loads or {}).items():
+        state.update_load(node, numa)
+    return state
+
+
+BEST_FIT = make_strategy("best-fit")
+
+
+def test_filters_count_nodes_out_by_reason():
+    # small: 2 CPUs < 4 asked; tainted: blocked; big: fits
+    state = cluster(make_topology("small", (2,)), make_topology("tainted", (8,)), make_topology("big", (8,)))
+    state.set_blocked("tainted", "taint")
+    choice = decide(state, PodRequest("p", cpu_milli=4000))
+    assert choice.ok and choice.node == "big"
+    assert choice.filtered == {"cpu": 1, "unschedulable": 1}
+
+
+def test_nowhere_to_go_says_why():
+    state = cluster(make_topology("a", (2,), memory_mib=100), make_topology("b", (8,), memory_mib=100))
+    choice = decide(state, PodRequest("p", cpu_milli=4000, memory_mib=200))
+    assert not choice.ok and choice.allocation is None
+    assert choice.reason == "0/2 nodes fit: 1 cpu, 1 memory"
+
+
+def test_worked_example_e_lowest_numa_score_wins():
+    # pod on the shared pool asking 4 CPUs. node1: numa1 (load 0.2) has 6 CPUs → 0.2.
+    # node2: its least-loaded NUMA (0.1) has 2 CPUs, + numa1 (0.5) → 0.3. 0.2 < 0.3 → node1 / numa1.
+    state = cluster(make_topology("node1", (2, 6)), make_topology("node2", (2, 8)),
+                    loads={"node1": {0: 0.6, 1: 0.2}, "node2": {0: 0.1, 1: 0.5}})
+    choice = decide(state, PodRequest("p", cpu_milli=4000))
+    assert (choice.node, choice.numa_nodes, choice.numa_score) == ("node1", (1,), pytest.approx(0.2))
+    assert choice.allocation.numa_cpus == ()  # shared pool: no exclusive CPUs taken
+
+
+@pytest.mark.parametrize("policy, numa_cpus", [
+    ("spread", ((0, 2), (1, 2))),   # worked example: 4 over 2 NUMA nodes → 2 + 2
+    ("single-numa", ((1, 4),)),     # numa1 is less loaded (0.1 < 0.3)
+    ("auto", ((1, 4),)),            # §E: numa1 alone covers 4
+])
+def test_exclusive_cpus_follow_the_policy(policy, numa_cpus):
+    state = cluster(make_topology("n1", (8, 8)), loads={"n1": {0: 0.3, 1: 0.1}})
+    choice = decide(state, PodRequest("p", cpu_milli=4000, exclusive_cpus=True, cpu_policy=policy))
+    assert choice.ok and choice.allocation.numa_cpus == numa_cpus
+    assert state.assume("p", choice.allocation).ok
+    assert state.numa_free[state.rows["n1"], :2].sum() == 12  # 16 − 4
+
+
+def test_exclusive_cpus_need_the_capability_and_room():
+    state = cluster(make_topology("shared", (8, 8), exclusive=False), make_topology("tight", (2, 2)))
+    choice = decide(state, PodRequest("p", cpu_milli=4000, exclusive_cpus=True, cpu_policy="single-numa"))
+    # shared: no per-NUMA figures; tight: 4 > 2 on any single NUMA node
+    assert not choice.ok and choice.filtered == {"no-exclusive-cpus": 1, "numa": 1}
+
+
+def test_gpu_model_and_room_filters():
+    state = cluster(make_topology("a100", (8,), gpus=1, model="A100"), make_topology("t4", (8,), gpus=2, model="T4"))
+    assert decide(state, PodRequest("p", 1000, gpu_count=1, gpu_models=("A100",))).node == "a100"
+    choice = decide(state, PodRequest("p", 1000, gpu_count=2, gpu_models=("A100",)))
+    assert not choice.ok and choice.filtered == {"gpu-model": 1, "gpu": 1}  # t4: wrong model, a100: 1 < 2 GPUs
+
+
+def test_mixed_model_node_is_checked_per_device():
+    # a node reporting one A100 (gpu0) and one T4 (gpu1): a T4 pod must get gpu1
+    topo = make_topology("mixed", (8,), gpus=2, model="A100")
+    topo = topo.model_copy(update={"gpus": [topo.gpus[0], Gpu(id="gpu1", index=1, model="T4")]})
+    state = cluster(topo)
+    choice = decide(state, PodRequest("p", 1000, gpu_count=1, gpu_models=("T4",)), BEST_FIT)
+    assert choice.allocation.gpus == (("gpu1", 1000),)
+    assert not decide(state, PodRequest("p", 1000, gpu_count=2, gpu_models=("T4",)), BEST_FIT).ok
+
+
+def test_gpu_kind_filter_uses_virtual_devices():
+    state = cluster(make_topology("n1", (8,), gpus=1, virtual=2))
+    choice = decide(state, PodRequest("p", 1000, gpu_count=1, gpu_milli=500, gpu_kind="virtual"))
+    assert choice.allocation.gpus == (("vgpu0", 500),)
+
+
+def test_whole_gpus_take_the_lowest_free_devices():
+    state = cluster(make_topology("n1", (8,), gpus=4))
+    state.assume("x", decide(state, PodRequest("x", 1000, gpu_count=1, gpu_milli=300), BEST_FIT).allocation)
+    choice = decide(state, PodRequest("p", 1000, gpu_count=2), BEST_FIT)
+    assert choice.allocation.gpus == (("gpu1", 1000), ("gpu2", 1000))  # gpu0 holds a share
+
+
+def test_shares_pack_onto_the_fullest_gpu_that_fits():
+    # 300 then 500 then 300: 300 + 500 on gpu0 (200 left), the last 300 no longer fits there → gpu1
+    state = cluster(make_topology("n1", (8,), gpus=2))
+    gpus = []
+    for i, milli in enumerate((300, 500, 300)):
+        choice = decide(state, PodRequest(f"p{i}", 100, gpu_count=1, gpu_milli=milli), BEST_FIT)
+        state.assume(f"p{i}", choice.allocation)
+        gpus.append(choice.allocation.gpus[0][0])
+    assert gpus == ["gpu0", "gpu0", "gpu1"]
+
+
+def test_best_fit_prefers_the_node_left_fullest():
+    # leftover n1: .5·12000/128000 + .5·1000/8000 = 0.109; n2: .5·4000/128000 + 0 = 0.016 → n2
+    state = cluster(make_topology("n1", (16,), gpus=2), make_topology("n2", (8,), gpus=1))
+    choice = decide(state, PodRequest("p", 4000, gpu_count=1), BEST_FIT)
+    assert choice.node == "n2" and choice.cost == pytest.approx(0.015625)
+
+
+def test_ties_go_to_rank_then_row_or_rng():
+    state = cluster(*(make_topology(f"n{i}", (4,)) for i in range(4)))
+    request = PodRequest("p", 1000)
+    assert decide(state, request).node == "n0"                                  # lowest row
+    assert decide(state, request, rank=np.array([3, 2, 0, 1])).node == "n2"      # lowest rank
+    picks = {decide(state, request, rng=np.random.default_rng(s)).node for s in range(20)}
+    assert picks == {"n0", "n1", "n2", "n3"}                                      # uniform among equals
+
+
+def test_allowed_mask_limits_devices():
+    state = cluster(make_topology("n1", (8,), gpus=2), make_topology("n2", (8,), gpus=2))
+    allowed = np.zeros((state.size, state.gpu_cols), dtype=bool)
+    allowed[state.rows["n2"], 1] = True
+    choice = decide(state, PodRequest("p", 1000, gpu_count=1), BEST_FIT, allowed=allowed)
+    assert (choice.node, choice.allocation.gpus) == ("n2", (("gpu1", 1000),))
+
+
+def test_forget_makes_the_same_decision_possible_again():
+    state = cluster(make_topology("n1", (4, 4), gpus=1))
+    request = PodRequest("p", 4000, exclusive_cpus=True, cpu_policy="single-numa", gpu_count=1)
+    first = decide(state, request, BEST_FIT)
+    assert state.assume("p", first.allocation).ok
+    assert not decide(state, PodRequest("q", 4000, exclusive_cpus=True, gpu_count=1), BEST_FIT).ok
+    state.forget("p")
+    assert decide(state, request, BEST_FIT).allocation == first.allocation
+
+
+def test_oversold_allocatable_admits_more():
+    state = cluster(make_topology("n1", (4,), memory_mib=1024))
+    assert not decide(state, PodRequest("p", 6000)).ok
+    state.set_allocatable("n1", Resources(cpu_milli=8000, memory_mib=1024))
+    assert decide(state, PodRequest("p", 6000)).ok
+
+
+def test_request_from_a_pod_event():
+    event = pod("web", cpu_milli=2000, exclusive_cpus=True, cpu_policy="spread",
+                gpu=GpuAsk(count=1, milli=250, models=["T4"], kind="virtual"))
+    assert PodRequest.from_pod(event) == PodRequest("default/web", 2000, 512, True, "spread", 1, 250, ("T4",),
+                                                    "virtual")
+
+
+def test_placement_decision_event():
+    state = cluster(make_topology("n1", (4, 4), gpus=1))
+    event = pod("train", cpu_milli=2000, exclusive_cpus=True, cpu_policy="spread", gpu=GpuAsk(count=1))
+    placed = placement_decision(event, decide(state, PodRequest.from_pod(event), BEST_FIT), "d1")
+    # spread 2 CPUs over 2 NUMA nodes: 1 + 1; the one GPU whole
+    assert (placed.outcome, placed.node, placed.numa_cpus, placed.numa_nodes) == ("placed", "n1", {0: 1, 1: 1}, [0, 1])
+    assert [(g.gpu, g.milli) for g in placed.gpus] == [("gpu0", 1000)]
+    big = pod("huge", cpu_milli=64000)
+    pending = placement_decision(big, decide(state, PodRequest.from_pod(big)), "d2")
+    assert (pending.outcome, pending.node, pending.filtered) == ("pending", None, {"cpu": 1})
+    assert pending.reason == "0/1 nodes fit: 1 cpu"

@@ -1,0 +1,140 @@
+"""GPU strategies: registry, FGD's score and device choice (hand-computed),
+FGD-CPU's tie-breaks, and the §B two-node example under FGD."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tidal_placement.cluster_state import Allocation, ClusterState
+from tidal_placement.decide import PodRequest, decide
+from tidal_placement.gpu_candidates import Candidates, sigmoid_score
+from tidal_placement.gpu_fgd_cpu import cpu_per_gpu
+from tidal_placement.gpu_strategies import GPU_STRATEGIES, make_strategy
+from tidal_placement.gpu_workload import Shape, TargetWorkload, typical_workload
+from tidal_placement.topology_builder import make_topology
+
+A, B, C = Shape(1000, 500, 1), Shape(2000, 1000, 1), Shape(4000)
+WORKLOAD = TargetWorkload((A, B, C), np.array([0.5, 0.25, 0.25]))
+
+
+def cluster(*nodes: tuple) -> ClusterState:
+    """nodes: (name, CPUs, [milli left per GPU])."""
+    state = ClusterState()
+    for name, cpus, left in nodes:
+        state.upsert_node(make_topology(name, (cpus,), gpus=len(left)))
+        used = {f"gpu{i}": 1000 - m for i, m in enumerate(left) if m < 1000}
+        if used:
+            state.assume(f"{name}-used", Allocation.of(name, gpus=used))
+    return state
+
+
+def candidates(state: ClusterState) -> Candidates:
+    return Candidates(state, np.flatnonzero(state.present[:state.size]))
+
+
+def test_registry():
+    assert set(GPU_STRATEGIES) == {"best-fit", "fgd", "fgd-cpu"}
+    with pytest.raises(ValueError, match="unknown GPU strategy"):
+        make_strategy("first-fit")
+    for name in ("fgd", "fgd-cpu"):
+        with pytest.raises(ValueError, match="target workload"):
+            make_strategy(name)
+        assert make_strategy(name, WORKLOAD).name == name
+
+
+@pytest.mark.parametrize("delta, score", [(0, 50), (200, 54), (-150, 46), (250, 56), (-1e6, 0), (1e6, 100)])
+def test_fgd_integer_score(delta, score):
+    # ⌊100 · sigmoid(Δ/1000)⌋: sigmoid(0.2) = 0.5498 → 54, sigmoid(-0.15) = 0.4626 → 46
+    assert sigmoid_score(np.array([float(delta)]))[0] == score
+
+
+def test_fgd_share_tries_every_device():
+    # node: 3 CPUs, GPUs left [1000, 300] (F = 550, see test_placement_gpu_frag).
+    # a 200 share on gpu1 → F 350, Δ +200 → 54; on gpu0 → F 700, Δ −150 → 46: gpu1 wins
+    state = cluster(("n", 3, [1000, 300]))
+    scored = make_strategy("fgd", WORKLOAD).score(candidates(state), Shape(0, 200, 1))
+    assert scored.cost.tolist() == [-54] and scored.device.tolist() == [1]
+
+
+def test_fgd_whole_gpu():
+    # 1 CPU + 1 whole GPU: left [0, 300], 2 CPUs → F 300, Δ = 550 − 300 = 250 → 56
+    state = cluster(("n", 3, [1000, 300]))
+    scored = make_strategy("fgd", WORKLOAD).score(candidates(state), Shape(1000, 1000, 1))
+    assert scored.cost.tolist() == [-56] and scored.device is None
+
+
+def test_fgd_prefers_the_node_whose_fragment_it_fills():
+    # a 300 share, 8 CPUs everywhere.
+    # fresh [1000, 1000]: F = ¼·2000 = 500 → [700, 1000]: B's fragment 700, so
+    #   F = ¼·700 + ¼·1700 = 600, Δ −100 → 47.
+    # partial [1000, 300]: F = 550 → on gpu1 [1000, 0]: F = ¼·1000 = 250, Δ +300 → 57.
+    state = cluster(("fresh", 8, [1000, 1000]), ("partial", 8, [1000, 300]))
+    strategy = make_strategy("fgd", WORKLOAD)
+    assert strategy.score(candidates(state), Shape(0, 300, 1)).cost.tolist() == [-47, -57]
+    choice = decide(state, PodRequest("p", 0, gpu_count=1, gpu_milli=300), strategy)
+    assert (choice.node, choice.allocation.gpus) == ("partial", (("gpu1", 300),))
+
+
+def test_worked_example_b_under_fgd_places_all_four():
+    # target workload = the tenant's containers (2, 1, 2, 3 GPUs): p = ½, ¼, ¼.
+    # F(free f) = Σ p·f·[f < count]: F4 = F3 = 0, F2 = ¼·2000 = 500, F1 = ¾·1000 = 750, F0 = 0
+    # 2 → a (tie, Δ −500); 1 → b (a: 500→750 Δ −250 → 43, b: 0→0 → 50);
+    # 2 → a (Δ +500 → 62 vs b Δ −750 → 32); 3 → b. Everything fits.
+    state = cluster(("a", 8, [1000] * 4), ("b", 8, [1000] * 4))
+    shapes = [Shape(0, 1000, d) for d in (2, 1, 2, 3)]
+    strategy = make_strategy("fgd", typical_workload(shapes, coverage=1.0))
+    nodes = []
+    for i, shape in enumerate(shapes):
+        choice = decide(state, PodRequest(f"p{i}", 0, gpu_count=shape.gpu_count), strategy)
+        assert choice.ok and state.assume(f"p{i}", choice.allocation).ok
+        nodes.append(choice.node)
+    assert nodes == ["a", "b", "a", "b"]
+
+
+def test_rho_is_cpu_per_gpu_of_gpu_shapes():
+    # GPU shapes: A (1000 CPU / 500 GPU, p ½), B (2000 / 1000, p ¼); C is CPU-only
+    # ρ = (½·1000 + ¼·2000) / (½·500 + ¼·1000) = 1000 / 500 = 2
+    assert cpu_per_gpu(WORKLOAD) == pytest.approx(2.0)
+
+
+def test_fgd_cpu_sends_cpu_pods_where_cpu_is_spare():
+    # X (100 CPU, 1 GPU) and Y (3900 CPU, 1 GPU), p ½ each: ρ = 4000/2000 = 2 CPU per GPU.
+    # A 2-CPU CPU-only pod: FGD scores both nodes 50 (no typical shape stops fitting).
+    # tight: 3 CPUs, 1 idle GPU: deficit 0 → max(0, 2 − 1) = 1 CPU; rich: 10 CPUs → 0.
+    workload = TargetWorkload((Shape(100, 1000, 1), Shape(3900, 1000, 1)), np.array([0.5, 0.5]))
+    state = cluster(("tight", 3, [1000]), ("rich", 10, [1000]))
+    pod = PodRequest("p", 2000)
+    assert decide(state, pod, make_strategy("fgd", workload)).node == "tight"  # tie: lowest row
+    scored = make_strategy("fgd-cpu", workload).score(candidates(state), Shape(2000))
+    assert scored.cost.tolist() == [-50, -50] and scored.tiebreaks[0].tolist() == [1, 0]
+    assert decide(state, pod, make_strategy("fgd-cpu", workload)).node == "rich"
+
+
+def test_fgd_cpu_packs_on_equal_scores():
+    # one shape (no CPU, 1 GPU): any node with an idle GPU fits it, so every
+    # placement scores 50 and ρ = 0. Pack: 1 GPU left on "some" beats 3 on "empty".
+    workload = TargetWorkload((Shape(0, 1000, 1),), np.array([1.0]))
+    state = cluster(("empty", 8, [1000] * 4), ("some", 8, [1000, 1000, 0, 0]))
+    assert decide(state, PodRequest("p", 0, gpu_count=1), make_strategy("fgd-cpu", workload)).node == "some"
+
+
+def test_fgd_cpu_share_ties_go_to_the_fullest_device():
+    # shape: 100-milli shares. A 300 share leaves 700 on gpu0 or 200 on gpu1:
+    # neither is below 100, so both score the same; FGD takes the first, FGD-CPU the fuller
+    workload = TargetWorkload((Shape(0, 100, 1),), np.array([1.0]))
+    state = cluster(("n", 8, [1000, 500]))
+    share = Shape(0, 300, 1)
+    assert make_strategy("fgd", workload).score(candidates(state), share).device.tolist() == [0]
+    assert make_strategy("fgd-cpu", workload).score(candidates(state), share).device.tolist() == [1]
+
+
+def test_best_fit_quantised_normalises_like_kube_scheduler():
+    # leftover: n1 = .5·(8000−1000)/128000 + .5·(1000−1000)/8000 = 0.02734 → ⌊97.27⌋ = 97
+    #           n2 = .5·(64000−1000)/128000 + .5·(4000−1000)/8000 = 0.43359 → ⌊56.64⌋ = 56
+    # min-max to 0..100: n1 100, n2 0 → cost −100, 0
+    state = cluster(("n1", 8, [1000]), ("n2", 64, [1000] * 4))
+    scored = make_strategy("best-fit", quantised=True).score(candidates(state), Shape(1000, 1000, 1))
+    assert scored.cost.tolist() == [-100, 0]
+    exact = make_strategy("best-fit").score(candidates(state), Shape(1000, 1000, 1))
+    assert exact.cost.tolist() == pytest.approx([0.02734375, 0.43359375])

@@ -1,0 +1,67 @@
+"""The cached-prefix NUMA lookups used on the hot path agree with the
+reference vectorised computations (`distribute`, `numa_scores`) on random
+clusters: same feasibility everywhere, same minimum and same winners."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidal_placement.cluster_state import Allocation, ClusterState
+from tidal_placement.cpu_distribution import distribute
+from tidal_placement.numa_lookup import exclusive_feasible, exclusive_scores, shared_numa_scores
+from tidal_placement.numa_score import numa_scores
+from tidal_placement.topology_builder import make_topology
+
+
+def random_cluster(seed: int, nodes: int = 40) -> ClusterState:
+    rng = np.random.default_rng(seed)
+    state = ClusterState()
+    for i in range(nodes):
+        numa = int(rng.choice([1, 2, 4, 8]))
+        name = f"n{i}"
+        state.upsert_node(make_topology(name, tuple(int(rng.choice([2, 4, 8])) for _ in range(numa))))
+        # loads on a coarse grid so equal loads (ties) happen
+        state.update_load(name, {j: float(rng.integers(0, 5)) / 4 for j in range(numa)})
+        held = {j: int(rng.integers(0, 3)) for j in range(numa)}
+        state.assume(f"{name}-x", Allocation.of(name, 1000 * sum(held.values()), 0, held))
+    return state
+
+
+def winners(score: np.ndarray) -> set[int]:
+    finite = np.isfinite(score)
+    if not finite.any():
+        return set()
+    return set(np.flatnonzero(score == score[finite].min()).tolist())
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), cpus=st.integers(1, 20), policy=st.sampled_from(["spread", "single-numa", "auto"]))
+def test_exclusive_lookups_match_distribute(seed, cpus, policy):
+    state = random_cluster(seed)
+    rows = np.flatnonzero(state.present[:state.size])
+    ref = distribute(policy, cpus, state.numa_free[rows], state.numa_load[rows], state.numa_valid[rows])
+    feasible = exclusive_feasible(state, policy, cpus, rows)
+    assert feasible.tolist() == ref.feasible.tolist()
+    if feasible.any():
+        fast = exclusive_scores(state, policy, cpus, rows[feasible])
+        assert winners(fast) == winners(ref.score[feasible])
+        exact = np.isfinite(fast)
+        assert fast[exact] == pytest.approx(ref.score[feasible][exact])  # finite values are the true scores
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), need=st.integers(0, 40))
+def test_shared_lookup_matches_numa_scores(seed, need):
+    state = random_cluster(seed)
+    rows = np.flatnonzero(state.present[:state.size])
+    valid, load = state.numa_valid[rows], state.numa_load[rows]
+    ref = numa_scores(need, state.numa_free[rows], load, valid)
+    every = np.where(valid, load, 0).sum(axis=1) / valid.sum(axis=1)
+    reference = np.where(ref.feasible, ref.score, every)
+    fast = shared_numa_scores(state, rows, need)
+    assert winners(fast) == winners(reference)
+    exact = np.isfinite(fast)
+    assert fast[exact] == pytest.approx(reference[exact])  # every finite value is the true score
