@@ -29,9 +29,14 @@ MOVE_CASES = [
     # src after 0.95 − 0.1 = 0.85; NUMA 1: 0.40 + 0.1 = 0.50, NUMA 2: 0.30 + 0.1 = 0.40 → NUMA 2
     ("target with the lowest load after the move", [0.95, 0.4, 0.3], [ls("a", 400, (0,))], (), [("a", 2, (8,))]),
     # 0.85 − 0.1 = 0.75 at the source, 0.80 + 0.1 = 0.90 at the target: never busier than the source
-    ("never onto a busier NUMA node", [0.85, 0.8], [ls("a", 400, (0,))], (), []),
-    # a: 0.9 − 0.2 = 0.7 at the source, 0.6 + 0.2 = 0.8 > 0.7 at the target; b (1000) is worse
-    ("balanced: no move makes things better", [0.9, 0.6], [ls("a", 800, (0,)), ls("b", 1000, (1,))], (), []),
+    ("never onto a busier NUMA node", [0.85, 0.9], [ls("a", 400, (0,))], (), []),
+    # a (lowest usage) moves: source 0.95 − 0.1 = 0.85, target 0.8 + 0.1 = 0.9 < 0.95; the source is
+    # still hot, but NUMA 1 (0.9) is no longer below it: balanced, b stays
+    ("balanced: no further move", [0.95, 0.8], [ls("a", 400, (0,)), ls("b", 600, (1,))], (), [("a", 1, (4,))]),
+    # a pod that alone saturates NUMA 0 would only carry the hotspot over: 0.1 + 1.0 = 1.1 >= 1.0
+    ("a hotspot is relieved, not relocated", [1.0, 0.1], [ls("a", 4000, (0, 1, 2, 3))], (), []),
+    # two pods share NUMA 0: moving one gives 0.5 and 0.1 + 0.5 = 0.6 < 1.0
+    ("sharing pods are split", [1.0, 0.1], [ls("a", 2000, (0, 1)), ls("b", 2000, (2, 3))], (), [("a", 1, (4, 5))]),
     # a needs 4 CPUs, NUMA 1 has 2 free (4 and 5 are x's)
     ("never beyond the target's free CPUs", [0.95, 0.1], [ls("a", 400, (0, 1, 2, 3)), ls("x", 100, (4, 5))], (), []),
     # a needs 4 CPUs, NUMA 1 has 4, 5, 7 (6 is reserved)
@@ -61,8 +66,8 @@ def test_move_projection_and_reason():
     assert (second.load_before, second.projected_load, second.target_projected) == pytest.approx((0.85, 0.65, 0.5))
     assert first.from_cpuset == (0,) and second.from_cpuset == (1,)
     assert result.projected == pytest.approx({0: 0.65, 1: 0.5, 2: 0.5})
-    assert "move LS pod a, lowest usage first (400 milli-CPU), to NUMA 1 (0.200 -> 0.300 <= source 0.850)" \
-        in first.reason
+    assert "move LS pod a, lowest usage first (400 milli-CPU), to NUMA 1 (its load 0.200 < source 0.950; " \
+           "projected 0.300, source 0.850)" in first.reason
 
 
 def test_no_move_while_a_be_pod_runs_there():
@@ -101,10 +106,10 @@ def test_frozen_or_busy_ls_pods_are_not_moved():
 
 
 def test_why_a_pod_was_not_moved():
-    result = plan([0.85, 0.8, 0.5], [ls("a", 400, (0, 1)), ls("x", 100, (8, 9, 10, 11))])
-    # a needs 2 CPUs: NUMA 1 would end at 0.9 > 0.75; NUMA 2 has none free
+    result = plan([0.85, 0.9, 0.5], [ls("a", 400, (0, 1)), ls("x", 100, (8, 9, 10, 11))])
+    # a needs 2 CPUs: NUMA 1 is busier than the source; NUMA 2 has none free
     [note] = [n for n in result.notes if n.startswith("a:")]
-    assert "NUMA 1: would be at 0.900 > source 0.750 after the move" in note
+    assert "NUMA 1: load 0.900 is not below the source's 0.850" in note
     assert "NUMA 2: 0 free CPU(s) < 2 needed" in note
 
 

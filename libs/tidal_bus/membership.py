@@ -22,6 +22,14 @@ from nats.js.kv import KeyValue
 log = logging.getLogger(__name__)
 
 
+def _raise_if_cancelling() -> None:
+    """Python 3.11's wait_for (used inside nats-py) can swallow a cancel that
+    races a reply; a loop that must stop checks for a pending cancel itself."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 def rendezvous_owner(partition: int, members: list[str]) -> str:
     """The member with the highest hash for this partition owns it."""
     return max(members, key=lambda m: hashlib.blake2b(f"{m}/{partition}".encode(), digest_size=8).digest())
@@ -73,6 +81,7 @@ class Membership:
         """Heartbeat and rebalance until cancelled."""
         while True:
             await asyncio.sleep(self._ttl / 3)
+            _raise_if_cancelling()
             try:
                 await self._beat()
                 await self.refresh()

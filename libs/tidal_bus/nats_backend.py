@@ -35,7 +35,7 @@ from tidal_schemas.streams import StreamSpec, partition_for
 
 from .api import AssignmentListener, Backend, GroupSubscription, RawMessage, StartAt
 from .errors import BusError
-from .membership import Membership
+from .membership import Membership, _raise_if_cancelling
 from .subjects import (
     decode_token,
     encode_durable,
@@ -329,6 +329,7 @@ class _NatsGroupSubscription(GroupSubscription):
     async def _reconcile(self) -> None:
         while True:
             await self._changed.wait()
+            _raise_if_cancelling()
             self._changed.clear()
             try:
                 await self._rebalance(self._desired)
@@ -366,9 +367,13 @@ class _NatsGroupSubscription(GroupSubscription):
         self.stopping = True
         for task in self._tasks:
             task.cancel()
+        log.debug("close %s: stopping membership", self._group)
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        log.debug("close %s: leaving", self._group)
         await self._membership.leave()
+        log.debug("close %s: releasing partitions", self._group)
         await self._rebalance(frozenset())
+        log.debug("close %s: returning %d fetched messages", self._group, self._queue.qsize())
         while not self._queue.empty():  # fetched but never handled: redeliver at once
             await self._queue.get_nowait().nak(0)
 
@@ -376,9 +381,11 @@ class _NatsGroupSubscription(GroupSubscription):
         current = frozenset(self._fetchers)
         gained, lost = owned - current, current - owned
         for partition in lost:
-            task = self._fetchers.pop(partition)
+            task = self._fetchers.pop(partition)  # the fetch loop sees this and ends
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            # Bounded: on Python 3.11 a cancellation racing a message arrival can be
+            # swallowed inside the client; the ownership check ends the loop anyway.
+            await asyncio.wait({task}, timeout=5.0)
         if self._on_assign is not None and (gained or lost):
             await self._on_assign(self, frozenset(gained), frozenset(lost))
         for partition in sorted(gained):
@@ -407,8 +414,9 @@ class _NatsGroupSubscription(GroupSubscription):
         )
 
     async def _fetch(self, partition: int, psub) -> None:
+        me = asyncio.current_task()
         try:
-            while True:
+            while self._fetchers.get(partition) is me and not me.cancelling():
                 try:
                     batch = await psub.fetch(self._backend.fetch_batch, timeout=1.0)
                 except (nats.errors.TimeoutError, asyncio.TimeoutError):
@@ -418,6 +426,9 @@ class _NatsGroupSubscription(GroupSubscription):
                     await asyncio.sleep(0.5)
                     continue
                 for msg in batch:
+                    if self._fetchers.get(partition) is not me:
+                        await msg.nak()  # no longer ours: let the new owner have it at once
+                        continue
                     await self._queue.put(self._backend._raw(msg))
         finally:
             try:

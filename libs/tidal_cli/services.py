@@ -11,6 +11,8 @@ SERVICES: dict[str, str] = {
     "topology": "tidal_topology.service:TopologyService",
     "scoring": "tidal_scoring.service:ScoringService",
     "oversell": "tidal_oversell.service:OversellService",
+    "remediation": "tidal_remediation.service:RemediationService",
+    "bridge": "tidal_bridge.service:BridgeService",
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -87,6 +88,13 @@ class Service:
         self.metrics.published(payload.TYPE)
         return envelope
 
+    def default_group(self) -> str:
+        """Replicas serving the same clusters share a group; deployments for
+        other clusters on the same bus get their own, or they would split the
+        partitions and each skip the other's events."""
+        clusters = self.settings.handled_clusters()
+        return self.name if clusters is None else f"{self.name}-{'+'.join(sorted(clusters))}"
+
     # -- lifecycle --------------------------------------------------------------
     def ready(self) -> tuple[bool, str]:
         if not self._started.is_set():
@@ -113,7 +121,7 @@ class Service:
             self.log.info("serving /healthz /readyz /metrics on port %s", self.http.port)
             self.consumers = [
                 self.bus.consumer(
-                    sub.stream, sub.group or self.name, sub.handler, start=sub.start,
+                    sub.stream, sub.group or self.default_group(), sub.handler, start=sub.start,
                     clusters=self.settings.handled_clusters(), ordered=sub.ordered,
                     replay_on_assign=sub.replay_on_assign, on_assign=sub.on_assign, observer=self.metrics,
                 )
@@ -143,8 +151,10 @@ class Service:
             consumer.stop()
         done, pending = await asyncio.wait(consumer_tasks, timeout=self.settings.drain_timeout_s) \
             if consumer_tasks else (set(), set())
-        for task in pending:  # a consumer stuck past the drain timeout: cut it off
-            self.log.warning("consumer %s did not drain in time; cancelling", task.get_name())
+        for task in pending:  # a consumer stuck past the drain timeout: say where, then cut it off
+            where = "".join(traceback.format_stack(task.get_stack(limit=8)[-1])) if task.get_stack() else "?"
+            self.log.warning("consumer %s did not drain in %.0fs; cancelling it (stuck at: %s)", task.get_name(),
+                             self.settings.drain_timeout_s, where.strip().splitlines()[-2:] if where else "?")
             task.cancel()
 
 

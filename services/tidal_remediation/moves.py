@@ -13,9 +13,14 @@ and t is eligible when
     - t has at least k free CPUs — CPUs that are neither reserved nor in
       another pod's exclusive cpuset — so the pod keeps as many CPUs as it
       had and is never squeezed beyond what t can give,
-    - load'(t) ≤ load'(s): never onto a NUMA node busier than the source
-      after the move. When no NUMA node passes this, the loads are balanced
-      as far as moving this pod can take them.
+    - load(t) < load(s): never onto a NUMA node busier than the source
+      (SPEC §E, loads as they stand in this round, earlier moves included),
+    - load'(t) < load(s): the move lowers the hotter of the two, so the
+      hotspot is relieved, not relocated. (Requiring load'(t) ≤ load'(s)
+      would refuse good moves, e.g. 1.0 → 0.5 + 0.6; allowing any target
+      below the source would let a pod that alone saturates a NUMA node
+      bounce between nodes.) When no NUMA node passes, the loads are as
+      balanced as moving this pod can make them.
 
 The eligible target with the lowest load'(t) wins (ties: lower id).
 
@@ -104,8 +109,11 @@ def choose_target(pod: PodState, source: int, loads: Mapping[int, float], state:
             rejected.append(f"NUMA {numa}: {len(free)} free CPU(s) < {need} needed")
             continue
         after = loads[numa] + pod.cpu_milli / state.numa[numa].capacity_milli
-        if after > source_after:
-            rejected.append(f"NUMA {numa}: would be at {after:.3f} > source {source_after:.3f} after the move")
+        if loads[numa] >= loads[source]:
+            rejected.append(f"NUMA {numa}: load {loads[numa]:.3f} is not below the source's {loads[source]:.3f}")
+            continue
+        if after >= loads[source]:
+            rejected.append(f"NUMA {numa}: would be at {after:.3f}, not below the source's {loads[source]:.3f}")
             continue
         cpus = pick_cpus(free, need, state.cpu_core, state.numa[numa].cpus)
         eligible.append(MoveTarget(numa, cpus, source_after, loads[numa], after))

@@ -119,7 +119,8 @@ def _move(r: RoundState, numa: int) -> None:
         r.add("set-cpuset", pod.name, numa,
               f"NUMA {numa} load {before:.3f} > high {high:.3f} with every BE pod frozen: move LS pod {pod.name}, "
               f"lowest usage first ({pod.cpu_milli:.0f} milli-CPU), to NUMA {target.numa} "
-              f"({target.target_before:.3f} -> {target.target_after:.3f} <= source {target.source_after:.3f})",
+              f"(its load {target.target_before:.3f} < source {before:.3f}; projected {target.target_after:.3f}, "
+              f"source {target.source_after:.3f})",
               before, high, pod.cpu_milli, {numa: pod.cpu_milli}, cpuset=target.cpuset, mems=(target.numa,),
               from_cpuset=pod.cpuset, target_numa=target.numa, target_load=target.target_before,
               target_projected=target.target_after)

@@ -51,6 +51,7 @@ class TopologyService(Service):
         version = detect_version(root) if s.cgroup_version == "auto" else s.cgroup_version
         self.cgroups = cgroups.CgroupFs(root=root, parent=s.cgroup_parent, version=version)
         self.pods = NodePods(self.node)
+        self.memory_nodes = _memory_nodes(Path(s.sysfs_root))
         self.cpu_state = self._load_checkpoint()
 
     def _load_checkpoint(self) -> checkpoint.CpuState:
@@ -174,9 +175,22 @@ class TopologyService(Service):
             known = {c.cpu for c in self.topology.cpus}
             if not set(action.cpuset) <= known:
                 return "refused", f"cpuset {action.cpuset} names CPUs this node does not have"
-            outcome = await asyncio.to_thread(cgroups.set_pod_cpuset, self.cgroups, pod.uid, action.cpuset,
-                                              action.mems or None)
+            # NUMA ids declared by an override need not be memory nodes of the machine:
+            # pin memory only to nodes that exist, otherwise leave it where it is.
+            mems = action.mems if action.mems and set(action.mems) <= self.memory_nodes else None
+            outcome = await asyncio.to_thread(cgroups.set_pod_cpuset, self.cgroups, pod.uid, action.cpuset, mems)
         return outcome.status, outcome.reason
+
+    def _actual_cpusets(self, by_uid: dict[str, PodLifecycle]) -> dict[str, list[int]]:
+        """Each pod's cpuset as its cgroup has it (what the kernel enforces,
+        including moves made by actions); the agent's own assignment where
+        the cgroup cannot be read."""
+        found = {pod: sorted(cpus) for (pod, _), cpus in self.cpu_state.assignments.items()}
+        for uid, pod in by_uid.items():
+            actual = cgroups.pod_cpuset(self.cgroups, uid)
+            if actual:
+                found[pod.event_key()] = actual
+        return found
 
     # -- usage ----------------------------------------------------------------
     async def sample_usage(self) -> None:
@@ -201,10 +215,16 @@ class TopologyService(Service):
             cpu_util=cpu_utilisation(stat, stat_now), memory_used_mib=memory.used_mib,
             memory_total_mib=memory.total_mib, pod_samples=pod_usage(counters, counters_now),
             pods_by_uid=by_uid,
-            cpusets={pod: sorted(cpus) for (pod, _), cpus in self.cpu_state.assignments.items()},
+            cpusets=self._actual_cpusets(by_uid),
             shared_pool=sorted(self.cpu_state.shared_pool),
             frozen={uid: bool(cgroups.pod_frozen(self.cgroups, uid)) for uid in by_uid},
         )
+
+
+def _memory_nodes(sysfs: Path) -> set[int]:
+    """NUMA memory nodes the kernel has (node0 only on machines without NUMA)."""
+    found = {int(p.name[4:]) for p in (sysfs / "devices/system/node").glob("node[0-9]*")}
+    return found or {0}
 
 
 def encode_payload(payload) -> bytes:

@@ -1,0 +1,8 @@
+"""The Kubernetes bridge: Tidal's only client of the Kubernetes API.
+
+It turns pods (scheduled by Tidal) into `pod.lifecycle` events, binds pods
+where `placement.decision` says, writes oversold allocatable onto nodes,
+and carries out taint / untaint / evict actions. Parsing and request bodies
+are pure (`annotations`, `pods`, `nodes`, `objects`); `kube`, `watch`,
+`binder`, `actuator` talk to the API server; `service` wires them to the bus.
+"""

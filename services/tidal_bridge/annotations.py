@@ -1,0 +1,172 @@
+"""The `tidal.dev/` annotations and labels a pod uses to ask for more than
+plain requests, parsed into checked values (pure).
+
+Read from the pod:
+
+| key | on | values | default | `PodLifecycle` field |
+|---|---|---|---|---|
+| `tidal.dev/exclusive-cpus` | annotation | `true` / `false` | `false` | `exclusive_cpus` (needs whole, non-zero CPU requests) |
+| `tidal.dev/cpu-policy` | annotation | `spread`, `single-numa`, `auto` | unset: placement's default | `cpu_policy` |
+| `tidal.dev/gpu-count` | annotation | whole number ≥ 0 | the pod's `nvidia.com/gpu` limits, else 1 if `gpu-milli` is given, else 0 | `gpu.count` |
+| `tidal.dev/gpu-milli` | annotation | 1..1000, per GPU (1000 = whole GPU) | 1000 | `gpu.milli` (below 1000 the count must be 1) |
+| `tidal.dev/gpu-models` | annotation | models separated by `\\|`, e.g. `A100\\|V100` | any model | `gpu.models` |
+| `tidal.dev/gpu-kind` | annotation | `physical`, `virtual` | either | `gpu.kind` |
+| `tidal.dev/gpu-group` | annotation | a GPU group name of the tenant | any of the tenant's groups | `gpu.group` |
+| `tidal.dev/tenant` | label | a name | the pod's namespace | `tenant` |
+| `tidal.dev/user` | label | a name | `default` | `user` |
+| `tidal.dev/qos` | label | `LS`, `BE` | Kubernetes QoS class Guaranteed → `LS`, else `BE` | `qos` |
+| `tidal.dev/evictable` | label | `true` / `false` | `false` | `evictable` |
+
+Written by the bridge (never read as asks):
+
+| key | on | value |
+|---|---|---|
+| `tidal.dev/decision-id` | pod annotation | the `PlacementDecision.decision_id` the pod was bound by |
+| `tidal.dev/numa-cpus` | pod annotation | JSON `{"<numa id>": <exclusive CPUs>}` |
+| `tidal.dev/gpus` | pod annotation | JSON `[{"gpu": "<id>", "milli": <1..1000>}]` |
+| `tidal.dev/allocatable-cpu-milli` | node annotation | oversold allocatable CPU, milli-CPU |
+| `tidal.dev/allocatable-memory-mib` | node annotation | oversold allocatable memory, MiB |
+| `tidal.dev/oversell-policy` | node annotation | `factor`, `bounded` or `none` |
+
+`true`/`false`, `LS`/`BE` are case-insensitive. Any other annotation under
+`tidal.dev/` is an error (a typo must not be silently ignored); other labels
+under the prefix are left alone. A malformed value makes the pod
+unschedulable with a reason naming the key and value, e.g.
+`annotation tidal.dev/gpu-milli: "1500" is not in 1..1000`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+PREFIX = "tidal.dev/"
+EXCLUSIVE_CPUS = PREFIX + "exclusive-cpus"
+CPU_POLICY = PREFIX + "cpu-policy"
+GPU_COUNT = PREFIX + "gpu-count"
+GPU_MILLI = PREFIX + "gpu-milli"
+GPU_MODELS = PREFIX + "gpu-models"
+GPU_KIND = PREFIX + "gpu-kind"
+GPU_GROUP = PREFIX + "gpu-group"
+TENANT = PREFIX + "tenant"
+USER = PREFIX + "user"
+QOS = PREFIX + "qos"
+EVICTABLE = PREFIX + "evictable"
+DECISION_ID = PREFIX + "decision-id"
+NUMA_CPUS = PREFIX + "numa-cpus"
+GPUS = PREFIX + "gpus"
+ALLOCATABLE_CPU = PREFIX + "allocatable-cpu-milli"
+ALLOCATABLE_MEMORY = PREFIX + "allocatable-memory-mib"
+OVERSELL_POLICY = PREFIX + "oversell-policy"
+
+WRITTEN_ON_PODS = frozenset({DECISION_ID, NUMA_CPUS, GPUS})
+MAX_NAME = 253
+
+
+@dataclass(frozen=True)
+class Asks:
+    """What a pod's Tidal keys say; None = not given. `problems` lists every
+    malformed key, each as one precise sentence."""
+
+    exclusive_cpus: bool | None = None
+    cpu_policy: str | None = None
+    gpu_count: int | None = None
+    gpu_milli: int | None = None
+    gpu_models: tuple[str, ...] = ()
+    gpu_kind: str | None = None
+    gpu_group: str | None = None
+    tenant: str | None = None
+    user: str | None = None
+    qos: str | None = None
+    evictable: bool | None = None
+    problems: tuple[str, ...] = ()
+
+
+def _boolean(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError("is not true or false")
+    return lowered == "true"
+
+
+def _one_of(*choices: str, upper: bool = False) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        value = raw.strip().upper() if upper else raw.strip()
+        if value not in choices:
+            raise ValueError(f"is not one of {', '.join(choices)}")
+        return value
+    return parse
+
+
+def _whole(low: int, high: int | None) -> Callable[[str], int]:
+    where = f"in {low}..{high}" if high is not None else f"≥ {low}"
+
+    def parse(raw: str) -> int:
+        text = raw.strip()
+        if not text.isdigit():
+            raise ValueError(f"is not a whole number {where}")
+        value = int(text)
+        if value < low or (high is not None and value > high):
+            raise ValueError(f"is not {where}")
+        return value
+    return parse
+
+
+def _name(raw: str) -> str:
+    value = raw.strip()
+    if not value or len(value) > MAX_NAME:
+        raise ValueError(f"must be a name of 1..{MAX_NAME} characters")
+    return value
+
+
+def _models(raw: str) -> tuple[str, ...]:
+    models = tuple(part.strip() for part in raw.split("|"))
+    if any(not m for m in models):
+        raise ValueError("has an empty model name (separate models with a single |)")
+    if any(len(m) > MAX_NAME for m in models):
+        raise ValueError(f"has a model name longer than {MAX_NAME} characters")
+    return models
+
+
+# key -> (Asks field, parser)
+ANNOTATION_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    EXCLUSIVE_CPUS: ("exclusive_cpus", _boolean),
+    CPU_POLICY: ("cpu_policy", _one_of("spread", "single-numa", "auto")),
+    GPU_COUNT: ("gpu_count", _whole(0, None)),
+    GPU_MILLI: ("gpu_milli", _whole(1, 1000)),
+    GPU_MODELS: ("gpu_models", _models),
+    GPU_KIND: ("gpu_kind", _one_of("physical", "virtual")),
+    GPU_GROUP: ("gpu_group", _name),
+}
+LABEL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    TENANT: ("tenant", _name),
+    USER: ("user", _name),
+    QOS: ("qos", _one_of("LS", "BE", upper=True)),
+    EVICTABLE: ("evictable", _boolean),
+}
+
+
+def parse_asks(annotations: Mapping[str, Any] | None, labels: Mapping[str, Any] | None) -> Asks:
+    """Parse every `tidal.dev/` annotation and label of a pod; each malformed
+    or misplaced key adds one problem, the others are still parsed."""
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for where, given, keys, other in (("annotation", annotations or {}, ANNOTATION_KEYS, LABEL_KEYS),
+                                      ("label", labels or {}, LABEL_KEYS, ANNOTATION_KEYS)):
+        for key in sorted(k for k in given if k.startswith(PREFIX)):
+            raw = given[key]
+            if key in keys:
+                field, parse = keys[key]
+                try:
+                    values[field] = parse(str(raw))
+                except ValueError as exc:
+                    problems.append(f"{where} {key}: {json.dumps(str(raw), ensure_ascii=False)} {exc}")
+            elif key in other:
+                problems.append(f"{where} {key}: is read from {'labels' if where == 'annotation' else 'annotations'}, "
+                                f"not {where}s")
+            elif where == "annotation" and key not in WRITTEN_ON_PODS:
+                problems.append(f"annotation {key}: unknown Tidal annotation "
+                                f"(known: {', '.join(k.removeprefix(PREFIX) for k in ANNOTATION_KEYS)})")
+    return Asks(**values, problems=tuple(problems))

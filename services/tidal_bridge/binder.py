@@ -1,0 +1,157 @@
+"""Carry out a placement decision (SPEC §A step 5): persist it on the pod,
+then bind; if binding fails, remove what was persisted, so placement can
+return the assumed resources (it does on a failed `BindResult`).
+
+    1. read the pod: gone → fail; replaced (uid differs), terminating,
+       finished, not Tidal's, or bound elsewhere → fail; already bound here
+       by this very decision → ok (a redelivered decision);
+    2. read the node: gone or cordoned → fail;
+    3. patch the pod's annotations (decision id, NUMA CPUs, GPUs);
+    4. create the Binding (with the pod's uid as precondition); on 409
+       Conflict re-read the pod: bound here by this decision → ok, bound
+       elsewhere → fail, else retry after bind_retry_s · 2^(n−1), up to
+       `attempts` tries;
+    5. on failure after step 3, clear the annotations if they are still ours.
+
+Expected refusals are `BindOutcome` values; a transient API failure (5xx,
+429, broken connection) raises, and the service retries the decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tidal_schemas import PlacementDecision
+
+from .annotations import DECISION_ID
+from .errors import BridgeError, KubeStatusError
+from .kube import Kube
+from .objects import annotations_patch, binding_body, clear_decision_patch, decision_annotations
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BindOutcome:
+    """Whether the pod is now bound as decided, and why not."""
+
+    ok: bool
+    reason: str = ""
+    pod: dict[str, Any] | None = None  # the pod as last read (for events)
+
+
+def check_pod(pod: dict[str, Any], decision: PlacementDecision, scheduler_name: str) -> BindOutcome | None:
+    """Why `pod` cannot be bound by `decision` (a failed outcome), that it
+    already is (an ok outcome), or None when binding may go ahead."""
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    key = f"{decision.namespace}/{decision.name}"
+    if decision.uid and meta.get("uid") and meta["uid"] != decision.uid:
+        return BindOutcome(False, f"pod {key} was replaced: uid is {meta['uid']}, the decision was for {decision.uid}")
+    node = spec.get("nodeName")
+    if node:
+        if node == decision.node and (meta.get("annotations") or {}).get(DECISION_ID) == decision.decision_id:
+            return BindOutcome(True, "already bound by this decision", pod)
+        return BindOutcome(False, f"pod {key} is already bound to node {node}")
+    if meta.get("deletionTimestamp"):
+        return BindOutcome(False, f"pod {key} is terminating")
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return BindOutcome(False, f"pod {key} has finished ({status['phase']})")
+    if spec.get("schedulerName") != scheduler_name:
+        return BindOutcome(False, f"pod {key} has schedulerName {spec.get('schedulerName')!r}, not {scheduler_name!r}")
+    return None
+
+
+class Binder:
+    """Binds pods as decided, against one API server."""
+
+    def __init__(self, kube: Kube, *, scheduler_name: str = "tidal", attempts: int = 3, retry_s: float = 0.2,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self.kube = kube
+        self.scheduler_name = scheduler_name
+        self.attempts = attempts
+        self.retry_s = retry_s
+        self.sleep = sleep
+
+    async def bind(self, decision: PlacementDecision) -> BindOutcome:
+        """Steps 1–5 of the module docstring for a `placed` decision."""
+        ns, name, node = decision.namespace, decision.name, decision.node or ""
+        pod = await self._pod(ns, name)
+        if pod is None:
+            return BindOutcome(False, f"pod {ns}/{name} is gone")
+        verdict = check_pod(pod, decision, self.scheduler_name)
+        if verdict is not None:
+            return verdict
+        node_problem = await self._node_problem(node)
+        if node_problem:
+            return BindOutcome(False, node_problem, pod)
+        try:
+            pod = await self.kube.patch_pod(ns, name, annotations_patch(decision_annotations(decision)))
+        except KubeStatusError as exc:
+            if exc.code == 404:
+                return BindOutcome(False, f"pod {ns}/{name} is gone")
+            if exc.retriable:
+                raise
+            return BindOutcome(False, f"could not annotate pod {ns}/{name}: {exc}", pod)
+        outcome = await self._bind(decision, pod)
+        if not outcome.ok:
+            await self._clear(decision)
+        return outcome
+
+    async def _pod(self, ns: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self.kube.get_pod(ns, name)
+        except KubeStatusError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    async def _node_problem(self, node: str) -> str:
+        try:
+            found = await self.kube.get_node(node)
+        except KubeStatusError as exc:
+            if exc.code == 404:
+                return f"node {node} is gone"
+            raise
+        if (found.get("spec") or {}).get("unschedulable"):
+            return f"node {node} is cordoned (spec.unschedulable)"
+        return ""
+
+    async def _bind(self, decision: PlacementDecision, pod: dict[str, Any]) -> BindOutcome:
+        ns, name, node = decision.namespace, decision.name, decision.node or ""
+        uid = (pod.get("metadata") or {}).get("uid") or decision.uid
+        reason = ""
+        for attempt in range(1, self.attempts + 1):
+            try:
+                await self.kube.bind(ns, name, binding_body(ns, name, node, uid))
+                return BindOutcome(True, "", pod)
+            except KubeStatusError as exc:
+                if exc.code == 404:
+                    return BindOutcome(False, f"pod {ns}/{name} is gone")
+                if exc.code != 409:
+                    if exc.retriable:
+                        raise
+                    return BindOutcome(False, f"binding refused: {exc}", pod)
+                reason = f"binding conflict after {attempt} attempt(s): {exc.message or exc.reason}"
+            current = await self._pod(ns, name)
+            if current is None:
+                return BindOutcome(False, f"pod {ns}/{name} is gone")
+            pod = current
+            verdict = check_pod(pod, decision, self.scheduler_name)
+            if verdict is not None:  # bound meanwhile (by us: ok; by someone else: no retry helps)
+                return verdict
+            if attempt < self.attempts:
+                await self.sleep(self.retry_s * 2 ** (attempt - 1))
+        log.info("binding %s/%s to %s failed: %s", ns, name, node, reason)
+        return BindOutcome(False, reason, pod)
+
+    async def _clear(self, decision: PlacementDecision) -> None:
+        try:
+            pod = await self.kube.get_pod(decision.namespace, decision.name)
+            if ((pod.get("metadata") or {}).get("annotations") or {}).get(DECISION_ID) == decision.decision_id:
+                await self.kube.patch_pod(decision.namespace, decision.name, clear_decision_patch())
+        except BridgeError as exc:  # best effort: a later decision overwrites them anyway
+            log.info("could not clear decision annotations of %s/%s: %s", decision.namespace, decision.name, exc)

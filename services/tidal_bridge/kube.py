@@ -1,0 +1,142 @@
+"""The bridge's calls to the API server, over kubernetes-asyncio.
+
+Every call is made with `_preload_content=False` and the JSON read here:
+
+- the generated client deserialises a Binding's response (a Status) as a
+  V1Binding and fails on the missing `target` (kubernetes-client/python
+  #547); evictions answer with a Status too;
+- the pod sink works on the API's JSON (annotations, quantities) anyway, so
+  building models for every watched object would be wasted work;
+- with `_preload_content=False` the client does not check the status code,
+  so `_checked` does: an error Status becomes `KubeStatusError(code, reason,
+  message)`, a transport failure `KubeUnavailable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client, config
+
+from .errors import KubeStatusError, KubeUnavailable
+from .settings import BridgeSettings
+
+MERGE_PATCH = "application/merge-patch+json"
+TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+async def kube_configuration(settings: BridgeSettings) -> client.Configuration:
+    """`kube_api_url` as is; else the kubeconfig named; else in-cluster
+    (service account) when running in a pod; else ~/.kube/config."""
+    if settings.kube_api_url:
+        return client.Configuration(host=settings.kube_api_url.rstrip("/"))
+    configuration = client.Configuration()
+    if settings.kubeconfig or "KUBERNETES_SERVICE_HOST" not in os.environ:
+        # persist_config=False: a token refresh must not rewrite the operator's file
+        await config.load_kube_config(config_file=settings.kubeconfig, context=settings.kube_context,
+                                      client_configuration=configuration, persist_config=False)
+    else:
+        config.load_incluster_config(client_configuration=configuration)
+    return configuration
+
+
+class Kube:
+    """The few API calls the bridge makes, returning the API's JSON."""
+
+    def __init__(self, api_client: client.ApiClient, *, request_timeout_s: float = 10.0) -> None:
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.request_timeout_s = request_timeout_s
+
+    @classmethod
+    async def connect(cls, settings: BridgeSettings) -> "Kube":
+        configuration = await kube_configuration(settings)
+        return cls(client.ApiClient(configuration), request_timeout_s=settings.request_timeout_s)
+
+    async def close(self) -> None:
+        await self.api_client.close()
+
+    # -- plumbing ---------------------------------------------------------------
+    async def _call(self, method, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        timeout = aiohttp.ClientTimeout(total=self.request_timeout_s)
+        try:
+            response = await method(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
+            try:
+                body = await response.read()
+            finally:
+                response.release()
+        except TRANSPORT_ERRORS as exc:
+            raise KubeUnavailable(f"{getattr(method, '__name__', 'call')}: {type(exc).__name__}: {exc}") from exc
+        return _checked(response.status, body)
+
+    # -- pods -------------------------------------------------------------------
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return await self._call(self.core.read_namespaced_pod, name, namespace)
+
+    async def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return await self._call(self.core.patch_namespaced_pod, name, namespace, patch, _content_type=MERGE_PATCH)
+
+    async def bind(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._call(self.core.create_namespaced_pod_binding, name, namespace, body)
+
+    async def evict(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._call(self.core.create_namespaced_pod_eviction, name, namespace, body)
+
+    async def create_event(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._call(self.core.create_namespaced_event, namespace, body)
+
+    # -- nodes ------------------------------------------------------------------
+    async def get_node(self, name: str) -> dict[str, Any]:
+        return await self._call(self.core.read_node, name)
+
+    async def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return await self._call(self.core.patch_node, name, patch, _content_type=MERGE_PATCH)
+
+    # -- list and watch ---------------------------------------------------------
+    def _lister(self, resource: str):
+        return {"pods": self.core.list_pod_for_all_namespaces, "nodes": self.core.list_node}[resource]
+
+    async def list(self, resource: str, field_selector: str | None = None) -> dict[str, Any]:
+        """A consistent list (`pods` of every namespace, or `nodes`)."""
+        options = {"field_selector": field_selector} if field_selector else {}
+        return await self._call(self._lister(resource), **options)
+
+    async def watch(self, resource: str, resource_version: str, *, field_selector: str | None = None,
+                    timeout_s: int = 300) -> aiohttp.ClientResponse:
+        """Open a watch from `resource_version` with bookmarks; the caller
+        reads its JSON lines and must release it. An error status raises."""
+        options: dict[str, Any] = {"field_selector": field_selector} if field_selector else {}
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.request_timeout_s,
+                                        sock_read=timeout_s + self.request_timeout_s)
+        try:
+            response = await self._lister(resource)(
+                watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
+                timeout_seconds=timeout_s, _preload_content=False, _request_timeout=timeout, **options)
+        except TRANSPORT_ERRORS as exc:
+            raise KubeUnavailable(f"watch {resource}: {type(exc).__name__}: {exc}") from exc
+        if response.status >= 300:
+            try:
+                body = await response.read()
+            except TRANSPORT_ERRORS:
+                body = b""
+            finally:
+                response.release()
+            _checked(response.status, body)
+        return response
+
+
+def _checked(status: int, body: bytes) -> dict[str, Any]:
+    """The decoded body of a 2xx answer; KubeStatusError otherwise."""
+    try:
+        decoded = json.loads(body) if body else {}
+    except ValueError:
+        decoded = body.decode(errors="replace")
+    if status >= 300:
+        raise KubeStatusError.from_status(status, decoded)
+    if not isinstance(decoded, dict):
+        raise KubeStatusError(status, "BadResponse", f"expected a JSON object, got {str(decoded)[:200]}")
+    return decoded

@@ -1,0 +1,103 @@
+"""Request bodies the bridge sends to the API server (pure, plain dicts in
+the API's JSON shape; kubernetes-asyncio serialises dicts as they are).
+
+Patches are JSON merge patches (`application/merge-patch+json`): they work
+for every resource, and a key set to null removes it. A patch that carries
+`metadata.resourceVersion` is refused with 409 when the object changed
+since it was read, which makes read-modify-write of a list (taints) safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from typing import Any
+
+from tidal_schemas import NodeAllocatable, PlacementDecision
+
+from .annotations import ALLOCATABLE_CPU, ALLOCATABLE_MEMORY, DECISION_ID, GPUS, NUMA_CPUS, OVERSELL_POLICY
+
+INVALID_ANNOTATION = "TidalInvalidAnnotation"
+SCHEDULED = "Scheduled"
+COMPONENT = "tidal-bridge"
+
+
+def decision_annotations(decision: PlacementDecision) -> dict[str, str]:
+    """The pod annotations that persist a decision (SPEC §A step 5):
+    numa-cpus `{"<numa>": cpus}` sorted by NUMA id, gpus `[{"gpu", "milli"}]`."""
+    numa = {str(k): v for k, v in sorted(decision.numa_cpus.items())}
+    gpus = [{"gpu": share.gpu, "milli": share.milli} for share in decision.gpus]
+    return {
+        DECISION_ID: decision.decision_id,
+        NUMA_CPUS: json.dumps(numa, separators=(",", ":")),
+        GPUS: json.dumps(gpus, separators=(",", ":")),
+    }
+
+
+def annotations_patch(annotations: dict[str, str | None], resource_version: str | None = None) -> dict[str, Any]:
+    """A merge patch setting (or, for None values, removing) annotations."""
+    meta: dict[str, Any] = {"annotations": annotations}
+    if resource_version:
+        meta["resourceVersion"] = resource_version
+    return {"metadata": meta}
+
+
+def clear_decision_patch() -> dict[str, Any]:
+    """Remove a decision written by `decision_annotations` (binding failed)."""
+    return annotations_patch({DECISION_ID: None, NUMA_CPUS: None, GPUS: None})
+
+
+def allocatable_annotations(allocatable: NodeAllocatable) -> dict[str, str]:
+    """Node annotations for operators: the oversold allocatable and the
+    policy that produced it. Placement reads `node.allocatable` events, not these."""
+    return {
+        ALLOCATABLE_CPU: str(allocatable.allocatable.cpu_milli),
+        ALLOCATABLE_MEMORY: str(allocatable.allocatable.memory_mib),
+        OVERSELL_POLICY: allocatable.policy,
+    }
+
+
+def taints_patch(taints: list[dict[str, Any]], resource_version: str) -> dict[str, Any]:
+    """Replace the node's taints, only if it is still at `resource_version`."""
+    return {"metadata": {"resourceVersion": resource_version}, "spec": {"taints": taints}}
+
+
+def binding_body(namespace: str, name: str, node: str, uid: str = "") -> dict[str, Any]:
+    """A core/v1 Binding; with `uid` the API server refuses it if the pod
+    was replaced by another of the same name."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if uid:
+        meta["uid"] = uid
+    return {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+
+
+def eviction_body(namespace: str, name: str, uid: str = "") -> dict[str, Any]:
+    """A policy/v1 Eviction (PodDisruptionBudgets are honoured, never forced)."""
+    body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
+                            "metadata": {"name": name, "namespace": namespace}}
+    if uid:
+        body["deleteOptions"] = {"preconditions": {"uid": uid}}
+    return body
+
+
+def pod_event(pod: dict[str, Any], *, reason: str, message: str, now: datetime,
+              kind: str = "Warning", host: str = "") -> dict[str, Any]:
+    """A core/v1 Event about a pod. Its name is derived from (pod uid,
+    reason, message), so re-reporting the same thing (another replica, a
+    restart) collides with 409 instead of repeating it."""
+    meta = pod.get("metadata") or {}
+    digest = hashlib.sha256(f"{meta.get('uid')}/{reason}/{message}".encode()).hexdigest()[:16]
+    stamp = now.isoformat().replace("+00:00", "Z")
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": f"{meta.get('name', 'pod')[:200]}.{digest}", "namespace": meta.get("namespace")},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"),
+                           "namespace": meta.get("namespace"), "uid": meta.get("uid"),
+                           "resourceVersion": meta.get("resourceVersion")},
+        "reason": reason, "message": message[:1024], "type": kind, "count": 1,
+        "firstTimestamp": stamp, "lastTimestamp": stamp,
+        "source": {"component": COMPONENT, **({"host": host} if host else {})},
+        "reportingComponent": f"tidal.dev/{COMPONENT}", "reportingInstance": host or COMPONENT,
+    }

@@ -1,0 +1,191 @@
+"""A Pod object of the Kubernetes API (its JSON, as a dict) → `PodLifecycle`
+(pure). Never raises on bad input: what cannot be understood goes into
+`invalid_reason`, which makes the pod unschedulable until fixed.
+
+Phase:  deleted (a DELETED watch event) or status Succeeded/Failed → deleted;
+        status Running → running; spec.nodeName set → bound; else pending.
+
+Requests, per resource r (what the API server itself uses, `PodRequests`):
+
+    request(c, r) = c.resources.requests[r], else c.resources.limits[r], else 0
+    sidecars      = Σ request(i, r) over init containers with restartPolicy Always
+    init_peak     = max over init containers i, in order, of
+                    (sidecars started before i) + request(i, r)
+    total(r)      = max(Σ request(c, r) over containers + sidecars, init_peak) + overhead[r]
+
+CPU in milli-CPU, memory in MiB (both rounded up), GPUs counted from the
+extended resource `nvidia.com/gpu` (configurable).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from pydantic import ValidationError
+
+from tidal_schemas import GpuAsk, PodLifecycle, Resources
+from tidal_schemas.envelope import describe_validation_error
+
+from .annotations import EXCLUSIVE_CPUS, GPU_COUNT, GPU_MILLI, Asks, parse_asks
+from .quantity import QuantityError, count, cpu_milli, memory_mib, parse_quantity
+
+GPU_RESOURCE = "nvidia.com/gpu"
+SYSTEM_CRITICAL = frozenset({"system-node-critical", "system-cluster-critical"})
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def pod_phase(pod: Mapping[str, Any], deleted: bool = False) -> str:
+    """The Tidal phase of a pod (see the module docstring)."""
+    phase = (pod.get("status") or {}).get("phase")
+    node = (pod.get("spec") or {}).get("nodeName")
+    if deleted or phase in ("Succeeded", "Failed"):
+        return "deleted"
+    if phase == "Running" and node:
+        return "running"
+    return "bound" if node else "pending"
+
+
+def _request(container: Mapping[str, Any], resource: str, unit, problems: list[str]) -> int:
+    resources = container.get("resources") or {}
+    for kind in ("requests", "limits"):
+        raw = (resources.get(kind) or {}).get(resource)
+        if raw is not None:
+            try:
+                return unit(raw)
+            except QuantityError:
+                problems.append(f"container {container.get('name', '?')}: resources.{kind}.{resource} "
+                                f"{str(raw)!r} is not a Kubernetes quantity")
+                return 0
+    return 0
+
+
+def pod_requests(spec: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> tuple[Resources, int, list[str]]:
+    """(cpu/memory requests, GPU count, problems) of a pod spec, by the
+    formula of the module docstring."""
+    problems: list[str] = []
+    totals = []
+    for resource, unit in (("cpu", cpu_milli), ("memory", memory_mib), (gpu_resource, count)):
+        main = sum(_request(c, resource, unit, problems) for c in spec.get("containers") or [])
+        sidecars = init_peak = 0
+        for init in spec.get("initContainers") or []:
+            amount = _request(init, resource, unit, problems)
+            if init.get("restartPolicy") == "Always":
+                sidecars += amount
+                init_peak = max(init_peak, sidecars)
+            else:
+                init_peak = max(init_peak, sidecars + amount)
+        overhead = 0
+        raw = (spec.get("overhead") or {}).get(resource)
+        if raw is not None:
+            try:
+                overhead = unit(raw)
+            except QuantityError:
+                problems.append(f"spec.overhead.{resource} {str(raw)!r} is not a Kubernetes quantity")
+        totals.append(max(main + sidecars, init_peak) + overhead)
+    return Resources(cpu_milli=totals[0], memory_mib=totals[1]), totals[2], problems
+
+
+def kube_qos_class(pod: Mapping[str, Any]) -> str:
+    """status.qosClass, or computed like the API server when absent:
+    Guaranteed when every container has CPU and memory limits equal to its
+    requests; BestEffort when none asks for any; else Burstable."""
+    given = (pod.get("status") or {}).get("qosClass")
+    if given:
+        return given
+    spec = pod.get("spec") or {}
+    containers = list(spec.get("containers") or []) + list(spec.get("initContainers") or [])
+    asked, guaranteed = False, bool(containers)
+    for c in containers:
+        resources = c.get("resources") or {}
+        limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
+        for r in ("cpu", "memory"):
+            asked |= r in limits or r in requests
+            if r not in limits or not _same(requests.get(r, limits[r]), limits[r]):
+                guaranteed = False
+    if not asked:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return parse_quantity(a) == parse_quantity(b)
+    except QuantityError:
+        return False
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _time(text: Any) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _gpu(asks: Asks, from_resources: int, gpu_resource: str, problems: list[str]) -> GpuAsk:
+    gpu_count = asks.gpu_count
+    if gpu_count is not None and from_resources and gpu_count != from_resources:
+        problems.append(f"annotation {GPU_COUNT}: \"{gpu_count}\" disagrees with the pod's "
+                        f"{gpu_resource} limits ({from_resources})")
+        return GpuAsk()
+    if gpu_count is None:
+        gpu_count = from_resources or (1 if asks.gpu_milli is not None else 0)
+    milli = asks.gpu_milli if asks.gpu_milli is not None else 1000
+    if milli < 1000 and gpu_count > 1:
+        problems.append(f"annotation {GPU_MILLI}: \"{milli}\" is a share of one GPU, "
+                        f"but {GPU_COUNT} is {gpu_count} (must be 1)")
+        return GpuAsk()
+    try:
+        return GpuAsk(count=gpu_count, milli=milli, models=list(asks.gpu_models), kind=asks.gpu_kind,
+                      group=asks.gpu_group)
+    except ValidationError as exc:  # guarded above; kept so bad input can never raise
+        problems.append(f"gpu ask: {describe_validation_error(exc)}")
+        return GpuAsk()
+
+
+def pod_lifecycle(pod: Mapping[str, Any], *, deleted: bool = False,
+                  gpu_resource: str = GPU_RESOURCE) -> PodLifecycle:
+    """The `PodLifecycle` of a Pod object; malformed Tidal keys or quantities
+    set `invalid_reason` (all problems, '; '-joined) instead of raising."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    asks = parse_asks(meta.get("annotations"), labels)
+    problems = list(asks.problems)
+    requests, gpus, quantity_problems = pod_requests(spec, gpu_resource)
+    problems += quantity_problems
+    exclusive = bool(asks.exclusive_cpus)
+    if exclusive and (requests.cpu_milli == 0 or requests.cpu_milli % 1000):
+        problems.append(f"annotation {EXCLUSIVE_CPUS}: \"true\" needs whole, non-zero CPU requests, "
+                        f"got {requests.cpu_milli}m")
+        exclusive = False
+    gpu = _gpu(asks, gpus, gpu_resource, problems)
+    qos = asks.qos or ("LS" if kube_qos_class(pod) == "Guaranteed" else "BE")
+    phase = pod_phase(pod, deleted)
+    namespace = meta.get("namespace") or "default"
+    fields = dict(
+        namespace=namespace, name=meta.get("name") or "?", uid=meta.get("uid") or "", phase=phase,
+        node=spec.get("nodeName") or None, requests=requests, exclusive_cpus=exclusive,
+        cpu_policy=asks.cpu_policy, gpu=gpu, tenant=asks.tenant or namespace, user=asks.user or "default",
+        qos=qos, priority=_int(spec.get("priority")),
+        system_critical=spec.get("priorityClassName") in SYSTEM_CRITICAL, evictable=bool(asks.evictable),
+        created_at=_time(meta.get("creationTimestamp")) or EPOCH, started_at=_time(status.get("startTime")),
+        labels=labels,
+    )
+    try:
+        return PodLifecycle(**fields, invalid_reason="; ".join(problems) or None)
+    except ValidationError as exc:  # the checks above should prevent this; never crash on input
+        problems.append(describe_validation_error(exc))
+        fields.update(exclusive_cpus=False, gpu=GpuAsk(), priority=0)
+        return PodLifecycle(**fields, invalid_reason="; ".join(problems))

@@ -1,0 +1,243 @@
+"""The bridge service: Kubernetes ⇄ the bus, for one cluster.
+
+Publishes (in its own `settings.cluster`):
+- `pod.lifecycle` for every change of a pod whose spec.schedulerName is
+  ours. Event ids are derived from (cluster, uid, resourceVersion) — or
+  (cluster, uid, "deleted") — so a relist, a reconnect or a second replica
+  yields the same ids and the bus drops the repeats; a change that leaves the
+  event unchanged (a status condition, our own annotations) is not published.
+  A pod with malformed `tidal.dev/` keys is published with `invalid_reason`
+  and gets a Warning Event `TidalInvalidAnnotation`.
+- `node.topology` with node-level figures only, when `publish_node_facts`
+  is on. Off by default: the node agent publishes the full topology of the
+  same node (NUMA nodes, CPUs, GPUs) under the same key, and consumers keep
+  the latest per node, so these facts would replace its inventory. Turn it
+  on only where no node agent runs.
+- `bind.result` for each `placed` decision, `action.result` for each taint,
+  untaint and evict action (freeze, thaw and set-cpuset are the node
+  agent's).
+
+Consumes only its own cluster's events (the runtime filters by
+`handled_clusters()`, which the settings pin to the own cluster; handlers
+check again). `node.allocatable` becomes node annotations for operators;
+placement reads the stream itself. Evictions run in their own, unordered
+consumer group so that one held back by a PodDisruptionBudget (429, retried
+with growing delays, then reported `refused`) does not hold back other
+actions; taints stay ordered per node.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from tidal_bus import Delivery, HandlerError, RetryPolicy
+from tidal_runtime import Service, Subscription
+from tidal_schemas import ActionResult, BindResult, Envelope, NodeTopology, PodLifecycle, derived_id
+
+from .actuator import ActionOutcome, Actuator
+from .binder import Binder, BindOutcome
+from .errors import BridgeError, KubeStatusError
+from .kube import Kube
+from .nodes import node_topology
+from .objects import INVALID_ANNOTATION, SCHEDULED, allocatable_annotations, annotations_patch, pod_event
+from .pods import pod_lifecycle
+from .settings import BridgeSettings
+from .watch import Backoff, Change, Reflector
+
+EVICTIONS = "evictions"
+
+
+class BridgeService(Service):
+    name = "bridge"
+    settings_class = BridgeSettings
+    produces = ("pod.lifecycle", "bind.result", "action.result")
+    settings: BridgeSettings
+
+    def __init__(self, settings: BridgeSettings | None = None, *, bus=None, kube: Kube | None = None) -> None:
+        super().__init__(settings, bus=bus)
+        self.kube = kube
+        self._owns_kube = kube is None
+        self.pods: Reflector | None = None
+        self.nodes: Reflector | None = None
+        self._published: dict[str, PodLifecycle] = {}  # uid -> last pod.lifecycle payload
+        self._reported: dict[str, str] = {}  # uid -> invalid_reason already reported as an Event
+        self._node_facts: dict[str, NodeTopology] = {}
+
+    # -- wiring -----------------------------------------------------------------
+    @property
+    def group(self) -> str:
+        """The consumer group: one per cluster. Bridges of several clusters on
+        one bus must not share a group, or each would be handed partitions
+        holding the other's events and skip them as not its own."""
+        return f"{self.name}-{self.settings.cluster}"
+
+    @property
+    def evictions_group(self) -> str:
+        return f"{self.group}-{EVICTIONS}"
+
+    def subscriptions(self) -> list[Subscription]:
+        # Nothing to rebuild from history: only act on new events.
+        return [
+            Subscription("placement.decision", self.on_decision, group=self.group, replay_on_assign=False),
+            Subscription("node.allocatable", self.on_allocatable, group=self.group, replay_on_assign=False),
+            Subscription("node.action", self.on_action, group=self.group, replay_on_assign=False),
+            Subscription("node.action", self.on_eviction, group=self.evictions_group, ordered=False,
+                         replay_on_assign=False),
+        ]
+
+    def loops(self):
+        return [r.run for r in (self.pods, self.nodes) if r is not None]
+
+    async def on_start(self) -> None:
+        s = self.settings
+        if self.kube is None:
+            self.kube = await Kube.connect(s)
+        self.binder = Binder(self.kube, scheduler_name=s.scheduler_name, attempts=s.bind_attempts,
+                             retry_s=s.bind_retry_s)
+        self.actuator = Actuator(self.kube, conflict_attempts=s.conflict_attempts)
+        self.pods = Reflector(self.kube, "pods", self._on_pod, field_selector=f"spec.schedulerName={s.scheduler_name}",
+                              accept=lambda pod: (pod.get("spec") or {}).get("schedulerName") == s.scheduler_name,
+                              timeout_s=s.watch_timeout_s, backoff=Backoff(s.backoff_initial_s, s.backoff_max_s))
+        if s.publish_node_facts:
+            self.nodes = Reflector(self.kube, "nodes", self._on_node, timeout_s=s.watch_timeout_s,
+                                   backoff=Backoff(s.backoff_initial_s, s.backoff_max_s))
+        for consumer in self.consumers:
+            consumer.retry = (RetryPolicy(s.evict_attempts, s.evict_retry_s, s.evict_retry_max_s)
+                              if consumer.group == self.evictions_group
+                              else RetryPolicy(s.api_attempts, s.api_retry_s, s.api_retry_max_s))
+
+    async def on_stop(self) -> None:
+        if self._owns_kube and self.kube is not None:
+            await self.kube.close()
+
+    def ready(self) -> tuple[bool, str]:
+        if self.pods is not None and not self.pods.synced.is_set():
+            return False, "listing pods"
+        return super().ready()
+
+    # -- Kubernetes -> bus --------------------------------------------------------
+    def _event_id(self, uid: str, event_type: str, version: str) -> str:
+        return derived_id(f"kube:{self.settings.cluster}:{uid}", event_type, version)
+
+    async def _on_pod(self, change: Change) -> None:
+        obj = change.object
+        gone = change.type == "DELETED"
+        pod = pod_lifecycle(obj, deleted=gone, gpu_resource=self.settings.gpu_resource)
+        # A finished pod was published as deleted already; its DELETED then adds nothing.
+        if self._published.get(pod.uid) != pod:
+            version = "deleted" if pod.phase == "deleted" else str(obj["metadata"].get("resourceVersion"))
+            await self.publish(pod, event_id=self._event_id(pod.uid, PodLifecycle.TYPE, version))
+        if gone:
+            self._published.pop(pod.uid, None)
+            self._reported.pop(pod.uid, None)
+            return
+        self._published[pod.uid] = pod
+        if pod.phase != "deleted" and pod.invalid_reason and self._reported.get(pod.uid) != pod.invalid_reason:
+            if await self._pod_event(obj, INVALID_ANNOTATION, pod.invalid_reason):
+                self._reported[pod.uid] = pod.invalid_reason
+
+    async def _on_node(self, change: Change) -> None:
+        meta = change.object.get("metadata") or {}
+        if change.type == "DELETED":
+            self._node_facts.pop(meta.get("name", ""), None)
+            self.log.info("node %s deleted", meta.get("name"))
+            return
+        topology, problem = node_topology(change.object, self.settings.gpu_resource)
+        if topology is None:
+            self.log.warning("node facts not published: %s", problem)
+            return
+        if self._node_facts.get(topology.node) == topology:
+            return
+        await self.publish(topology, event_id=self._event_id(meta.get("uid", ""), NodeTopology.TYPE,
+                                                             str(meta.get("resourceVersion"))))
+        self._node_facts[topology.node] = topology
+
+    async def _pod_event(self, pod: dict[str, Any], reason: str, message: str, kind: str = "Warning") -> bool:
+        """Create a Kubernetes Event on the pod; True when it exists now."""
+        body = pod_event(pod, reason=reason, message=message, kind=kind, now=datetime.now(timezone.utc))
+        try:
+            await self.kube.create_event(body["metadata"]["namespace"], body)
+        except KubeStatusError as exc:
+            if exc.code == 409:  # reported already (another replica, an earlier run)
+                return True
+            self.log.warning("could not create event %s on pod %s: %s", reason, body["involvedObject"]["name"], exc)
+            return False
+        except BridgeError as exc:
+            self.log.warning("could not create event %s: %s", reason, exc)
+            return False
+        return True
+
+    # -- bus -> Kubernetes --------------------------------------------------------
+    def _ours(self, envelope: Envelope[Any], delivery: Delivery) -> bool:
+        if delivery.replaying:
+            return False
+        if envelope.cluster != self.settings.cluster:  # never act on another cluster's API server
+            self.log.error("ignoring %s %s of cluster %s", envelope.type, envelope.id, envelope.cluster)
+            return False
+        return True
+
+    def _unavailable(self, exc: BridgeError, delivery: Delivery, limit: int) -> str:
+        """Retry later while deliveries are left (raises); else the failure reason."""
+        if exc.retriable and delivery.attempt < limit:
+            raise HandlerError(f"API server: {exc}", retriable=True) from exc
+        return f"API server failed after {delivery.attempt} attempt(s): {exc}"
+
+    async def on_decision(self, envelope: Envelope[Any], delivery: Delivery) -> None:
+        decision = envelope.payload
+        if not self._ours(envelope, delivery) or decision.outcome != "placed":
+            return
+        try:
+            outcome = await self.binder.bind(decision)
+        except BridgeError as exc:
+            outcome = BindOutcome(False, self._unavailable(exc, delivery, self.settings.api_attempts))
+        await self.publish(BindResult(decision_id=decision.decision_id, namespace=decision.namespace,
+                                      name=decision.name, node=decision.node, ok=outcome.ok, reason=outcome.reason),
+                           cause=envelope, delivery=delivery)
+        if outcome.ok and outcome.pod is not None and not outcome.reason:
+            await self._pod_event(outcome.pod, SCHEDULED, f"Successfully assigned {decision.namespace}/"
+                                  f"{decision.name} to {decision.node} (decision {decision.decision_id})", "Normal")
+
+    async def on_allocatable(self, envelope: Envelope[Any], delivery: Delivery) -> None:
+        allocatable = envelope.payload
+        if not self._ours(envelope, delivery):
+            return
+        try:
+            await self.kube.patch_node(allocatable.node, annotations_patch(allocatable_annotations(allocatable)))
+        except BridgeError as exc:
+            if isinstance(exc, KubeStatusError) and exc.code == 404:
+                self.log.info("allocatable of node %s not written: node is gone", allocatable.node)
+                return
+            self.log.warning("allocatable of node %s not written: %s",
+                             allocatable.node, self._unavailable(exc, delivery, self.settings.api_attempts))
+
+    async def on_action(self, envelope: Envelope[Any], delivery: Delivery) -> None:
+        """Taints and untaints, in order per node."""
+        action = envelope.payload
+        if action.kind in ("taint", "untaint") and self._ours(envelope, delivery):
+            run = self.actuator.taint if action.kind == "taint" else self.actuator.untaint
+            await self._act(envelope, delivery, run, self.settings.api_attempts)
+
+    async def on_eviction(self, envelope: Envelope[Any], delivery: Delivery) -> None:
+        """Evictions, each retried on its own when a disruption budget refuses it."""
+        action = envelope.payload
+        if action.kind == "evict" and self._ours(envelope, delivery):
+            await self._act(envelope, delivery, self.actuator.evict, self.settings.evict_attempts)
+
+    async def _act(self, envelope: Envelope[Any], delivery: Delivery, run, limit: int) -> None:
+        action = envelope.payload
+        age, limit_s = (datetime.now(timezone.utc) - envelope.time).total_seconds(), self.settings.max_event_age_s
+        if action.dry_run:
+            outcome = ActionOutcome("skipped", "dry run: not executed")
+        elif age > limit_s:
+            outcome = ActionOutcome("skipped", f"stale: issued {age:.0f}s ago (limit {limit_s:.0f}s)")
+        else:
+            try:
+                outcome = await run(action)
+            except BridgeError as exc:
+                outcome = ActionOutcome("failed", self._unavailable(exc, delivery, limit))
+            if outcome.retry and delivery.attempt < limit:
+                raise HandlerError(outcome.reason, retriable=True)
+        await self.publish(ActionResult(action_id=action.action_id, node=action.node, kind=action.kind,
+                                        pod=action.pod, status=outcome.status, reason=outcome.reason),
+                           cause=envelope, delivery=delivery)

@@ -1,0 +1,135 @@
+"""The remediation service (§E hotspots): decides freeze / move / thaw per
+NUMA node from live metrics; the node agent acts and answers on
+`action.result`. Its memory (who is frozen, who moved, what awaits an
+answer) is rebuilt from its own actions and their results on start, before
+it decides anything, so a restart never strands a frozen pod."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timezone
+from typing import Any
+
+from tidal_bus import Delivery, StartAt
+from tidal_schemas import ActionResult, CpuAssignment, Envelope, NodeAction, NodeMetrics, NodeTopology, SchemaError, derived_id
+
+from tidal_runtime import Service, Subscription
+
+from .events import actions_to_events
+from .memory import RemediationMemory
+from .plan import plan_round
+from .retry import plan_retries
+from .settings import RemediationSettings
+from .state import node_state_from
+
+
+class RemediationService(Service):
+    name = "remediation"
+    settings_class = RemediationSettings
+    produces = ()  # acts only on hotspots
+
+    def __init__(self, settings: RemediationSettings | None = None, **kwargs: Any) -> None:
+        super().__init__(settings, **kwargs)
+        self.settings: RemediationSettings
+        self.policy = self.settings.policy()
+        self.topologies: dict[tuple[str, str], NodeTopology] = {}
+        self.exclusive: dict[tuple[str, str], set[str]] = {}
+        self.memory: dict[str, RemediationMemory] = {}  # per cluster
+        self.memory_ready = asyncio.Event()
+
+    def subscriptions(self) -> list[Subscription]:
+        return [Subscription("node.topology", self.on_topology), Subscription("node.metrics", self.on_metrics)]
+
+    def loops(self):
+        return [self.follow_log, self.follow_assignments, self.retry_unanswered]
+
+    def _memory(self, cluster: str) -> RemediationMemory:
+        return self.memory.setdefault(cluster, RemediationMemory())
+
+    def _handles(self, cluster: str) -> bool:
+        clusters = self.settings.handled_clusters()
+        return clusters is None or cluster in clusters
+
+    async def on_topology(self, envelope: Envelope[NodeTopology], delivery: Delivery) -> None:
+        self.topologies[(envelope.cluster, envelope.payload.node)] = envelope.payload
+
+    # -- the log: our actions and their results, then live ---------------------
+    def _apply_log(self, envelope: Envelope[Any]) -> None:
+        payload = envelope.payload
+        if not self._handles(envelope.cluster):
+            return
+        if isinstance(payload, NodeAction) and payload.requested_by == self.name:
+            self._memory(envelope.cluster).record_action(payload)
+        elif isinstance(payload, ActionResult):
+            line = self._memory(envelope.cluster).record_result(payload)
+            if line and self.memory_ready.is_set():
+                self.log.info("%s", line)
+
+    async def follow_log(self) -> None:
+        last: dict[str, dict[int, int]] = {}
+        for name in ("node.action", "action.result"):  # actions before their results
+            last[name] = {}
+            async for raw, event in self.bus.read(name, StartAt.earliest()):
+                last[name][raw.partition] = raw.position
+                if not isinstance(event, SchemaError):
+                    self._apply_log(event)
+        self.memory_ready.set()
+        self.log.info("memory rebuilt: %s", {c: len(m.frozen) for c, m in self.memory.items()})
+
+        async def follow(name: str) -> None:
+            async for _, event in self.bus.read(name, StartAt.after(last[name]), follow=True):
+                if not isinstance(event, SchemaError):
+                    self._apply_log(event)
+
+        await asyncio.gather(follow("node.action"), follow("action.result"))
+
+    async def follow_assignments(self) -> None:
+        async def on_event(envelope: Envelope[Any]) -> None:
+            a = envelope.payload
+            if isinstance(a, CpuAssignment):
+                pods = self.exclusive.setdefault((envelope.cluster, a.node), set())
+                (pods.discard if a.released else pods.add)(a.pod)
+
+        async def done() -> None:
+            return None
+
+        await self.bus.catch_up_then_follow("cpu.assignment", on_event, done)
+
+    # -- deciding -------------------------------------------------------------
+    async def on_metrics(self, envelope: Envelope[NodeMetrics], delivery: Delivery) -> None:
+        if delivery.replaying:
+            return  # decisions are taken on live samples only; the memory comes from the log
+        metrics, cluster = envelope.payload, envelope.cluster
+        topology = self.topologies.get((cluster, metrics.node))
+        if topology is None:
+            return
+        await self.memory_ready.wait()
+        memory = self._memory(cluster)
+        exclusive = self.exclusive.get((cluster, metrics.node))
+        state = node_state_from(metrics, topology, exclusive)
+        plan = plan_round(state, memory, self.policy, metrics.sampled_at)
+        for note in plan.notes:
+            self.log.debug("node %s: %s", metrics.node, note)
+        for action in actions_to_events(plan, metrics.node, requested_by=self.name):
+            memory.record_action(action)
+            self.log.info("node %s: %s %s (%s)", action.node, action.kind, action.pod, action.reason)
+            await self.publish(action, event_id=action.action_id, cluster=cluster)
+
+    async def retry_unanswered(self) -> None:
+        await self.memory_ready.wait()
+        while True:
+            await asyncio.sleep(self.settings.retry_check_s)
+            now = datetime.now(timezone.utc)
+            for cluster, memory in list(self.memory.items()):
+                plan = plan_retries(memory, now, self.policy.action_timeout_s, self.policy.max_retries)
+                for action in plan.resend:
+                    memory.record_action(action)
+                    attempt = int(action.measured.get("attempt", 2))
+                    self.log.warning("action %s (%s %s) unanswered: sending again, attempt %d",
+                                     action.action_id, action.kind, action.pod, attempt)
+                    await self.publish(action, cluster=cluster, event_id=derived_id(
+                        action.action_id, "node.action", action.node, f"attempt-{attempt}"))
+                for result in plan.give_up:
+                    self.log.error("giving up action %s: %s", result.action_id, result.reason)
+                    memory.record_result(result)
+                    await self.publish(result, cluster=cluster)

@@ -1,0 +1,30 @@
+"""Settings of the remediation service (env prefix TIDAL_REMEDIATION_)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from tidal_runtime import ServiceSettings
+
+from .policy_settings import PolicySettings
+
+
+class RemediationSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="TIDAL_REMEDIATION_", extra="ignore", populate_by_name=True)
+
+    high_threshold: float = Field(0.80, gt=0, le=1)
+    low_threshold: float = Field(0.60, gt=0, lt=1)
+    cool_down_s: float = Field(30.0, ge=0)
+    max_actions_per_round: int = Field(3, ge=1)
+    dry_run: bool = False
+    enabled: bool = True
+    action_timeout_s: float = Field(60.0, gt=0)
+    max_retries: int = Field(2, ge=0)
+    retry_check_s: float = Field(5.0, gt=0, description="how often unanswered actions are looked at")
+
+    def policy(self) -> PolicySettings:
+        return PolicySettings(high_threshold=self.high_threshold, low_threshold=self.low_threshold,
+                              cool_down_s=self.cool_down_s, max_actions_per_round=self.max_actions_per_round,
+                              dry_run=self.dry_run, enabled=self.enabled, action_timeout_s=self.action_timeout_s,
+                              max_retries=self.max_retries)

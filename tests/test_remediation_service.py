@@ -1,0 +1,170 @@
+"""Hotspot remediation end to end on this machine: the real node agent, real
+busy processes in their own cgroups as pods, and real per-CPU load from
+/proc/stat. cpu0 and cpu1 are declared two NUMA nodes; every pod starts
+pinned to cpu0, which makes NUMA 0 a hotspot."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from builders import pod
+from conftest import make_bus, wait_until
+from tidal_bus import StartAt
+from tidal_remediation.service import RemediationService
+from tidal_remediation.settings import RemediationSettings
+from tidal_topology.service import TopologyService
+from tidal_topology.settings import TopologySettings
+
+pytestmark = pytest.mark.cgroup
+CGROUP = Path("/sys/fs/cgroup")
+CONTROLLERS = ("freezer", "cpuset", "cpuacct", "memory")
+NODE = "hot-node"
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(text)
+
+
+@pytest.fixture
+def pods_on_cpu0():
+    """Four busy pods pinned to cpu0: be-1, be-2 best-effort; ls-1, ls-2 latency-sensitive."""
+    if not all((CGROUP / c).is_dir() for c in CONTROLLERS):
+        pytest.skip("needs cgroup v1 freezer, cpuset, cpuacct and memory controllers")
+    if len((CGROUP / "cpuset/cpuset.cpus").read_text().strip()) < 3:
+        pytest.skip("needs at least two CPUs")
+    parent = f"tidal-test-{uuid.uuid4().hex[:8]}"
+    made, procs, pods = [], [], {}
+    try:
+        for controller in CONTROLLERS:
+            try:
+                (CGROUP / controller / parent).mkdir()
+            except OSError as exc:
+                if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    pytest.skip(f"cgroup filesystem not writable: {exc.strerror}")
+                raise
+            made.append(CGROUP / controller / parent)
+        for name in ("cpuset.cpus", "cpuset.mems"):
+            _write(CGROUP / "cpuset" / parent / name, (CGROUP / "cpuset" / name).read_text())
+        for name in ("be-1", "be-2", "ls-1", "ls-2"):
+            uid = str(uuid.uuid4())
+            proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            procs.append(proc)
+            for controller in CONTROLLERS:
+                directory = CGROUP / controller / parent / f"pod{uid}"
+                directory.mkdir()
+                made.append(directory)
+                if controller == "cpuset":
+                    _write(directory / "cpuset.cpus", "0")
+                    _write(directory / "cpuset.mems", (CGROUP / "cpuset/cpuset.mems").read_text().split("-")[0])
+                _write(directory / "cgroup.procs", str(proc.pid))
+            pods[name] = (uid, proc)
+        yield parent, pods
+    finally:
+        for directory in made:
+            state = directory / "freezer.state"
+            if state.exists():
+                state.write_text("THAWED")
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=10)
+        for directory in reversed(made):
+            deadline = time.monotonic() + 5
+            while directory.exists():
+                try:
+                    directory.rmdir()
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.02)
+
+
+async def _start(service):
+    task = asyncio.create_task(service.run())
+    await wait_until(lambda: service.ready()[0], timeout=20, what=f"{service.name} ready")
+    return task
+
+
+async def _stop(service, task):
+    service.stop()
+    await asyncio.wait_for(task, 30)
+
+
+class Observer:
+    """Follows node.action and action.result once, instead of re-reading them."""
+
+    def __init__(self, bus) -> None:
+        self.actions: dict[str, object] = {}
+        self.results: dict[str, object] = {}
+        self.tasks = [asyncio.create_task(self._follow(bus, "node.action", self.actions)),
+                      asyncio.create_task(self._follow(bus, "action.result", self.results))]
+
+    @staticmethod
+    async def _follow(bus, name, into) -> None:
+        async for _, event in bus.read(name, StartAt.earliest(), follow=True):
+            into[event.payload.action_id] = event.payload
+
+    def done(self, kind: str | None = None) -> list[tuple[str, str]]:
+        return [(a.kind, a.pod.split("/")[1]) for i, a in self.actions.items()
+                if i in self.results and self.results[i].status == "done" and kind in (None, a.kind)]
+
+    async def wait_for(self, kind: str, count: int, timeout: float = 30) -> list[tuple[str, str]]:
+        await wait_until(lambda: len(self.done(kind)) >= count, timeout=timeout,
+                         what=f"{count} done {kind} (so far {self.done()})")
+        return self.done()
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+async def test_freeze_then_move_then_thaw_with_a_restart(nats_server, namespace, tmp_path, pods_on_cpu0):
+    parent, pods = pods_on_cpu0
+    common = dict(bus_url=nats_server.url, namespace=namespace, cluster="c1", http_port=0, http_host="127.0.0.1")
+    agent = TopologyService(TopologySettings(
+        **common, node_name=NODE, numa_override="0:0,1:1", interval_s=0.5, cgroup_root=str(CGROUP),
+        cgroup_parent=parent, cgroup_version="v1", state_file=str(tmp_path / "cpus.json"), exclusive_cpus=False))
+    remediation_settings = RemediationSettings(**common, cool_down_s=1.0, max_actions_per_round=1,
+                                               action_timeout_s=10, retry_check_s=1)
+    remediation = RemediationService(remediation_settings)
+    agent_task = await _start(agent)
+    remediation_task = await _start(remediation)
+    async with make_bus(nats_server.url, namespace) as bus:
+        seen = Observer(bus)
+        for name, (uid, _) in pods.items():
+            await bus.publish(pod(name, phase="running", node=NODE, uid=uid, qos="LS" if name.startswith("ls") else "BE"))
+
+        # 1. NUMA 0 is hot: the best-effort pods are frozen, latency-sensitive ones never
+        done = await seen.wait_for("freeze", 2)
+        assert {p for k, p in done if k == "freeze"} == {"be-1", "be-2"}
+        # 2. two LS pods still saturate cpu0: one is moved to cpu1, which relieves it
+        done = await seen.wait_for("set-cpuset", 1)
+        [moved] = [p for k, p in done if k == "set-cpuset"]
+        move = next(a for a in seen.actions.values() if a.kind == "set-cpuset")
+        assert moved in {"ls-1", "ls-2"} and move.cpuset == [1] and move.measured["load"] > 0.8
+        stayed = ({"ls-1", "ls-2"} - {moved}).pop()
+
+        # 3. restart remediation while the BE pods are frozen: the log tells it who is frozen
+        await _stop(remediation, remediation_task)
+        remediation = RemediationService(remediation_settings)
+        remediation_task = await _start(remediation)
+        await wait_until(lambda: remediation.memory_ready.is_set(), what="memory rebuilt")
+        assert {f.pod for f in remediation._memory("c1").frozen_on(NODE)} == {"default/be-1", "default/be-2"}
+
+        # 4. the LS pod left on cpu0 finishes: NUMA 0 cools below 0.6 and a frozen pod is thawed
+        pods[stayed][1].kill()
+        done = await seen.wait_for("thaw", 1)
+        thaw = next(a for a in seen.actions.values() if a.kind == "thaw")
+        assert thaw.pod in {"default/be-1", "default/be-2"} and thaw.measured["load"] < 0.6
+        assert all(a.reason and a.requested_by == "remediation" for a in seen.actions.values())
+        await seen.close()
+    await _stop(remediation, remediation_task)
+    await _stop(agent, agent_task)
