@@ -10,6 +10,7 @@ import importlib
 SERVICES: dict[str, str] = {
     "topology": "tidal_topology.service:TopologyService",
     "scoring": "tidal_scoring.service:ScoringService",
+    "placement": "tidal_placement.service:PlacementService",
     "oversell": "tidal_oversell.service:OversellService",
     "remediation": "tidal_remediation.service:RemediationService",
     "bridge": "tidal_bridge.service:BridgeService",

@@ -37,7 +37,7 @@ class PlacementDecision(Payload):
     namespace: Name
     name: Name
     uid: str = ""
-    outcome: Literal["placed", "pending"]
+    outcome: Literal["placed", "pending", "fence"]
     node: str | None = None
     numa_cpus: dict[int, NonNegInt] = Field(
         default_factory=dict, description="exclusive CPUs to take on each NUMA node"
@@ -52,6 +52,8 @@ class PlacementDecision(Payload):
     reason: str = ""
     queue_position: NonNegInt | None = None
     fair_share_score: float | None = None
+    epoch: NonNegInt = Field(0, description="the placement leader's term; see tidal_schemas.fence")
+    leader: str = ""
 
     def event_key(self) -> str:
         return f"{self.namespace}/{self.name}"

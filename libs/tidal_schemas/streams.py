@@ -49,7 +49,9 @@ _CATALOGUE = [
                consumers=("placement",)),
     StreamSpec("score.user", producers=("scoring",), consumers=("placement",)),
     StreamSpec("score.node", producers=("scoring",), consumers=("placement", "oversell")),
-    StreamSpec("placement.decision", producers=("placement",),
+    # One partition: the decision log is totally ordered, so every reader
+    # agrees on which leader's decisions count (see tidal_schemas.fence).
+    StreamSpec("placement.decision", partitions=1, producers=("placement",),
                consumers=("bridge", "simulator", "topology")),
     StreamSpec("bind.result", producers=("bridge", "simulator"), consumers=("placement",)),
     StreamSpec("node.allocatable", producers=("oversell",),

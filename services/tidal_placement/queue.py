@@ -1,0 +1,105 @@
+"""The scheduling queue (§C): a sort queue ordered by the owner's fair-share
+score for the pod's resource type, and a waiting queue per resource type.
+
+- Sort order: score (lower first), then creation time, then name.
+- A pod that fits nowhere waits (with its reasons) in the waiting queue of
+  its resource type; while it waits, a pod of the same type with a worse
+  (higher) score is held back (PreFilter), so lower-priority pods cannot
+  take the room a higher-priority one is waiting for. Pods of other types
+  are never held back by it.
+- Permit timeout: a pod waiting longer than the timeout goes back to the sort
+  queue and stops holding others back; it is retried with them.
+- Nothing is ever dropped: a pod leaves the queue only when it is placed or
+  deleted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from tidal_schemas import PodLifecycle
+
+
+def resource_type(pod: PodLifecycle) -> str:
+    """What a pod competes for: its GPU model (the first allowed one, "gpu"
+    when any will do), else "cpu"."""
+    if pod.gpu.count:
+        return pod.gpu.models[0] if pod.gpu.models else "gpu"
+    return "cpu"
+
+
+@dataclass
+class Entry:
+    pod: PodLifecycle
+    score: float = 0.0
+    waiting_since: float | None = None  # monotonic seconds; None = in the sort queue
+    reason: str = ""
+    attempts: int = 0
+    filtered: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return self.pod.event_key()
+
+    @property
+    def order(self) -> tuple[float, datetime, str]:
+        return (self.score, self.pod.created_at, self.key)
+
+
+class SchedulingQueue:
+    def __init__(self, permit_timeout_s: float = 30.0) -> None:
+        self.permit_timeout_s = permit_timeout_s
+        self.entries: dict[str, Entry] = {}
+
+    def add(self, pod: PodLifecycle, score: float) -> None:
+        """Queue a pending pod (a newer event of a queued pod replaces it)."""
+        entry = self.entries.get(pod.event_key())
+        if entry is None:
+            self.entries[pod.event_key()] = Entry(pod, score)
+        else:
+            entry.pod, entry.score = pod, score
+
+    def remove(self, key: str) -> Entry | None:
+        return self.entries.pop(key, None)
+
+    def rescore(self, scores: dict[str, float]) -> None:
+        for key, score in scores.items():
+            if key in self.entries:
+                self.entries[key].score = score
+
+    def expire_waits(self, now: float) -> list[str]:
+        """Waiting pods past the permit timeout go back to the sort queue."""
+        expired = [e.key for e in self.entries.values()
+                   if e.waiting_since is not None and now - e.waiting_since >= self.permit_timeout_s]
+        for key in expired:
+            self.entries[key].waiting_since = None
+        return expired
+
+    def cycle(self) -> list[tuple[Entry, str | None]]:
+        """One pass in priority order: each entry with None (try to place it)
+        or the reason it is held back by a better pod of its type waiting."""
+        waiting_best: dict[str, tuple] = {}
+        for e in self.entries.values():
+            if e.waiting_since is not None:
+                kind = resource_type(e.pod)
+                waiting_best[kind] = min(waiting_best.get(kind, e.order), e.order)
+        plan = []
+        for entry in sorted(self.entries.values(), key=lambda e: e.order):
+            best = waiting_best.get(resource_type(entry.pod))
+            if best is not None and best < entry.order:
+                plan.append((entry, f"waiting behind a higher-priority {resource_type(entry.pod)} pod"))
+            else:
+                plan.append((entry, None))
+        return plan
+
+    def wait(self, key: str, reason: str, filtered: dict[str, int], now: float) -> None:
+        entry = self.entries[key]
+        entry.reason, entry.filtered = reason, filtered
+        entry.attempts += 1
+        if entry.waiting_since is None:
+            entry.waiting_since = now
+
+    def position(self, key: str) -> int | None:
+        ordered = sorted(self.entries.values(), key=lambda e: e.order)
+        return next((i for i, e in enumerate(ordered) if e.key == key), None)

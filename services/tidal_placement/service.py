@@ -1,0 +1,354 @@
+"""The placement service: fair-share queue (§C), node/NUMA/GPU choice
+(§A, §B, §E), scheduler cache with assume / confirm / forget.
+
+Replicas run active/standby. Each keeps the whole cache warm from the
+streams; the one that owns the single partition of `tenant.config` in the
+leader group fences the decision log (see tidal_schemas.fence) and decides
+once its fence reads back as valid. Every decision is assumed at once
+(pre-allocation), confirmed by a good bind result, forgotten on a failed
+bind or a bind timeout; pods are retried when something relevant changes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from tidal_bus import Delivery
+from tidal_schemas import (
+    BindResult, Envelope, NodeAction, NodeAllocatable, NodeScore, NodeTopology, PlacementDecision,
+    PodLifecycle, TenantConfig, UserScore, derived_id,
+)
+from tidal_schemas.fence import DecisionFence, fence_decision
+from tidal_schemas.placement import GpuShare
+
+from tidal_runtime import Service, Subscription
+
+from .cluster_state import Allocation, ClusterState
+from .decide import decide
+from .pod_request import Placement, PodRequest, placement_decision
+from .gpu_groups import GroupRegistry
+from .gpu_strategies import make_strategy
+from .gpu_workload import typical_workload
+from .queue import SchedulingQueue, resource_type
+from .settings import PlacementSettings
+from .tenancy import gpu_allowance, quota_problem, tenant_usage
+
+FOLLOWED = ("node.topology", "node.allocatable", "score.node", "score.user", "tenant.config", "node.action",
+            "pod.lifecycle", "bind.result", "placement.decision")
+TAINT_KEY = "tidal.dev/stop-scheduling"
+
+
+class PlacementService(Service):
+    name = "placement"
+    settings_class = PlacementSettings
+    produces = ("placement.decision",)
+
+    def __init__(self, settings: PlacementSettings | None = None, **kwargs: Any) -> None:
+        super().__init__(settings, **kwargs)
+        self.settings: PlacementSettings
+        self.state: dict[str, ClusterState] = {}
+        self.queue: dict[str, SchedulingQueue] = {}
+        self.groups: dict[str, GroupRegistry] = {}
+        self.tenants: dict[tuple[str, str], TenantConfig] = {}
+        self.gpu_model: dict[str, str] = {}
+        self.inventory: dict[str, dict[str, list]] = {}  # cluster -> node -> GPUs
+        self.scores: dict[tuple[str, str, str], float] = {}
+        self.pods: dict[tuple[str, str], PodLifecycle] = {}
+        self.awaiting_bind: dict[tuple[str, str], float] = {}
+        self.fences: dict[str, DecisionFence] = {}
+        self.claimed: dict[str, int] = {}  # cluster -> epoch we claimed
+        self.active: set[str] = set()  # clusters where our fence is the valid one
+        self.wants_lead = False
+        self.caught_up: set[str] = set()
+        self.wake = asyncio.Event()
+        self.shapes: list = []
+        self.strategy = make_strategy("best-fit")  # until enough pod shapes for the configured one
+        self.decisions = 0
+        self.requested: dict[tuple[str, str], PodLifecycle] = {}  # pods we placed, as they asked
+        self.tries: dict[tuple[str, str], int] = {}  # placements made per pod (rollbacks give new ids)
+
+    # -- wiring ---------------------------------------------------------------
+    def subscriptions(self) -> list[Subscription]:
+        # The single partition of tenant.config elects the active replica.
+        return [Subscription("tenant.config", self._ignore, group=f"{self.default_group()}-leader",
+                             on_assign=self.on_leadership, replay_on_assign=False)]
+
+    def loops(self):
+        return [*[self._follower(name) for name in FOLLOWED], self.schedule_loop, self.bind_timeouts]
+
+    async def _ignore(self, envelope: Envelope[Any], delivery: Delivery) -> None:
+        return None
+
+    def _follower(self, name: str):
+        async def follow() -> None:
+            async def on_event(envelope: Envelope[Any]) -> None:
+                if self._handles(envelope.cluster):
+                    await self.apply(envelope)
+
+            async def done() -> None:
+                self.caught_up.add(name)
+                self.wake.set()
+
+            await self.bus.catch_up_then_follow(name, on_event, done)
+        follow.__name__ = f"follow_{name.replace('.', '_')}"
+        return follow
+
+    def _handles(self, cluster: str) -> bool:
+        clusters = self.settings.handled_clusters()
+        return clusters is None or cluster in clusters
+
+    def _cluster(self, cluster: str) -> ClusterState:
+        if cluster not in self.state:
+            self.state[cluster] = ClusterState()
+            self.queue[cluster] = SchedulingQueue(self.settings.permit_timeout_s)
+            self.groups[cluster] = GroupRegistry()
+        return self.state[cluster]
+
+    # -- leadership -----------------------------------------------------------
+    async def on_leadership(self, gained: frozenset[int], lost: frozenset[int]) -> None:
+        if lost:
+            self.wants_lead = False
+            self.active.clear()
+            self.log.info("placement: standing down")
+        if gained:
+            self.wants_lead = True
+            self.log.info("placement: elected; fencing the decision log")
+            await self._claim_all()
+
+    async def _claim_all(self) -> None:
+        if not self.wants_lead or "placement.decision" not in self.caught_up:
+            return
+        for cluster in sorted({*self.state, *(self.settings.handled_clusters() or ())}):
+            if cluster not in self.active and cluster not in self.claimed:
+                epoch = self.fences.get(cluster, DecisionFence()).epoch + 1
+                self.claimed[cluster] = epoch
+                await self.bus.publish(fence_decision(epoch, self.bus.backend.member_id), cluster=cluster)
+
+    # -- applying events (every replica) --------------------------------------
+    async def apply(self, envelope: Envelope[Any]) -> None:
+        cluster, p = envelope.cluster, envelope.payload
+        state = self._cluster(cluster)
+        if isinstance(p, NodeTopology):
+            state.upsert_node(p)
+            self.inventory.setdefault(cluster, {})[p.node] = list(p.gpus)
+            for gpu in p.gpus:
+                self.gpu_model[gpu.id] = gpu.model
+            self._regroup(cluster)
+        elif isinstance(p, NodeAllocatable):
+            state.set_allocatable(p.node, p.allocatable)
+        elif isinstance(p, NodeScore):
+            state.apply_node_score(p)
+            return  # loads re-rank, they do not make a waiting pod fit
+        elif isinstance(p, UserScore):
+            self.scores[(cluster, p.user, p.resource_type)] = p.score
+            return
+        elif isinstance(p, TenantConfig):
+            self.tenants[(cluster, p.tenant)] = p
+            self._regroup(cluster)
+        elif isinstance(p, NodeAction) and p.kind in ("taint", "untaint") and p.taint_key == TAINT_KEY \
+                and not p.dry_run:
+            state.set_blocked(p.node, "stop-scheduling taint", blocked=p.kind == "taint")
+        elif isinstance(p, PodLifecycle):
+            self._apply_pod(cluster, p)
+        elif isinstance(p, BindResult):
+            self._apply_bind(cluster, p)
+        elif isinstance(p, PlacementDecision):
+            await self._apply_decision(cluster, p)
+            return
+        else:
+            return
+        self.wake.set()
+
+    def _regroup(self, cluster: str) -> None:
+        inventory = self.inventory.setdefault(cluster, {})
+        for (c, tenant), config in self.tenants.items():
+            if c == cluster:
+                self.groups[cluster].apply(config, inventory)
+
+    def _apply_pod(self, cluster: str, pod: PodLifecycle) -> None:
+        key = pod.event_key()
+        queue, state = self.queue[cluster], self.state[cluster]
+        if pod.phase == "pending" and not pod.node:
+            self.pods.pop((cluster, key), None)
+            if state.held(key) is None:
+                queue.add(pod, self._score(cluster, pod))
+                self.shapes.append(PodRequest.from_pod(pod).shape)
+                if len(self.shapes) % self.settings.workload_refresh == 1:
+                    self._refresh_strategy()
+        elif pod.phase in ("bound", "running"):
+            self.pods[(cluster, key)] = pod
+            queue.remove(key)
+            held = state.held(key)
+            wanted = Allocation.of(pod.node, pod.requests.cpu_milli, pod.requests.memory_mib, pod.numa_cpus,
+                                   {g.gpu: g.milli for g in pod.gpus})
+            if held is None or (held.node != pod.node):
+                if held is not None:
+                    state.forget(key)
+                state.assume(key, wanted)
+            state.confirm(key)
+            self.awaiting_bind.pop((cluster, key), None)
+        elif pod.phase == "deleted":
+            self.pods.pop((cluster, key), None)
+            self.requested.pop((cluster, key), None)
+            queue.remove(key)
+            state.release(key) or state.forget(key)
+            self.awaiting_bind.pop((cluster, key), None)
+
+    def _apply_bind(self, cluster: str, result: BindResult) -> None:
+        key = f"{result.namespace}/{result.name}"
+        state = self.state[cluster]
+        self.awaiting_bind.pop((cluster, key), None)
+        if result.ok:
+            state.confirm(key)
+            return
+        self.log.info("bind of %s on %s failed (%s): rolling back", key, result.node, result.reason)
+        self._rollback(cluster, key)
+
+    def _rollback(self, cluster: str, key: str) -> None:
+        self.state[cluster].forget(key)
+        entry_pod = self.pods.get((cluster, key))
+        pending = self._pending_copy(cluster, key)
+        if pending is not None:
+            self.queue[cluster].add(pending, self._score(cluster, pending))
+        elif entry_pod is not None:
+            self.queue[cluster].add(entry_pod, self._score(cluster, entry_pod))
+
+    def _pending_copy(self, cluster: str, key: str) -> PodLifecycle | None:
+        return self.requested.get((cluster, key))
+
+    async def _apply_decision(self, cluster: str, d: PlacementDecision) -> None:
+        fence = self.fences.setdefault(cluster, DecisionFence())
+        admitted = fence.admit(d)
+        me = self.bus.backend.member_id
+        if d.outcome == "fence":
+            if admitted and d.leader == me and self.wants_lead:
+                self.active.add(cluster)
+                self.log.info("placement: leading cluster %s at epoch %d", cluster, d.epoch)
+            elif admitted:
+                self.active.discard(cluster)
+                self.claimed.pop(cluster, None)
+            self.wake.set()
+            return
+        if d.outcome != "placed":
+            return
+        key = d.event_key()
+        state = self.state.get(cluster) or self._cluster(cluster)
+        if not admitted:
+            if d.leader == me and state.held(key) is not None:  # fenced out: undo our own assumption
+                self._rollback(cluster, key)
+            return
+        if state.held(key) is None:  # another replica's decision: mirror it
+            entry = self.queue[cluster].entries.get(key)
+            pod = entry.pod if entry else None
+            state.assume(key, Allocation.of(d.node, pod.requests.cpu_milli if pod else 0,
+                                            pod.requests.memory_mib if pod else 0, d.numa_cpus,
+                                            {g.gpu: g.milli for g in d.gpus}))
+            self.awaiting_bind[(cluster, key)] = time.monotonic()
+        self.queue[cluster].remove(key)
+
+    def _score(self, cluster: str, pod: PodLifecycle) -> float:
+        return self.scores.get((cluster, pod.user, resource_type(pod)), 0.0)
+
+    def _refresh_strategy(self) -> None:
+        try:
+            self.strategy = make_strategy(self.settings.gpu_strategy, typical_workload(self.shapes[-5000:]))
+        except ValueError as exc:
+            self.log.warning("GPU strategy %s unavailable (%s); using best-fit", self.settings.gpu_strategy, exc)
+
+    # -- deciding (the active replica) ----------------------------------------
+    async def schedule_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self.wake.wait(), timeout=self.settings.permit_timeout_s / 2)
+            except asyncio.TimeoutError:
+                pass
+            self.wake.clear()
+            if len(self.caught_up) < len(FOLLOWED):
+                continue
+            if self.wants_lead:
+                await self._claim_all()
+            for cluster in sorted(self.active):
+                await self.schedule_cluster(cluster)
+
+    async def schedule_cluster(self, cluster: str) -> None:
+        state, queue = self.state[cluster], self.queue[cluster]
+        now = time.monotonic()
+        queue.expire_waits(now)
+        queue.rescore({e.key: self._score(cluster, e.pod) for e in queue.entries.values()})
+        usage = tenant_usage(self._holdings(cluster), self.gpu_model)
+        for entry, held_back in queue.cycle():
+            if cluster not in self.active:
+                return
+            if held_back is not None:
+                entry.reason = held_back
+                continue
+            pod = entry.pod
+            placement = self._place(cluster, state, pod, usage)
+            fence = self.fences[cluster]
+            tries = self.tries.get((cluster, entry.key), 0)
+            decision_id = derived_id(f"placement/{fence.epoch}/{fence.leader}", PlacementDecision.TYPE,
+                                     entry.key, f"{tries}/{entry.attempts}")
+            decision = placement_decision(pod, placement, decision_id)
+            extra = dict(epoch=fence.epoch, leader=fence.leader, queue_position=queue.position(entry.key),
+                         fair_share_score=entry.score)
+            if placement.ok:
+                outcome = state.assume(entry.key, placement.allocation)
+                if not outcome.ok:
+                    self.log.error("assume of %s failed: %s", entry.key, outcome.reason)
+                    continue
+                extra["gpus"] = [GpuShare(gpu=g.gpu, milli=g.milli, model=self.gpu_model.get(g.gpu, ""))
+                                 for g in decision.gpus]
+                queue.remove(entry.key)
+                self.tries[(cluster, entry.key)] = tries + 1
+                self._remember_request(cluster, pod)
+                self.awaiting_bind[(cluster, entry.key)] = now
+                held = usage.setdefault(pod.tenant, {})
+                held["cpu"] = held.get("cpu", 0) + pod.requests.cpu_milli
+                held["memory"] = held.get("memory", 0) + pod.requests.memory_mib
+                for g in extra["gpus"]:
+                    held[g.model or "gpu"] = held.get(g.model or "gpu", 0) + g.milli
+                self.decisions += 1
+            else:
+                changed = placement.reason != entry.reason
+                queue.wait(entry.key, placement.reason, dict(placement.filtered), now)
+                if not changed:
+                    continue  # the same reasons: say it once, not every cycle
+            await self.publish(decision.model_copy(update=extra), cluster=cluster)
+
+    def _remember_request(self, cluster: str, pod: PodLifecycle) -> None:
+        self.requested[(cluster, pod.event_key())] = pod
+
+    def _holdings(self, cluster: str):
+        for (c, key), pod in self.pods.items():
+            if c == cluster:
+                yield pod, {g.gpu: g.milli for g in pod.gpus}
+        for (c, key), pod in self.requested.items():
+            held = self.state[cluster].held(key) if c == cluster else None
+            if held is not None and (c, key) not in self.pods:
+                yield pod, dict(held.gpus)
+
+    def _place(self, cluster: str, state: ClusterState, pod: PodLifecycle, usage):
+        if pod.invalid_reason:
+            return Placement(False, reason=f"invalid pod: {pod.invalid_reason}")
+        config = self.tenants.get((cluster, pod.tenant))
+        held = usage.get(pod.tenant, {})
+        problem = quota_problem(pod, config, held)
+        if problem:
+            return Placement(False, reason=problem)
+        allowed, why = gpu_allowance(state, pod, config, self.groups[cluster].get(pod.tenant), held)
+        if why:
+            return Placement(False, reason=why)
+        return decide(state, PodRequest.from_pod(pod), self.strategy, allowed=allowed)
+
+    async def bind_timeouts(self) -> None:
+        while True:
+            await asyncio.sleep(min(1.0, self.settings.bind_timeout_s / 4))
+            now = time.monotonic()
+            for (cluster, key), since in list(self.awaiting_bind.items()):
+                if now - since >= self.settings.bind_timeout_s:
+                    self.log.warning("no bind result for %s within %.0fs: rolling back", key,
+                                     self.settings.bind_timeout_s)
+                    del self.awaiting_bind[(cluster, key)]
+                    self._rollback(cluster, key)
+                    self.wake.set()

@@ -1,0 +1,26 @@
+"""Settings of the placement service (env prefix TIDAL_PLACEMENT_)."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from tidal_runtime import ServiceSettings
+
+from .gpu_strategies import GPU_STRATEGIES
+
+
+class PlacementSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="TIDAL_PLACEMENT_", extra="ignore", populate_by_name=True)
+
+    gpu_strategy: str = Field("fgd-cpu", description=f"one of {', '.join(sorted(GPU_STRATEGIES))}")
+    permit_timeout_s: float = Field(30.0, gt=0, description="how long a waiting pod holds back its type")
+    bind_timeout_s: float = Field(60.0, gt=0, description="an assumed pod without a bind result is forgotten")
+    workload_refresh: int = Field(500, ge=1, description="rebuild the typical workload every N pods seen")
+
+    @field_validator("gpu_strategy")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in GPU_STRATEGIES:
+            raise ValueError(f"unknown GPU strategy {value!r}; known: {', '.join(sorted(GPU_STRATEGIES))}")
+        return value
