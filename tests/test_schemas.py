@@ -113,3 +113,23 @@ def test_asyncapi_lists_every_stream():
     assert doc["asyncapi"].startswith("3.")
     assert {m["name"] for m in doc["components"]["messages"].values()} == set(STREAMS)
     assert doc["channels"]["node_metrics"]["address"] == "tidal.node_metrics.{cluster}.{partition}.{key}"
+
+
+def test_decision_fence_admits_only_the_current_leader():
+    from tidal_schemas import PlacementDecision
+    from tidal_schemas.fence import DecisionFence, fence_decision
+
+    def placed(name, epoch, leader):
+        return PlacementDecision(decision_id=name, namespace="ns", name=name, outcome="placed", node="n1",
+                                 epoch=epoch, leader=leader)
+
+    fence = DecisionFence()
+    assert fence.admit(placed("tool", 0, ""))            # before any fence: unfenced decisions count
+    assert fence.admit(fence_decision(1, "a"))
+    assert not fence.admit(placed("late-tool", 0, ""))   # ...but not after
+    assert fence.admit(placed("p1", 1, "a"))
+    assert not fence.admit(fence_decision(1, "b"))        # same epoch claimed second: loses
+    assert not fence.admit(placed("p2", 1, "b"))
+    assert fence.admit(fence_decision(2, "b"))            # b takes over
+    assert not fence.admit(placed("p3", 1, "a"))          # a's late decision is ignored
+    assert fence.admit(placed("p4", 2, "b"))

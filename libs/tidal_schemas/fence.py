@@ -10,7 +10,9 @@ In log order:
   (of two replicas claiming the same epoch, the first in the log wins);
 - a placed or pending decision counts only when it carries the current
   valid fence's (epoch, leader); a deposed leader's late decisions are
-  ignored by everyone, and it learns from the log that it lost.
+  ignored by everyone, and it learns from the log that it lost;
+- before any fence, unfenced decisions (epoch 0, from a tool or a single
+  scheduler that does not fence) count; after the first fence they do not.
 
 A leader starts deciding only after reading its own fence back as valid, so
 it has seen every decision that counts before its first one.
@@ -37,7 +39,7 @@ class DecisionFence:
                 self.epoch, self.leader = decision.epoch, decision.leader
                 return True
             return False
-        return (decision.epoch, decision.leader) == (self.epoch, self.leader) and self.epoch > 0
+        return (decision.epoch, decision.leader) == (self.epoch, self.leader)
 
 
 def fence_decision(epoch: int, leader: str) -> PlacementDecision:

@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tidal_bus import Delivery, HandlerError, RetryPolicy
+from tidal_schemas.fence import DecisionFence
 from tidal_runtime import Service, Subscription
 from tidal_schemas import ActionResult, BindResult, Envelope, NodeTopology, PodLifecycle, derived_id
 
@@ -56,6 +57,7 @@ class BridgeService(Service):
 
     def __init__(self, settings: BridgeSettings | None = None, *, bus=None, kube: Kube | None = None) -> None:
         super().__init__(settings, bus=bus)
+        self.fence = DecisionFence()
         self.kube = kube
         self._owns_kube = kube is None
         self.pods: Reflector | None = None
@@ -79,7 +81,8 @@ class BridgeService(Service):
     def subscriptions(self) -> list[Subscription]:
         # Nothing to rebuild from history: only act on new events.
         return [
-            Subscription("placement.decision", self.on_decision, group=self.group, replay_on_assign=False),
+            # Replayed (without acting) so the decision fence is known after a restart.
+            Subscription("placement.decision", self.on_decision, group=self.group),
             Subscription("node.allocatable", self.on_allocatable, group=self.group, replay_on_assign=False),
             Subscription("node.action", self.on_action, group=self.group, replay_on_assign=False),
             Subscription("node.action", self.on_eviction, group=self.evictions_group, ordered=False,
@@ -185,7 +188,8 @@ class BridgeService(Service):
 
     async def on_decision(self, envelope: Envelope[Any], delivery: Delivery) -> None:
         decision = envelope.payload
-        if not self._ours(envelope, delivery) or decision.outcome != "placed":
+        counts = self.fence.admit(decision)  # in log order, replayed or not: see tidal_schemas.fence
+        if delivery.replaying or not counts or not self._ours(envelope, delivery) or decision.outcome != "placed":
             return
         try:
             outcome = await self.binder.bind(decision)

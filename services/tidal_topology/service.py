@@ -14,6 +14,8 @@ from typing import Any
 from tidal_bus import Delivery
 from tidal_schemas import ActionResult, CpuAssignment, Envelope, NodeAction, PlacementDecision, PodLifecycle
 
+from tidal_schemas.fence import DecisionFence
+
 from tidal_runtime import Service, Subscription
 
 from . import cgroups, checkpoint
@@ -51,6 +53,7 @@ class TopologyService(Service):
         version = detect_version(root) if s.cgroup_version == "auto" else s.cgroup_version
         self.cgroups = cgroups.CgroupFs(root=root, parent=s.cgroup_parent, version=version)
         self.pods = NodePods(self.node)
+        self.fence = DecisionFence()
         self.memory_nodes = _memory_nodes(Path(s.sysfs_root))
         self.cpu_state = self._load_checkpoint()
 
@@ -106,6 +109,8 @@ class TopologyService(Service):
 
     async def on_decision(self, envelope: Envelope[PlacementDecision], delivery: Delivery) -> None:
         decision = envelope.payload
+        if not self.fence.admit(decision):  # a deposed placement leader's decision: see tidal_schemas.fence
+            return
         if decision.outcome != "placed" or decision.node != self.node or not decision.numa_cpus:
             return
         key = decision.event_key()
