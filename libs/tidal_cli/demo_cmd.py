@@ -11,7 +11,8 @@ from collections import Counter
 from pathlib import Path
 
 from tidal_bus import Bus, StartAt
-from tidal_schemas import SchemaError
+from tidal_schemas import PlacementDecision, SchemaError
+from tidal_schemas.fence import DecisionFence
 from tidal_schemas.streams import STREAMS
 
 from .errors import CliError
@@ -40,8 +41,9 @@ def run_demo(args: argparse.Namespace) -> int:
         stack.wait_ready()
         print(stack.describe(), flush=True)
         expected = {stream for s in stack.services for stream in load(s.name).produces}
-        counts, invalid = asyncio.run(_publish_and_watch(stack, expected, args.timeout))
+        counts, invalid, decisions = asyncio.run(_publish_and_watch(stack, expected, args.timeout))
         stack.check_alive()
+    _print_decisions(decisions)
     _print_summary(counts, invalid, expected, [s.name for s in stack.services], time.monotonic() - started)
     missing = sorted(s for s in expected if not counts.get(s))
     if missing:
@@ -60,8 +62,33 @@ async def _publish_and_watch(stack: Stack, expected: set[str], timeout: float):
         while True:
             counts, invalid = await _count(bus)
             if all(counts.get(s) for s in expected) or time.monotonic() > deadline:
-                return counts, invalid
+                return counts, invalid, await _decisions(bus)
             await asyncio.sleep(0.5)
+
+
+async def _decisions(bus: Bus) -> dict[str, PlacementDecision]:
+    """The latest decision that counts for each pod."""
+    fence, latest = DecisionFence(), {}
+    async for _, event in bus.read("placement.decision", StartAt.earliest()):
+        if not isinstance(event, SchemaError) and fence.admit(event.payload) and event.payload.outcome != "fence":
+            latest[event.payload.event_key()] = event.payload
+    return latest
+
+
+def _print_decisions(decisions: dict[str, PlacementDecision]) -> None:
+    if not decisions:
+        return
+    print("\npod                        decision")
+    for key, d in sorted(decisions.items()):
+        if d.outcome == "placed":
+            what = f"{d.node}"
+            if d.numa_cpus:
+                what += "  cpus " + "+".join(f"numa{k}:{v}" for k, v in sorted(d.numa_cpus.items()))
+            if d.gpus:
+                what += "  gpus " + ",".join(f"{g.gpu}({g.milli}m)" for g in d.gpus)
+        else:
+            what = f"pending: {d.reason}"
+        print(f"{key:<26} {what}")
 
 
 async def _count(bus: Bus) -> tuple[Counter, int]:

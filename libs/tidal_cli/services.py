@@ -17,6 +17,14 @@ SERVICES: dict[str, str] = {
 }
 
 
+NEEDS_A_CLUSTER = {"bridge"}  # started only when asked for: it talks to a Kubernetes API server
+
+
+def default_services() -> list[str]:
+    """What `tidal up` and `tidal demo` start when not told otherwise."""
+    return [name for name in available() if name not in NEEDS_A_CLUSTER]
+
+
 def available() -> dict[str, str]:
     """Registered services whose package is importable, in pipeline order."""
     found = {}

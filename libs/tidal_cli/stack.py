@@ -15,7 +15,7 @@ from pathlib import Path
 from tidal_bus.embedded import EmbeddedNats, free_port
 
 from .errors import CliError
-from .services import available
+from .services import available, default_services
 
 
 @dataclass
@@ -50,7 +50,7 @@ class Stack:
         unknown = sorted(set(services or []) - set(known))
         if unknown:
             raise CliError(f"unknown service(s) {', '.join(unknown)}; available: {', '.join(known) or 'none'}")
-        self.service_names = services if services is not None else list(known)
+        self.service_names = services if services is not None else default_services()
         self.extra_env = extra_env or {}
         self.nats: EmbeddedNats | None = None
         self.services: list[RunningService] = []
