@@ -60,6 +60,8 @@ class PlacementService(Service):
         self.claimed: dict[str, int] = {}  # cluster -> epoch we claimed
         self.active: set[str] = set()  # clusters where our fence is the valid one
         self.wants_lead = False
+        self.lead_since = 0.0
+        self.last_claim: dict[str, float] = {}
         self.caught_up: set[str] = set()
         self.wake = asyncio.Event()
         self.shapes: list = []
@@ -113,14 +115,22 @@ class PlacementService(Service):
             self.log.info("placement: standing down")
         if gained:
             self.wants_lead = True
+            self.lead_since = time.monotonic()
             self.log.info("placement: elected; fencing the decision log")
             await self._claim_all()
 
     async def _claim_all(self) -> None:
         if not self.wants_lead or "placement.decision" not in self.caught_up:
             return
+        now = time.monotonic()
         for cluster in sorted({*self.state, *(self.settings.handled_clusters() or ())}):
-            if cluster not in self.active and cluster not in self.claimed:
+            fence = self.fences.get(cluster)
+            # Right after an election two replicas may both think they lead; one
+            # that lost a fence claims again only once that overlap has passed.
+            settled = fence is None or not fence.leader or now - self.lead_since >= self.settings.takeover_settle_s
+            if cluster not in self.active and cluster not in self.claimed and settled \
+                    and now - self.last_claim.get(cluster, 0.0) >= self.settings.takeover_settle_s:
+                self.last_claim[cluster] = now
                 epoch = self.fences.get(cluster, DecisionFence()).epoch + 1
                 self.claimed[cluster] = epoch
                 await self.bus.publish(fence_decision(epoch, self.bus.backend.member_id), cluster=cluster)
@@ -259,8 +269,9 @@ class PlacementService(Service):
     # -- deciding (the active replica) ----------------------------------------
     async def schedule_loop(self) -> None:
         while True:
+            claiming = self.wants_lead and not self.active  # re-check soon: a claim may be due
             try:
-                await asyncio.wait_for(self.wake.wait(), timeout=self.settings.permit_timeout_s / 2)
+                await asyncio.wait_for(self.wake.wait(), timeout=0.25 if claiming else self.settings.permit_timeout_s / 2)
             except asyncio.TimeoutError:
                 pass
             self.wake.clear()
@@ -276,8 +287,10 @@ class PlacementService(Service):
         now = time.monotonic()
         queue.expire_waits(now)
         queue.rescore({e.key: self._score(cluster, e.pod) for e in queue.entries.values()})
-        usage = tenant_usage(self._holdings(cluster), self.gpu_model)
-        for entry, held_back in queue.cycle():
+        # Tenant usage is needed only for quotas and groups; most clusters have neither.
+        governed = any(c == cluster and (t.quota or t.groups or t.auto_grouping) for (c, _), t in self.tenants.items())
+        usage = tenant_usage(self._holdings(cluster), self.gpu_model) if governed else {}
+        for position, (entry, held_back) in enumerate(queue.cycle()):
             if cluster not in self.active:
                 return
             if held_back is not None:
@@ -290,7 +303,7 @@ class PlacementService(Service):
             decision_id = derived_id(f"placement/{fence.epoch}/{fence.leader}", PlacementDecision.TYPE,
                                      entry.key, f"{tries}/{entry.attempts}")
             decision = placement_decision(pod, placement, decision_id)
-            extra = dict(epoch=fence.epoch, leader=fence.leader, queue_position=queue.position(entry.key),
+            extra = dict(epoch=fence.epoch, leader=fence.leader, queue_position=position,
                          fair_share_score=entry.score)
             if placement.ok:
                 outcome = state.assume(entry.key, placement.allocation)

@@ -16,6 +16,8 @@ class PlacementSettings(ServiceSettings):
     gpu_strategy: str = Field("fgd-cpu", description=f"one of {', '.join(sorted(GPU_STRATEGIES))}")
     permit_timeout_s: float = Field(30.0, gt=0, description="how long a waiting pod holds back its type")
     bind_timeout_s: float = Field(60.0, gt=0, description="an assumed pod without a bind result is forgotten")
+    takeover_settle_s: float = Field(3.0, ge=0, description="a replica that lost a fence waits this long "
+                                     "(longer than a membership hand-over) before claiming again")
     workload_refresh: int = Field(500, ge=1, description="rebuild the typical workload every N pods seen")
 
     @field_validator("gpu_strategy")
