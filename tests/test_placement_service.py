@@ -92,8 +92,8 @@ async def test_two_replicas_never_double_book(nats_server, namespace):
         leader, leader_task = (a, task_a) if a.active else (b, task_b)
         standby = b if leader is a else a
         leader_task.cancel()   # the leader dies abruptly: the standby must take over
-        await asyncio.gather(leader_task, return_exceptions=True)
-        await leader.bus.backend.close()
+        await asyncio.wait({leader_task}, timeout=10)
+        await asyncio.wait_for(leader.bus.backend.close(), 10)
         for i in range(10, 16):   # 16 pods x 2 CPUs > 24 CPUs: 12 fit, 4 stay pending
             await bus.publish(pod(f"p{i}", cpu_milli=2000, exclusive_cpus=True, cpu_policy="single-numa"))
         await wait_until(lambda: standby.active and len(standby.queue["c1"].entries) == 4, timeout=30,

@@ -17,6 +17,16 @@ from pathlib import Path
 from .errors import BusConfigError
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: ask Linux to SIGTERM it when its parent dies,
+    so a killed test run or `tidal up` never leaves a broker behind."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -65,7 +75,8 @@ class _Process:
     def _spawn(self, argv: list[str]) -> subprocess.Popen:
         log = open(self.log_path, "ab")
         try:
-            self._process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self._process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                             preexec_fn=_die_with_parent)
         finally:
             log.close()
         return self._process

@@ -21,6 +21,7 @@ from tidal_schemas.streams import StreamSpec, partition_for
 from .api import AssignmentListener, Backend, GroupSubscription, RawMessage, StartAt
 from .errors import BusError
 from .kafka_assignor import rendezvous_assignor
+from .membership import raise_if_cancelling
 from .subjects import kafka_topic
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,7 @@ class KafkaBackend(Backend):
             stop = {tp.partition: (until.get(tp.partition, 0) if until is not None else ends[tp]) for tp in tps}
             done = {p for p, end in stop.items() if not follow and await _position(consumer, tps, p) >= end}
             while follow or len(done) < len(tps):
+                raise_if_cancelling()
                 batch = await consumer.getmany(timeout_ms=500, max_records=self.fetch_batch)
                 if not batch and not follow:
                     # nothing more arrives before the recorded ends: they were reached
@@ -241,6 +243,7 @@ class _KafkaGroupSubscription(GroupSubscription):
 
     async def messages(self) -> AsyncIterator[RawMessage]:
         while not self.stopping:
+            raise_if_cancelling()
             await self._commit()
             try:
                 batch = await self._consumer.getmany(timeout_ms=500, max_records=self._backend.fetch_batch)

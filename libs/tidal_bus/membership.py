@@ -22,7 +22,7 @@ from nats.js.kv import KeyValue
 log = logging.getLogger(__name__)
 
 
-def _raise_if_cancelling() -> None:
+def raise_if_cancelling() -> None:
     """Python 3.11's wait_for (used inside nats-py) can swallow a cancel that
     races a reply; a loop that must stop checks for a pending cancel itself."""
     task = asyncio.current_task()
@@ -81,7 +81,7 @@ class Membership:
         """Heartbeat and rebalance until cancelled."""
         while True:
             await asyncio.sleep(self._ttl / 3)
-            _raise_if_cancelling()
+            raise_if_cancelling()
             try:
                 await self._beat()
                 await self.refresh()
@@ -126,3 +126,4 @@ class Membership:
         except BucketNotFoundError:
             config = KeyValueConfig(bucket=self._bucket_name, ttl=self._ttl, storage=StorageType.FILE)
             return await self._js.create_key_value(config)
+

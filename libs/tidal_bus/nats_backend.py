@@ -35,7 +35,7 @@ from tidal_schemas.streams import StreamSpec, partition_for
 
 from .api import AssignmentListener, Backend, GroupSubscription, RawMessage, StartAt
 from .errors import BusError
-from .membership import Membership, _raise_if_cancelling
+from .membership import Membership, raise_if_cancelling
 from .subjects import (
     decode_token,
     encode_durable,
@@ -219,6 +219,7 @@ class NatsBackend(Backend):
             if not follow and (await psub.consumer_info()).num_pending == 0:
                 return  # nothing there: do not wait out a fetch timeout
             while True:
+                raise_if_cancelling()
                 try:
                     batch = await psub.fetch(self.fetch_batch, timeout=1.0)
                 except (nats.errors.TimeoutError, asyncio.TimeoutError):
@@ -329,7 +330,7 @@ class _NatsGroupSubscription(GroupSubscription):
     async def _reconcile(self) -> None:
         while True:
             await self._changed.wait()
-            _raise_if_cancelling()
+            raise_if_cancelling()
             self._changed.clear()
             try:
                 await self._rebalance(self._desired)
@@ -352,6 +353,7 @@ class _NatsGroupSubscription(GroupSubscription):
 
     async def messages(self) -> AsyncIterator[RawMessage]:
         while not self.stopping:
+            raise_if_cancelling()
             if self._failure is not None:
                 raise BusError(f"subscription {self._group} failed: {self._failure}") from self._failure
             try:

@@ -12,7 +12,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidal_bus.embedded import EmbeddedNats, free_port
+from tidal_bus.embedded import EmbeddedNats, _die_with_parent, free_port
 
 from .errors import CliError
 from .services import available, default_services
@@ -87,7 +87,8 @@ class Stack:
         log_path = logs / f"{name}.log"
         with open(log_path, "ab") as log:
             process = subprocess.Popen([sys.executable, "-m", "tidal_cli.main", "run", name], env=env,
-                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                       preexec_fn=_die_with_parent)
         return RunningService(name, process, port, log_path)
 
     def wait_ready(self, timeout: float = 60.0) -> None:

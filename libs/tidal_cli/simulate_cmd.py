@@ -1,0 +1,292 @@
+"""`tidal simulate`: run the real services (placement, scoring, oversell,
+remediation) on an embedded NATS, or over `--bus`, against the simulator
+(a stand-in cluster in this process) fed by an openb trace, a scenario file
+or the synthetic generator; write a JSON report and an HTML page.
+
+Exit codes: 0 done (every expectation met), 1 a failure or an expectation
+not met, 2 bad input (one line naming the file, flag or field)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import shutil
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from .errors import CliError
+
+DEFAULT_SERVICES = "placement,scoring,oversell,remediation"
+
+
+def add(subparsers) -> None:
+    p = subparsers.add_parser(
+        "simulate", help="run the pipeline against a simulated cluster and report",
+        description="Start an embedded nats-server and the services (or use --bus), simulate a cluster from an "
+                    "openb trace (--nodes/--pods), a scenario file (--scenario) or the generator (--synthetic), "
+                    "and report GPU allocation vs arrived load, fragmentation, CPU use, pending pods, decision "
+                    "rate and latency, fair-share fairness and the actions taken.")
+    source = p.add_argument_group("workload (one of)")
+    source.add_argument("--nodes", type=Path, help="openb node CSV (sn,cpu_milli,memory_mib,gpu,model)")
+    source.add_argument("--pods", type=Path, help="openb pod CSV (5 or 11 columns)")
+    source.add_argument("--scenario", type=Path, help="scenario YAML (nodes, pods, usage, expectations)")
+    source.add_argument("--synthetic", metavar="K=V,...", nargs="?", const="",
+                        help="the seeded generator, e.g. nodes=20,pods=200,tenants=3")
+    p.add_argument("--seed", type=int, default=42, help="shuffle/inflation, usage noise and bind failures")
+    p.add_argument("--arrive-only", action="store_true",
+                   help="GPU-fragmentation protocol: shuffled arrivals, nothing departs")
+    p.add_argument("--inflate", type=float, default=None,
+                   help="arrive-only: add sampled pods until GPU requests reach X × capacity (default 1.3)")
+    p.add_argument("--tenants", type=int, default=4, help="openb traces: tenants the pods are spread over")
+    p.add_argument("--usage-level", type=float, default=0.5, help="openb traces: used fraction of requests")
+    p.add_argument("--gpu-strategy", help="placement's GPU strategy (best-fit, fgd, fgd-cpu)")
+    p.add_argument("--report", type=Path, help="write the JSON report here")
+    p.add_argument("--html", type=Path, help="write the HTML report here")
+    p.add_argument("--limit", type=int, help="release only the first N pods of the arrival order")
+    p.add_argument("--bind-failure-rate", type=float, default=0.0, help="share of binds refused (0..1)")
+    p.add_argument("--batch", type=int, default=1, help="pods released together before waiting")
+    p.add_argument("--progress", type=int, default=500, help="a line on stderr every N pods (0 = none)")
+    p.add_argument("--decision-timeout", type=float, default=30.0, help="seconds to wait for a pod's decision")
+    p.add_argument("--tick", type=float, help="scenario seconds per tick (default: the workload's)")
+    p.add_argument("--real-time", action="store_true", help="scenario time runs with the wall clock")
+    p.add_argument("--services", default=DEFAULT_SERVICES, help="services to start on the embedded stack")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="a setting for the started services, e.g. TIDAL_OVERSELL_STOP_THRESHOLD=0.8")
+    p.add_argument("--data-dir", type=Path, default=Path(".tidal/simulate"), help="embedded stack (wiped at start)")
+    p.add_argument("--bus", help="use the services running on this bus instead of starting them")
+    p.add_argument("--namespace", default="sim", help="stream namespace (the services' TIDAL_NAMESPACE)")
+    p.add_argument("--cluster", default="sim", help="cluster id (the services' TIDAL_CLUSTER)")
+    p.add_argument("--warmup", type=float, default=2.0,
+                   help="--bus: seconds for the services to take in the cluster before pods arrive")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = build_plan(args)
+    from tidal_simulator.run import simulate
+
+    started = time.monotonic()
+    if args.bus:
+        result = asyncio.run(simulate(plan, warmup=_grace(args.warmup)))
+    else:
+        result = _run_embedded(args, plan, simulate)
+    _write(args, result)
+    print(summary(result.report, time.monotonic() - started))
+    if result.failed_expectations:
+        failed = [e["expect"] for e in result.report["expectations"] if not e["ok"]]
+        print(f"tidal: {len(failed)} of {len(result.report['expectations'])} expectations not met: "
+              f"{'; '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def build_plan(args: argparse.Namespace):
+    """Validate the flags and read the workload; CliError (exit 2) naming the problem."""
+    from tidal_simulator.run import RunPlan
+    from tidal_simulator.scenario import ScenarioError, load_scenario
+    from tidal_simulator.settings import SimulatorSettings
+
+    chosen = [name for name, given in (("--nodes/--pods", args.nodes or args.pods), ("--scenario", args.scenario),
+                                       ("--synthetic", args.synthetic is not None)) if given]
+    if len(chosen) != 1:
+        raise CliError("give one workload: --nodes and --pods, --scenario or --synthetic"
+                       + (f" (got {', '.join(chosen)})" if chosen else ""))
+    if (args.nodes is None) != (args.pods is None):
+        raise CliError("--nodes and --pods go together")
+    for flag, value, ok in (("--inflate", args.inflate, args.inflate is None or args.inflate > 0),
+                            ("--bind-failure-rate", args.bind_failure_rate, 0 <= args.bind_failure_rate <= 1),
+                            ("--batch", args.batch, args.batch >= 1), ("--tenants", args.tenants, args.tenants >= 1),
+                            ("--tick", args.tick, args.tick is None or args.tick > 0),
+                            ("--limit", args.limit, args.limit is None or args.limit >= 0)):
+        if not ok:
+            raise CliError(f"{flag}: {value} is out of range")
+    if args.gpu_strategy is not None:
+        from tidal_placement.gpu_strategies import GPU_STRATEGIES
+
+        if args.gpu_strategy not in GPU_STRATEGIES:
+            raise CliError(f"--gpu-strategy: unknown {args.gpu_strategy!r}; known: {', '.join(sorted(GPU_STRATEGIES))}")
+    order, shapes, reference, extra = (), None, {}, {"gpu_strategy": args.gpu_strategy}
+    if args.nodes:
+        workload, order, shapes, reference = _trace(args)
+    elif args.scenario:
+        try:
+            workload = load_scenario(args.scenario)
+        except ScenarioError as exc:
+            raise CliError(str(exc)) from None
+    else:
+        workload = _synthetic(args)
+    if args.arrive_only and not args.nodes:
+        order = [p.key for p in sorted(workload.pods, key=lambda p: (p.arrive_s, p.key)) if p.node is None]
+    if args.limit is not None:
+        if not args.arrive_only:
+            raise CliError("--limit applies to --arrive-only runs")
+        order = list(order)[:args.limit]
+    settings = SimulatorSettings(
+        bus_url=args.bus or "nats://127.0.0.1:4222", namespace=args.namespace, cluster=args.cluster,
+        http_host="127.0.0.1", http_port=0, seed=args.seed, clock="real-time" if args.real_time else "simulated",
+        tick_s=args.tick, bind_failure_rate=args.bind_failure_rate, decision_timeout_s=args.decision_timeout,
+        batch=args.batch, autorun=False, log_level="WARNING",
+        # the protocol's thousands of nodes: sample a node when its pods change, not every tick
+        metrics_heartbeat_s=3600.0 if args.arrive_only else None,
+        expect_allocatable=not args.arrive_only and not args.bus and "oversell" in _services(args))
+    return RunPlan(workload, settings, arrive_only=args.arrive_only, order=order, shapes=shapes,
+                   reference=reference, progress_every=max(args.progress, 0), extra=extra)
+
+
+def _trace(args: argparse.Namespace):
+    from tidal_placement.openb import read_pods
+    from tidal_simulator.report import published_reference
+    from tidal_simulator.trace import trace_workload
+
+    for path in (args.nodes, args.pods):
+        if not path.is_file():
+            raise CliError(f"{path}: no such file")
+    inflate = (args.inflate or 1.3) if args.arrive_only else None
+    try:
+        workload, _ = trace_workload(args.nodes, args.pods, seed=args.seed, arrive_only=args.arrive_only,
+                                     inflate=inflate, tenants=args.tenants, usage_level=args.usage_level,
+                                     tick_s=args.tick)
+    except (KeyError, ValueError) as exc:
+        raise CliError(f"{args.pods} / {args.nodes}: not an openb trace ({type(exc).__name__}: {exc})") from None
+    # The measure's typical pods come from the trace as published, before inflation.
+    shapes = [p.shape for p in read_pods(args.pods)]
+    order = [p.key for p in workload.pods] if args.arrive_only else ()
+    return workload, order, shapes, published_reference(args.pods, args.nodes) if args.arrive_only else {}
+
+
+def _synthetic(args: argparse.Namespace):
+    from pydantic import ValidationError
+
+    from tidal_schemas.envelope import describe_validation_error
+    from tidal_simulator.sources import synthetic_workload
+    from tidal_simulator.synthetic import parse_spec
+
+    text = args.synthetic or ""
+    if "seed=" not in text:
+        text = f"{text},seed={args.seed}" if text else f"seed={args.seed}"
+    try:
+        return synthetic_workload(parse_spec(text))
+    except ValidationError as exc:
+        raise CliError(f"--synthetic: {describe_validation_error(exc)}") from None
+    except ValueError as exc:
+        raise CliError(str(exc).splitlines()[0]) from None
+
+
+def _services(args: argparse.Namespace) -> list[str]:
+    return [s.strip() for s in args.services.split(",") if s.strip()]
+
+
+def stack_env(args: argparse.Namespace) -> dict[str, str]:
+    """Settings for the started services: fast fair-share updates, the GPU
+    strategy, and for the arrive-only protocol no oversell and no holding
+    back behind a waiting pod (each pod gets one try, as in the paper)."""
+    env = {"TIDAL_SCORING_PERIOD_S": "1", "TIDAL_SCORING_SETTLE_TIME": "2m", "TIDAL_LOG_LEVEL": "WARNING"}
+    if args.gpu_strategy:
+        env["TIDAL_PLACEMENT_GPU_STRATEGY"] = args.gpu_strategy
+    if args.arrive_only:
+        env.update({"TIDAL_OVERSELL_DEFAULT_POLICY": "none", "TIDAL_PLACEMENT_PERMIT_TIMEOUT_S": "0.05"})
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key.startswith("TIDAL_"):
+            raise CliError(f"--env: expected TIDAL_NAME=VALUE, got {item!r}")
+        env[key] = value
+    return env
+
+
+def _run_embedded(args: argparse.Namespace, plan, simulate):
+    from .services import available
+    from .stack import Stack
+
+    wanted = _services(args)
+    known = available()
+    if "placement" not in known:
+        raise CliError("the placement service is not installed in this tidal (not in the service registry); "
+                       "run one and pass --bus URL", exit_code=1)
+    missing = [s for s in wanted if s not in known]
+    if missing:
+        print(f"simulate: not installed, running without: {', '.join(missing)}", file=sys.stderr)
+    env = stack_env(args)
+    shutil.rmtree(args.data_dir, ignore_errors=True)
+    stack = Stack(args.data_dir, nats_port=0, namespace=args.namespace, cluster=args.cluster,
+                  services=[s for s in wanted if s in known], extra_env=env)
+    with stack:
+        stack.wait_ready()
+        print(f"simulate: services {', '.join(s.name for s in stack.services)} on {stack.bus_url} "
+              f"(logs in {args.data_dir}/logs)", file=sys.stderr, flush=True)
+        plan.settings = plan.settings.model_copy(update={"bus_url": stack.bus_url})
+        result = asyncio.run(simulate(plan, warmup=_metrics_warmup(stack, len(plan.workload.nodes))))
+        stack.check_alive()
+    return result
+
+
+def _grace(seconds: float):
+    async def warmup(sim) -> None:
+        await asyncio.sleep(seconds)
+        await sim.settled()
+    return warmup
+
+
+HANDLED = re.compile(r'^tidal_handler_seconds_count\{service="placement",stream="node\.topology"\} ([0-9.e+]+)$',
+                     re.M)
+
+
+def _metrics_warmup(stack, nodes: int, timeout: float = 120.0):
+    """Wait until placement has handled every node's topology (its /metrics
+    says so); fall back to a short grace when it exposes no such figure."""
+    placement = next((s for s in stack.services if s.name == "placement"), None)
+
+    def handled() -> float | None:
+        try:
+            with urllib.request.urlopen(f"{placement.url}/metrics", timeout=2) as response:
+                found = HANDLED.search(response.read().decode())
+        except OSError:
+            return None
+        return float(found.group(1)) if found else None
+
+    async def warmup(sim) -> None:
+        deadline, seen_any = time.monotonic() + timeout, time.monotonic() + 1.0
+        while placement is not None and time.monotonic() < deadline:
+            count = await asyncio.to_thread(handled)
+            if count is not None and count >= nodes:
+                break
+            if count is None and time.monotonic() > seen_any:
+                # placement reads the streams without a consumer group: give it time per node
+                await asyncio.sleep(1.0 + 0.002 * nodes)
+                break
+            await asyncio.sleep(0.1)
+        await sim.settled()
+    return warmup
+
+
+def _write(args: argparse.Namespace, result) -> None:
+    for path, content in ((args.report, json.dumps(result.report, indent=2, default=str) + "\n"),
+                          (args.html, result.html)):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content)
+
+
+def summary(report: dict, seconds: float) -> str:
+    """A few lines for the terminal."""
+    gpu, pods, d = report["gpu"], report["pods"], report["decisions"]
+    alloc = gpu.get("allocation_pct_by_arrived", {})
+    lines = [f"workload {report['run']['workload']}: {report['run']['nodes']} nodes, {pods['arrived']} pods arrived, "
+             f"{pods['running']} running, {pods['pending']} pending {pods['pending_by_reason'] or ''}".rstrip()]
+    if alloc:
+        lines.append("GPU allocation % at arrived 90/100/110/130: "
+                     + " / ".join(str(alloc.get(k)) for k in ("90", "100", "110", "130"))
+                     + f"; unallocated GPUs at the end {gpu.get('unallocated_gpus_final')}")
+    lines.append(f"decisions {d['count']} ({d['per_second']}/s), latency p50 {d['latency_ms']['p50']} ms "
+                 f"p99 {d['latency_ms']['p99']} ms; CPU utilisation mean {report['cpu']['utilisation_pct_mean']} %")
+    actions = report["actions"]["requested"]
+    if actions:
+        lines.append("actions: " + "; ".join(f"{by}: {', '.join(f'{k} {n}' for k, n in kinds.items())}"
+                                            for by, kinds in actions.items()))
+    for e in report["expectations"]:
+        lines.append(f"  [{'ok' if e['ok'] else 'FAIL'}] {e['expect']} — {e['seen']}")
+    lines.append(f"took {seconds:.1f} s")
+    return "\n".join(lines)
