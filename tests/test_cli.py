@@ -123,3 +123,18 @@ def test_fairshare_trace_through_tidal(tmp_path):
     # after one adjust time T the score is 1 - e^-1 = 0.632 of the step
     assert abs(float(rows[2][2]) - 0.6321) < 1e-3
     _one_line_error(tidal("fairshare", "trace", "--adjust-time", "0s", "--period", "1s", "--usage", str(usage)), 2)
+
+
+def test_tenants_apply(tmp_path, nats_server, namespace):
+    bus = ["--bus", nats_server.url, "--namespace", namespace]
+    applied = tidal("tenants", "apply", str(ROOT / "examples/tenants.yaml"), *bus)
+    assert applied.returncode == 0, applied.stderr
+    assert "applied 2 tenant(s): team-vision, team-speech" in applied.stdout
+    tailed = tidal("events", "tail", "tenant.config", "--from", "earliest", "--no-follow", *bus)
+    assert "key=team-vision" in tailed.stdout and "a100-pool" in tailed.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- tenant: a\n  quota: {A100: lots}\n")
+    _one_line_error(tidal("tenants", "apply", str(bad), *bus), 2, "tenant", "field 'quota.A100'")
+    both = tmp_path / "both.yaml"
+    both.write_text("tenant: a\ngroups: [{name: g, bindings: [{node: n, gpus: [x]}]}]\nauto_grouping: {}\n")
+    _one_line_error(tidal("tenants", "apply", str(both), *bus), 2, "either groups (manual) or auto_grouping")

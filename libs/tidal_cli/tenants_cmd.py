@@ -1,0 +1,70 @@
+"""`tidal tenants apply FILE.yaml`: validate tenant configurations (GPU
+groups, quotas, permissions), then publish them; a tenant's new
+configuration replaces its previous one."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from tidal_schemas import TenantConfig
+from tidal_schemas.envelope import describe_validation_error
+
+from .errors import CliError
+from .options import add_bus_options, bus_for
+
+
+def add(subparsers) -> None:
+    tenants = subparsers.add_parser("tenants", help="tenant GPU groups, quotas and permissions")
+    verbs = tenants.add_subparsers(dest="verb", required=True, metavar="{apply}")
+    apply = verbs.add_parser("apply", help="validate a YAML file of tenants, then publish it",
+                             description="FILE holds one tenant mapping or a list of them (fields of the "
+                                         "tenant.config event: tenant, permissions, quota, groups or "
+                                         "auto_grouping). Nothing is published unless every tenant is valid.")
+    apply.add_argument("file", type=Path)
+    add_bus_options(apply)
+    apply.set_defaults(func=run_apply)
+
+
+def load_tenants(path: Path) -> list[TenantConfig]:
+    """Every tenant in the file, validated; CliError naming the first problem."""
+    try:
+        document = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise CliError(f"{path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise CliError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    items = document if isinstance(document, list) else [document]
+    if not items or items == [None]:
+        raise CliError(f"{path}: no tenants in the file")
+    tenants, seen = [], set()
+    for number, item in enumerate(items, 1):
+        where = f"{path}: tenant {number}" if len(items) > 1 else str(path)
+        if not isinstance(item, dict):
+            raise CliError(f"{where}: a tenant must be a mapping, got {type(item).__name__}")
+        try:
+            config = TenantConfig.model_validate(item)
+        except ValidationError as exc:
+            raise CliError(f"{where}: {describe_validation_error(exc)}") from None
+        if config.tenant in seen:
+            raise CliError(f"{where}: tenant {config.tenant!r} appears twice")
+        seen.add(config.tenant)
+        tenants.append(config)
+    return tenants
+
+
+def run_apply(args: argparse.Namespace) -> int:
+    tenants = load_tenants(args.file)
+
+    async def publish() -> None:
+        async with bus_for(args) as bus:
+            for config in tenants:
+                await bus.publish(config)
+
+    asyncio.run(publish())
+    print(f"applied {len(tenants)} tenant(s): {', '.join(t.tenant for t in tenants)}")
+    return 0
