@@ -81,6 +81,7 @@ class ClusterModel:
                 raise ValueError(f"pod {spec.key} is defined twice")
             self.pods[spec.key] = PodState(spec)
         self._on_node: dict[str, set[str]] = {k: set() for k in self.nodes}
+        self._timed: set[str] = set()  # running pods with a run time
 
     # -- reading ----------------------------------------------------------------
     def running_on(self, node: str) -> list[PodState]:
@@ -182,9 +183,9 @@ class ClusterModel:
     def finish_due(self, t_s: float, at: datetime) -> list[Payload]:
         """Pods whose run time is over leave (deleted events)."""
         events: list[Payload] = []
-        for pod in list(self.pods.values()):
-            if (pod.phase == "running" and pod.spec.duration_s is not None and pod.started_s is not None
-                    and t_s >= pod.started_s + pod.spec.duration_s):
+        for key in sorted(self._timed):
+            pod = self.pods[key]
+            if pod.started_s is not None and t_s >= pod.started_s + (pod.spec.duration_s or 0.0):
                 events += self._delete(pod, at)
         return events
 
@@ -277,6 +278,8 @@ class ClusterModel:
         for share in gpus:
             self.gpu_used[node][share.gpu] = self.gpu_used[node].get(share.gpu, 0) + share.milli
         self._on_node[node].add(pod.key)
+        if pod.spec.duration_s is not None:
+            self._timed.add(pod.key)
 
     def _started_events(self, pod: PodState) -> tuple[Payload, ...]:
         running = pod.request.model_copy(update={
@@ -298,6 +301,7 @@ class ClusterModel:
             else:
                 self.gpu_used[node].pop(share.gpu, None)
         self._on_node[node].discard(pod.key)
+        self._timed.discard(pod.key)
         events: list[Payload] = [pod.request.model_copy(update={
             "phase": "deleted", "node": node, "gpus": list(pod.gpus), "numa_cpus": dict(pod.numa_cpus),
             "created_at": pod.created_at or at, "started_at": pod.started_at})]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 
 class _Curve(BaseModel):
@@ -47,7 +47,15 @@ class Spike(_Curve):
     duration_s: float = Field(60.0, gt=0)
 
 
-Curve = Annotated[Constant | Diurnal | Spike, Field(discriminator="kind")]
+def _kind(value: object) -> str:
+    # A curve without `kind` is constant: `{level: 0.9}` reads as it should.
+    if isinstance(value, dict):
+        return value.get("kind", "constant")
+    return getattr(value, "kind", "constant")
+
+
+Curve = Annotated[Annotated[Constant, Tag("constant")] | Annotated[Diurnal, Tag("diurnal")]
+                  | Annotated[Spike, Tag("spike")], Discriminator(_kind)]
 
 
 class UsageSpec(BaseModel):
