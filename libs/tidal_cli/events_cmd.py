@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from pathlib import Path
 from typing import Any
 
-import orjson
 import yaml
 
 from tidal_bus import StartAt
@@ -17,6 +15,7 @@ from tidal_schemas.envelope import describe_validation_error
 from tidal_schemas.streams import STREAMS
 
 from .errors import CliError
+from .files import read_items
 from .options import add_bus_options, bus_for
 
 
@@ -44,18 +43,7 @@ def add(subparsers) -> None:
 
 def load_events(path: Path, default_cluster: str, source: str = "cli") -> list[Envelope[Any]]:
     """Read and validate every event of a file; CliError naming the first problem."""
-    try:
-        text = path.read_bytes()
-    except OSError as exc:
-        raise CliError(f"{path}: {exc.strerror or exc}") from None
-    try:
-        document = orjson.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (orjson.JSONDecodeError, yaml.YAMLError) as exc:
-        raise CliError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
-                       f"{str(exc).splitlines()[0]}") from None
-    items = document if isinstance(document, list) else [document]
-    if not items or items == [None]:
-        raise CliError(f"{path}: no events in the file")
+    items = read_items(path, "events")
     events = []
     for number, item in enumerate(items, 1):
         where = f"{path}: event {number}" if len(items) > 1 else str(path)

@@ -8,13 +8,13 @@ import argparse
 import asyncio
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
 from tidal_schemas import TenantConfig
 from tidal_schemas.envelope import describe_validation_error
 
 from .errors import CliError
+from .files import read_items
 from .options import add_bus_options, bus_for
 
 
@@ -32,15 +32,7 @@ def add(subparsers) -> None:
 
 def load_tenants(path: Path) -> list[TenantConfig]:
     """Every tenant in the file, validated; CliError naming the first problem."""
-    try:
-        document = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise CliError(f"{path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise CliError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
-    items = document if isinstance(document, list) else [document]
-    if not items or items == [None]:
-        raise CliError(f"{path}: no tenants in the file")
+    items = read_items(path, "tenants")
     tenants, seen = [], set()
     for number, item in enumerate(items, 1):
         where = f"{path}: tenant {number}" if len(items) > 1 else str(path)
