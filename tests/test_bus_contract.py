@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections import Counter, defaultdict
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 
 import pytest

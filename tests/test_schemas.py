@@ -8,7 +8,7 @@ import shutil
 import orjson
 import pytest
 
-from builders import T0, metrics, pod
+from builders import metrics, pod
 from conftest import ROOT
 from tidal_schemas import (
     NodeAction, SchemaError, decode, derived_id, encode, event_types, make_envelope,

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import datetime, timezone
 
 import pytest
 
-from builders import T0, pod
+from builders import pod
 from conftest import make_bus, wait_until
 from test_topology_cgroup_real import CGROUP, allowed_cpus, cpu_ticks, stays_flat, v1_pod  # noqa: F401
 from tidal_bus import StartAt
