@@ -1,9 +1,12 @@
 """Consumer-group membership for NATS, where the broker has none.
 
-Each member heartbeats a key in a JetStream key-value bucket whose entries
-expire after `ttl`; every member reads the live set and computes the same
+Each member heartbeats a key in a JetStream key-value bucket (the value is
+the time of the beat); every member keeps one watcher on the group's keys,
+counts as live the members that beat within `ttl`, and computes the same
 assignment with rendezvous hashing, so no coordinator is needed and a dead
-member's partitions move to the others within one `ttl`.
+member's partitions move to the others within one `ttl`. (Listing the keys
+on every beat would create a consumer per call and exhaust the server's
+consumer limit on a busy stack; one watcher per member does not.)
 """
 
 from __future__ import annotations
@@ -11,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import BucketNotFoundError, NoKeysError
+import nats.errors
+from nats.js.errors import BucketNotFoundError
 from nats.js.kv import KeyValue
 
 log = logging.getLogger(__name__)
@@ -67,6 +72,8 @@ class Membership:
         self._ttl = ttl
         self._owned: frozenset[int] = frozenset()
         self._kv: KeyValue | None = None
+        self._watcher = None
+        self._beats: dict[str, float] = {}  # member -> time of its last beat
 
     @property
     def owned(self) -> frozenset[int]:
@@ -74,7 +81,9 @@ class Membership:
 
     async def join(self) -> None:
         self._kv = await self._bucket()
+        self._watcher = await self._kv.watch(f"{self._prefix}.*")
         await self._beat()
+        await self._read_updates(first=True)
         await self.refresh()
 
     async def run(self) -> None:
@@ -91,6 +100,11 @@ class Membership:
                 log.warning("membership heartbeat failed: %s", exc)
 
     async def leave(self) -> None:
+        if self._watcher is not None:
+            try:
+                await self._watcher.stop()
+            except Exception as exc:
+                log.info("could not stop the membership watcher: %s", exc)
         if self._kv is not None:
             try:
                 await self._kv.delete(self._member_key)
@@ -110,15 +124,34 @@ class Membership:
 
     async def _beat(self) -> None:
         assert self._kv is not None
-        await self._kv.put(self._member_key, b"1")
+        await self._kv.put(self._member_key, repr(time.time()).encode())
+
+    async def _read_updates(self, first: bool = False) -> None:
+        """Apply what the watcher has seen: beats, and members that left."""
+        assert self._watcher is not None
+        while True:
+            try:
+                entry = await self._watcher.updates(timeout=2.0 if first else 0.01)
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                return
+            if entry is None:  # the end of what was there when the watch began
+                if first:
+                    return
+                continue
+            member = entry.key.rsplit(".", 1)[1]
+            if entry.operation in ("DEL", "PURGE"):
+                self._beats.pop(member, None)
+            else:
+                try:
+                    self._beats[member] = float(entry.value or b"0")
+                except ValueError:
+                    self._beats[member] = 0.0
 
     async def _live_members(self) -> list[str]:
-        assert self._kv is not None
-        try:
-            keys = [k for k in await self._kv.keys() if k.startswith(self._prefix + ".")]
-        except NoKeysError:
-            keys = []
-        return sorted(k.rsplit(".", 1)[1] for k in keys)
+        await self._read_updates()
+        now = time.time()
+        self._beats[self.member_id] = now  # we are alive: we just beat
+        return sorted(m for m, at in self._beats.items() if now - at < self._ttl)
 
     async def _bucket(self) -> KeyValue:
         try:

@@ -14,10 +14,13 @@ SERVICES: dict[str, str] = {
     "oversell": "tidal_oversell.service:OversellService",
     "remediation": "tidal_remediation.service:RemediationService",
     "bridge": "tidal_bridge.service:BridgeService",
+    "simulator": "tidal_simulator.service:SimulatorService",
 }
 
 
-NEEDS_A_CLUSTER = {"bridge"}  # started only when asked for: it talks to a Kubernetes API server
+# Started only when asked for: the bridge talks to a Kubernetes API server, and the
+# simulator stands in for a cluster (`tidal simulate` runs it).
+NEEDS_A_CLUSTER = {"bridge", "simulator"}
 
 
 def default_services() -> list[str]:

@@ -1,0 +1,107 @@
+"""One simulation run end to end, over a bus where the real services run:
+start the simulator in this process, let the services take in the cluster,
+drive the pods, check the expectations, collect the fair-share scores the
+scoring service published, and build the report (and the HTML page)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from tidal_bus import StartAt
+from tidal_schemas import SchemaError, UserScore
+
+from .driver import attach_ledger, run_arrive_only, run_timed, stderr_progress
+from .expectations import check
+from .html_report import render_html
+from .report import build_report
+from .service import SimulatorService
+from .settings import SimulatorSettings
+from .workload import Workload
+
+MAX_SCORES = 20_000
+
+
+@dataclass
+class RunPlan:
+    """What to run: the workload, and for the arrive-only protocol the
+    arrival order (pod keys) and the shapes fragmentation is measured
+    against."""
+
+    workload: Workload
+    settings: SimulatorSettings
+    arrive_only: bool = False
+    order: Sequence[str] = ()
+    shapes: Sequence[Any] | None = None
+    reference: dict[str, dict[str, float]] = field(default_factory=dict)
+    progress_every: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    report: dict[str, Any]
+    html: str
+    failed_expectations: int
+
+
+async def simulate(plan: RunPlan, *, warmup: Callable[[SimulatorService], Awaitable[None]] | None = None,
+                   progress: Callable[[str], None] = stderr_progress) -> RunResult:
+    """Run `plan` (see the module docstring)."""
+    started, started_utc = time.monotonic(), datetime.now(timezone.utc)
+    sim = SimulatorService(plan.settings, workload=plan.workload)
+    task = asyncio.create_task(sim.run(), name="simulator")
+    try:
+        while not sim.ready()[0]:
+            if task.done():
+                task.result()  # raises the reason it stopped
+                raise RuntimeError("the simulator stopped before it was ready")
+            await asyncio.sleep(0.02)
+        if warmup is not None:
+            await warmup(sim)
+        attach_ledger(sim, plan.shapes)
+        release_started = time.monotonic()
+        if plan.arrive_only:
+            await run_arrive_only(sim, list(plan.order), batch=plan.settings.batch,
+                                  progress_every=plan.progress_every, progress=progress)
+        else:
+            await run_timed(sim, progress_every=plan.progress_every, progress=progress)
+        release_wall = time.monotonic() - release_started
+        scores = await fair_share_scores(sim, started_utc)
+        keys = list(sim.model.pods)
+        verdicts = check(plan.workload.expectations, sim.record.timeline, keys)
+        report = build_report(plan.workload, sim.record, sim.model, wall_s=time.monotonic() - started,
+                              release_wall_s=release_wall, verdicts=verdicts, fair_share=scores,
+                              extra={**plan.extra, "bind_failure_rate": plan.settings.bind_failure_rate,
+                                     "seed": plan.settings.seed, "clock": plan.settings.clock,
+                                     "tick_s": sim.clock.tick_s})
+        if plan.reference:
+            report["reference"] = {"source": "published_results_default.csv (median of 10 seeds)",
+                                   "allocation_pct_by_arrived": plan.reference}
+        html = render_html(report, sim.record, scores, plan.reference)
+        return RunResult(report, html, sum(1 for v in verdicts if not v.ok))
+    finally:
+        sim.stop()
+        try:
+            await asyncio.wait_for(task, 30)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            task.cancel()
+
+
+async def fair_share_scores(sim: SimulatorService, since: datetime) -> list[dict]:
+    """The `score.user` events of this cluster published since `since`,
+    as (t = seconds since then, user, resource type, score)."""
+    found: list[dict] = []
+    async for _, event in sim.bus.read("score.user", StartAt.at_time(since)):
+        if isinstance(event, SchemaError) or event.cluster != sim.settings.cluster:
+            continue
+        score: UserScore = event.payload
+        found.append({"t": round((score.updated_at - since).total_seconds(), 3), "user": score.user,
+                      "resource_type": score.resource_type, "score": score.score})
+        if len(found) >= MAX_SCORES:
+            break
+    return found

@@ -1,0 +1,184 @@
+"""Scenario files: a small cluster, pods with usage over time, and what is
+expected to happen (oversell and hotspot what-ifs). YAML, validated by the
+pydantic schema below; any problem is one `ScenarioError` line naming the
+field, e.g. `demo.yaml: field 'pods.2.usage.cpu.peak': Input should be
+greater than or equal to 0`.
+
+    name: hotspot
+    tick_s: 10
+    duration_s: 300
+    nodes:
+      - {name: n1, numa_cpus: [8, 8], memory_mib: 65536}
+    pods:
+      - {name: batch, replicas: 3, tenant: team-a, cpu_milli: 3000, qos: BE,
+         node: n1, numa: [1], usage: {cpu: {kind: constant, level: 0.9}}}
+    expect:
+      - {kind: frozen-before, pod: team-a/batch-0, then: team-a/batch-1}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tidal_schemas import GpuAsk, TenantConfig
+from tidal_schemas.envelope import describe_validation_error
+from tidal_placement.topology_builder import make_topology
+
+from .expectations import Expectation
+from .pods import pending_pod
+from .usage_curves import UsageSpec
+from .workload import SimNode, SimPodSpec, Workload
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message is one line."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NodeSpec(_Strict):
+    name: str = Field(min_length=1, max_length=200)
+    count: int = Field(1, ge=1, description="more than 1: nodes NAME-0 … NAME-(count-1)")
+    numa_cpus: list[int] = Field(default_factory=lambda: [8], min_length=1)
+    memory_mib: int = Field(65536, gt=0)
+    gpus: int = Field(0, ge=0)
+    gpu_model: str = "A100"
+    reserved_cpus: list[int] = Field(default_factory=list)
+    exclusive_cpus: bool = True
+    pool: str = "default"
+    background: dict[int, float] = Field(default_factory=dict, description="CPU load per NUMA node, 0..1")
+    system_memory_mib: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _sane(self) -> "NodeSpec":
+        if any(c <= 0 for c in self.numa_cpus):
+            raise ValueError("numa_cpus must all be positive")
+        bad = [k for k, v in self.background.items() if not 0 <= v <= 1 or not 0 <= k < len(self.numa_cpus)]
+        if bad:
+            raise ValueError(f"background: NUMA ids must exist and loads be within 0..1 (bad: {bad})")
+        return self
+
+    def names(self) -> list[str]:
+        return [self.name] if self.count == 1 else [f"{self.name}-{i}" for i in range(self.count)]
+
+
+class GpuSpec(_Strict):
+    count: int = Field(0, ge=0)
+    milli: int = Field(1000, ge=1, le=1000)
+    models: list[str] = Field(default_factory=list)
+    kind: Literal["physical", "virtual"] | None = None
+
+
+class PodSpec(_Strict):
+    name: str = Field(min_length=1, max_length=200)
+    namespace: str | None = None
+    tenant: str = "default"
+    user: str = "default"
+    replicas: int = Field(1, ge=1, description="more than 1: pods NAME-0 … NAME-(replicas-1)")
+    cpu_milli: int = Field(1000, ge=0)
+    memory_mib: int = Field(1024, ge=0)
+    gpu: GpuSpec = GpuSpec()
+    exclusive_cpus: bool = False
+    cpu_policy: Literal["spread", "single-numa", "auto"] | None = None
+    qos: Literal["LS", "BE"] = "BE"
+    priority: int = 0
+    evictable: bool = False
+    labels: dict[str, str] = Field(default_factory=dict)
+    arrive_s: float = Field(0.0, ge=0)
+    every_s: float = Field(0.0, ge=0, description="replica i arrives at arrive_s + i · every_s")
+    duration_s: float | None = Field(None, gt=0)
+    node: str | None = Field(None, description="already running there when the simulation starts")
+    numa: list[int] = Field(default_factory=list, description="pin a pre-placed pod's cpuset to these NUMA nodes")
+    usage: UsageSpec = UsageSpec()
+
+    def names(self) -> list[str]:
+        return [self.name] if self.replicas == 1 else [f"{self.name}-{i}" for i in range(self.replicas)]
+
+
+class Scenario(_Strict):
+    name: str = "scenario"
+    seed: int = 0
+    tick_s: float = Field(10.0, gt=0)
+    duration_s: float = Field(600.0, gt=0)
+    nodes: list[NodeSpec] = Field(min_length=1)
+    tenants: list[TenantConfig] = Field(default_factory=list)
+    pods: list[PodSpec] = Field(default_factory=list)
+    expect: list[Expectation] = Field(default_factory=list)
+
+
+def parse_scenario(document: object, where: str = "scenario") -> Scenario:
+    """Validate a parsed YAML document; ScenarioError naming the first bad field."""
+    if not isinstance(document, dict):
+        raise ScenarioError(f"{where}: a scenario must be a mapping, got {type(document).__name__}")
+    try:
+        return Scenario.model_validate(document)
+    except ValidationError as exc:
+        raise ScenarioError(f"{where}: {describe_validation_error(exc)}") from None
+
+
+def load_scenario(path: str | Path) -> Workload:
+    """Read, validate and expand a scenario file into a workload."""
+    path = Path(path)
+    try:
+        document = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ScenarioError(f"{path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    return scenario_workload(parse_scenario(document, str(path)), str(path))
+
+
+def scenario_workload(scenario: Scenario, where: str = "scenario") -> Workload:
+    """Expand node counts and pod replicas; check cross references."""
+    nodes: list[SimNode] = []
+    for i, spec in enumerate(scenario.nodes):
+        for name in spec.names():
+            try:
+                topology = make_topology(name, spec.numa_cpus, gpus=spec.gpus, model=spec.gpu_model,
+                                         memory_mib=spec.memory_mib, exclusive=spec.exclusive_cpus,
+                                         reserved=spec.reserved_cpus)
+            except (ValidationError, ValueError) as exc:
+                raise ScenarioError(f"{where}: field 'nodes.{i}': {_first_line(exc)}") from None
+            topology = topology.model_copy(update={"pool": spec.pool})
+            nodes.append(SimNode(topology, dict(spec.background), spec.system_memory_mib))
+    names = [n.topology.node for n in nodes]
+    if len(set(names)) != len(names):
+        raise ScenarioError(f"{where}: field 'nodes': node names repeat: "
+                            f"{', '.join(sorted({n for n in names if names.count(n) > 1}))}")
+    numa_count = {n.topology.node: len(n.topology.numa_nodes) for n in nodes}
+    pods: list[SimPodSpec] = []
+    for i, spec in enumerate(scenario.pods):
+        if spec.node is not None and spec.node not in numa_count:
+            raise ScenarioError(f"{where}: field 'pods.{i}.node': no node {spec.node!r} in the scenario")
+        if spec.numa and (spec.node is None or any(not 0 <= m < numa_count[spec.node] for m in spec.numa)):
+            raise ScenarioError(f"{where}: field 'pods.{i}.numa': needs `node` and NUMA ids of that node")
+        for r, name in enumerate(spec.names()):
+            try:
+                pod = pending_pod(spec.namespace or spec.tenant, name, cpu_milli=spec.cpu_milli,
+                                  memory_mib=spec.memory_mib, gpu=GpuAsk(**spec.gpu.model_dump()),
+                                  tenant=spec.tenant, user=spec.user, qos=spec.qos, priority=spec.priority,
+                                  evictable=spec.evictable, exclusive_cpus=spec.exclusive_cpus,
+                                  cpu_policy=spec.cpu_policy, labels=spec.labels)
+            except (ValidationError, ValueError) as exc:
+                raise ScenarioError(f"{where}: field 'pods.{i}': {_first_line(exc)}") from None
+            pods.append(SimPodSpec(pod, spec.usage, spec.arrive_s + r * spec.every_s, spec.duration_s, spec.node,
+                                   tuple(spec.numa)))
+    keys = [p.key for p in pods]
+    if len(set(keys)) != len(keys):
+        raise ScenarioError(f"{where}: field 'pods': pod names repeat: "
+                            f"{', '.join(sorted({k for k in keys if keys.count(k) > 1}))}")
+    return Workload(name=scenario.name, nodes=tuple(nodes), pods=tuple(pods), tenants=tuple(scenario.tenants),
+                    expectations=tuple(scenario.expect), tick_s=scenario.tick_s, duration_s=scenario.duration_s,
+                    source={"kind": "scenario", "file": where, "seed": scenario.seed})
+
+
+def _first_line(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return describe_validation_error(exc)
+    return str(exc).splitlines()[0]

@@ -1,0 +1,40 @@
+"""Settings of the simulator service (env prefix TIDAL_SIMULATOR_).
+
+`tidal simulate` builds the workload itself and drives the service; run on
+its own (`tidal run simulator`) the service reads its workload from these
+settings (a scenario file, an openb trace, else the synthetic generator)
+and releases pods by their arrival times.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from tidal_runtime import ServiceSettings
+
+
+class SimulatorSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="TIDAL_SIMULATOR_", extra="ignore", populate_by_name=True)
+
+    scenario: str | None = Field(None, description="scenario YAML to run")
+    nodes_csv: str | None = Field(None, description="openb node CSV (with pods_csv)")
+    pods_csv: str | None = None
+    synthetic: str = Field("", description="generator knobs, e.g. nodes=20,pods=200,tenants=3")
+    seed: int = 42
+    clock: Literal["simulated", "real-time"] = "simulated"
+    tick_s: float | None = Field(None, gt=0, description="scenario seconds per tick (default: the workload's)")
+    start: datetime | None = Field(None, description="scenario time 0 (default: when the service starts)")
+    bind_failure_rate: float = Field(0.0, ge=0, le=1, description="share of placed decisions refused (seeded)")
+    metrics_heartbeat_s: float | None = Field(None, gt=0, description="re-sample a node whose sample cannot have "
+                                              "changed only this often (default: every tick, as an agent does)")
+    settle_quiet_s: float = Field(0.05, ge=0, description="the pipeline is settled after this long without input")
+    settle_max_s: float = Field(10.0, gt=0, description="never wait longer than this for the pipeline to settle")
+    expect_allocatable: bool = Field(False, description="settled also means oversell answered every sample")
+    decision_timeout_s: float = Field(30.0, gt=0, description="a released pod without a decision by then is "
+                                                             "counted as undecided")
+    batch: int = Field(1, ge=1, description="pods released together before waiting for their decisions")
+    autorun: bool = Field(True, description="release the workload's pods by itself (off when a driver does)")

@@ -1,0 +1,296 @@
+"""The simulator's pure parts: usage curves, the cluster model (binding
+checks, actions), the usage sample, expectations, fairness and the
+synthetic generator — table-driven, expected arithmetic in comments."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+
+import numpy as np
+import pytest
+
+from tidal_placement.topology_builder import make_topology
+from tidal_schemas import ActionResult, BindResult, CpuAssignment, GpuAsk, GpuShare, NodeAction, PlacementDecision, \
+    PodLifecycle, Resources
+from tidal_simulator.expectations import CountExpectation, Happening, NodeExpectation, OrderExpectation, \
+    PodExpectation, check
+from tidal_simulator.fairness import fairness, jain
+from tidal_simulator.model import ClusterModel
+from tidal_simulator.pods import pending_pod
+from tidal_simulator.sampling import sample_node
+from tidal_simulator.synthetic import SyntheticSpec, generate, parse_spec
+from tidal_simulator.usage_curves import Constant, Diurnal, Spike, UsageSpec, fraction_at
+from tidal_simulator.workload import SimNode, SimPodSpec
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+# -- builders ---------------------------------------------------------------------
+def spec(name: str, cpu: int = 1000, mem: int = 1024, gpu: GpuAsk = GpuAsk(), exclusive: bool = False,
+         usage: UsageSpec = UsageSpec(), node: str | None = None, pin: tuple[int, ...] = (), qos: str = "BE",
+         ns: str = "t") -> SimPodSpec:
+    pod = pending_pod(ns, name, cpu_milli=cpu, memory_mib=mem, gpu=gpu, exclusive_cpus=exclusive, qos=qos)
+    return SimPodSpec(pod, usage, node=node, pin_numa=pin)
+
+
+def cluster(*pods: SimPodSpec, numa=(4, 4), gpus: int = 2, background=None, system_mib: int = 0,
+            extra_nodes=()) -> ClusterModel:
+    nodes = [SimNode(make_topology("n1", numa, gpus=gpus, memory_mib=16384), background or {}, system_mib),
+             *extra_nodes]
+    model = ClusterModel(nodes, pods)
+    for p in pods:
+        if p.node:
+            assert model.place(p.key, p.node, T0, 0.0).ok
+        else:
+            model.arrive(p.key, T0)
+    return model
+
+
+def decision(name: str, node: str = "n1", gpus=(), numa_cpus=None, uid: str | None = None, ns: str = "t",
+             decision_id: str = "d1") -> PlacementDecision:
+    return PlacementDecision(decision_id=decision_id, namespace=ns, name=name, outcome="placed", node=node,
+                             uid=uid if uid is not None else pending_pod(ns, name, cpu_milli=0, memory_mib=0).uid,
+                             gpus=[GpuShare(gpu=g, milli=m) for g, m in gpus], numa_cpus=numa_cpus or {})
+
+
+# -- usage curves -----------------------------------------------------------------
+@pytest.mark.parametrize("curve, t, z, expected", [
+    (Constant(level=0.5), 100, 0.0, 0.5),
+    (Diurnal(level=0.5, amplitude=0.2, period_s=400), 100, 0.0, 0.7),  # 0.5 + 0.2·sin(2π·100/400)
+    (Diurnal(level=0.5, amplitude=0.2, period_s=400), 300, 0.0, 0.3),  # 0.5 + 0.2·sin(3π/2)
+    (Spike(level=0.3, peak=0.9, start_s=60, duration_s=30), 59.9, 0.0, 0.3),
+    (Spike(level=0.3, peak=0.9, start_s=60, duration_s=30), 60, 0.0, 0.9),
+    (Spike(level=0.3, peak=0.9, start_s=60, duration_s=30), 90, 0.0, 0.3),  # [60, 90) only
+    (Constant(level=0.5, noise=0.1), 0, 2.0, 0.6),  # 0.5 · (1 + 0.1·2)
+    (Constant(level=0.5, noise=0.1), 0, -20.0, 0.0),  # 0.5 · (1 − 2) clamped at 0
+])
+def test_usage_curves(curve, t, z, expected):
+    assert fraction_at(curve, t, z) == pytest.approx(expected)
+
+
+# -- binding ----------------------------------------------------------------------
+def test_bind_starts_the_pod_with_its_gpus_and_reports_it():
+    model = cluster(spec("p", gpu=GpuAsk(count=1, milli=500)))
+    outcome = model.bind(decision("p", gpus=[("gpu1", 500)]), T0, 5.0)
+    assert outcome.ok
+    result, bound, running = outcome.events
+    assert isinstance(result, BindResult) and result.ok
+    assert (bound.phase, running.phase, running.node) == ("bound", "running", "n1")
+    assert running.gpus == [GpuShare(gpu="gpu1", milli=500, model="A100")]
+    assert model.gpu_free("n1") == {"gpu0": 1000, "gpu1": 500}  # 1000 − 500
+
+
+@pytest.mark.parametrize("held, ask, dec, reason", [
+    # gpu0 holds 600 already: 400 left < 500
+    ([spec("a", gpu=GpuAsk(count=1, milli=600), node="n1")], spec("p", gpu=GpuAsk(count=1, milli=500)),
+     decision("p", gpus=[("gpu0", 500)]), "gpu0 on n1 has 400 milli left"),
+    ([], spec("p", gpu=GpuAsk(count=1)), decision("p", gpus=[("gpu7", 1000)]), "no healthy GPU gpu7"),
+    ([], spec("p", gpu=GpuAsk(count=2)), decision("p", gpus=[("gpu0", 1000)]), "asks 2 × 1000"),
+    # node allocatable 8 CPUs: 7000 held + 2000 > 8000
+    ([spec("a", cpu=7000, node="n1")], spec("p", cpu=2000), decision("p"), "cpu 7000 + 2000 > allocatable 8000"),
+    ([], spec("p"), decision("p", uid="someone-else"), "was replaced"),
+    ([], spec("p"), decision("p", node="n9"), "node n9 is gone"),
+    ([], spec("p", cpu=2000, exclusive=True), decision("p", numa_cpus={0: 1}), "gives 1 exclusive CPUs"),
+    ([], spec("p", cpu=2000, exclusive=True), decision("p", numa_cpus={0: 5}), "gives 5 exclusive CPUs"),
+])
+def test_bind_refusals_change_nothing(held, ask, dec, reason):
+    model = cluster(*held, ask)
+    before = (dict(model.gpu_used["n1"]), model.requested_on("n1"))
+    outcome = model.bind(dec, T0, 0.0)
+    assert not outcome.ok and reason in outcome.reason
+    assert [type(e) for e in outcome.events] == [BindResult] and not outcome.events[0].ok
+    assert (dict(model.gpu_used["n1"]), model.requested_on("n1")) == before
+    assert model.pods[ask.key].phase == "pending"
+
+
+def test_admission_uses_the_oversold_allocatable():
+    model = cluster(spec("a", cpu=7000, node="n1"), spec("p", cpu=2000))
+    assert not model.bind(decision("p"), T0, 0).ok  # 7000 + 2000 > 8000
+    model.set_allocatable("n1", Resources(cpu_milli=12000, memory_mib=16384))  # oversold 1.5×
+    assert model.bind(decision("p"), T0, 0).ok
+
+
+def test_exclusive_cpus_come_from_the_decided_numa_node_and_leave_the_shared_pool():
+    model = cluster(spec("p", cpu=2000, exclusive=True))
+    outcome = model.bind(decision("p", numa_cpus={1: 2}), T0, 0)
+    assignment = [e for e in outcome.events if isinstance(e, CpuAssignment)][0]
+    assert set(assignment.cpuset) <= {4, 5, 6, 7}  # NUMA 1 of a 4 + 4 layout
+    assert len(assignment.cpuset) == 2
+    assert model.shared_pool("n1") == sorted(set(range(8)) - set(assignment.cpuset))
+
+
+def test_a_redelivered_decision_is_acknowledged_not_applied_twice():
+    model = cluster(spec("p", gpu=GpuAsk(count=1)))
+    assert model.bind(decision("p", gpus=[("gpu0", 1000)]), T0, 0).ok
+    again = model.bind(decision("p", gpus=[("gpu0", 1000)]), T0, 0)
+    assert again.ok and again.reason == "already bound by this decision" and len(again.events) == 1
+    other = model.bind(decision("p", gpus=[("gpu1", 1000)], decision_id="d2"), T0, 0)
+    assert not other.ok and "already bound to node n1" in other.reason
+    assert model.gpu_used["n1"] == {"gpu0": 1000}
+
+
+# -- actions ----------------------------------------------------------------------
+def action(kind: str, pod: str | None = "t/p", node: str = "n1", **fields) -> NodeAction:
+    defaults = {"taint_key": "k"} if kind in ("taint", "untaint") else {}
+    if kind == "set-cpuset":
+        defaults["cpuset"] = [0, 1]
+    return NodeAction(action_id=f"a-{kind}", node=node, kind=kind, pod=pod if kind not in ("taint", "untaint")
+                      else None, reason="test", **{**defaults, **fields})
+
+
+@pytest.mark.parametrize("act, status", [
+    (action("freeze"), "done"), (action("thaw"), "done"), (action("evict"), "done"),
+    (action("set-cpuset"), "done"), (action("taint"), "done"),
+    (action("freeze", pod="t/nobody"), "unknown-pod"),
+    (action("freeze", node="n2"), "refused"),  # the pod runs on n1
+    (action("set-cpuset", cpuset=[0, 99]), "refused"),  # CPU 99 is not on n1
+    (action("freeze", dry_run=True), "skipped"),
+    (action("freeze", node="n9"), "failed"),
+])
+def test_every_action_is_answered(act, status):
+    n2 = SimNode(make_topology("n2", (4,)))
+    model = cluster(spec("p", gpu=GpuAsk(count=1), node="n1"), extra_nodes=[n2])
+    outcome = model.act(act, T0)
+    result = outcome.events[0]
+    assert isinstance(result, ActionResult) and result.status == status and result.action_id == act.action_id
+
+
+def test_evict_deletes_the_pod_and_frees_what_it_held():
+    model = cluster(spec("p", gpu=GpuAsk(count=1), node="n1"))
+    outcome = model.act(action("evict"), T0)
+    deleted = outcome.events[1]
+    assert isinstance(deleted, PodLifecycle) and deleted.phase == "deleted"
+    assert model.gpu_used["n1"] == {} and model.running_on("n1") == []
+
+
+def test_taint_and_untaint_are_remembered():
+    model = cluster()
+    model.act(action("taint"), T0)
+    assert model.taints["n1"] == {"k"}
+    model.act(action("untaint"), T0)
+    assert model.taints["n1"] == set()
+
+
+# -- the usage sample ---------------------------------------------------------------
+def test_numa_load_is_the_mean_of_its_cpus_from_the_pods_on_them():
+    shared = spec("a", cpu=2000, mem=2048, usage=UsageSpec(cpu=Constant(level=0.5), memory=Constant(level=0.5)),
+                  node="n1")
+    pinned = spec("b", cpu=4000, mem=1024, usage=UsageSpec(cpu=Constant(level=0.75), memory=Constant(level=1.0)),
+                  node="n1", pin=(1,))
+    model = cluster(shared, pinned, background={0: 0.1}, system_mib=1000)
+    m = sample_node(model, "n1", 0.0, T0, 10.0)
+    # a: 2000·0.5 = 1000 milli over the 8 shared CPUs = 0.125 each; b: 4000·0.75 = 3000 over CPUs 4–7 = 0.75 each
+    assert m.numa_load[0] == pytest.approx(0.1 + 0.125)  # background 0.1 on NUMA 0
+    assert m.numa_load[1] == pytest.approx(0.125 + 0.75)
+    assert m.cpu_used_milli == round(1000 * (4 * 0.225 + 4 * 0.875))
+    assert m.memory_used_mib == 1000 + 1024 + 1024  # system + 2048·0.5 + 1024·1.0
+    usage = {u.pod: u for u in m.pods}
+    assert usage["t/b"].numa_nodes == [1] and usage["t/b"].cpuset == [4, 5, 6, 7]
+    assert usage["t/a"].numa_nodes == [0, 1] and usage["t/a"].cpu_milli == 1000
+
+
+def test_a_frozen_pod_uses_no_cpu_and_a_moved_one_loads_its_new_numa_node():
+    model = cluster(spec("p", cpu=4000, usage=UsageSpec(cpu=Constant(level=1.0)), node="n1", pin=(1,)))
+    model.act(action("freeze"), T0)
+    frozen = sample_node(model, "n1", 0.0, T0, 10.0)
+    assert frozen.numa_load[1] == 0.0 and frozen.pods[0].frozen and frozen.pods[0].cpu_milli == 0
+    model.act(action("thaw"), T0)
+    model.act(action("set-cpuset", cpuset=[0, 1, 2, 3]), T0)
+    moved = sample_node(model, "n1", 0.0, T0, 10.0)
+    assert moved.numa_load == {0: 1.0, 1: 0.0}  # 4000 milli over CPUs 0–3
+
+
+# -- expectations ---------------------------------------------------------------------
+TIMELINE = [Happening(10, "freeze", "n1", "t/a"), Happening(20, "freeze", "n1", "t/b"),
+            Happening(30, "taint", "n1"), Happening(5, "placed", "n2", "t/c")]
+PODS = ["t/a", "t/b", "t/c", "t/d"]
+
+
+@pytest.mark.parametrize("expectation, ok", [
+    (NodeExpectation(kind="tainted", node="n1"), True),
+    (NodeExpectation(kind="tainted", node="n1", by_s=25), False),  # tainted at 30 s
+    (NodeExpectation(kind="not-tainted", node="n2"), True),
+    (PodExpectation(kind="frozen", pod="a"), True),  # a bare name resolves to t/a
+    (PodExpectation(kind="not-frozen", pod="t/a"), False),
+    (PodExpectation(kind="placed", pod="t/c", node="n2"), True),
+    (PodExpectation(kind="placed", pod="t/c", node="n1"), False),
+    (PodExpectation(kind="pending", pod="t/d"), True),
+    (OrderExpectation(kind="frozen-before", pod="t/a", then="t/b"), True),
+    (OrderExpectation(kind="frozen-before", pod="t/b", then="t/a"), False),
+    (OrderExpectation(kind="frozen-before", pod="t/a", then="t/d"), True),  # d never frozen
+    (CountExpectation(kind="actions", action="freeze", min=2, max=2), True),
+    (CountExpectation(kind="actions", action="freeze", min=3), False),
+])
+def test_expectations(expectation, ok):
+    (verdict,) = check([expectation], TIMELINE, PODS)
+    assert verdict.ok is ok, verdict
+
+
+# -- fairness -------------------------------------------------------------------------
+@pytest.mark.parametrize("values, expected", [
+    ([1, 1, 1], 1.0), ([1, 0, 0], 1 / 3), ([3, 1], 16 / 20),  # (3+1)² / (2·(9+1))
+    ([], None), ([0, 0], None),
+])
+def test_jain(values, expected):
+    result = jain(values)
+    assert result == expected if expected is None else result == pytest.approx(expected)
+
+
+def test_fairness_by_resource_type():
+    allocated = {"a": {"cpu": 3000}, "b": {"cpu": 1000}}
+    demanded = {"a": {"cpu": 3000}, "b": {"cpu": 4000}}
+    cpu = fairness(allocated, demanded)["cpu"]
+    assert cpu["usage_share"] == {"a": 0.75, "b": 0.25}
+    assert cpu["jain_usage_share"] == pytest.approx(0.8)  # (0.75+0.25)² / (2·(0.5625+0.0625))
+    assert cpu["satisfaction"] == {"a": 1.0, "b": 0.25}
+    assert cpu["jain_satisfaction"] == pytest.approx(round(1.25 ** 2 / (2 * (1 + 0.0625)), 4))
+
+
+# -- the synthetic generator --------------------------------------------------------------
+def test_synthetic_is_seeded_and_follows_its_spec():
+    spec_ = parse_spec("nodes=6,pods=40,tenants=2,seed=3")
+    one = generate(spec_, np.random.default_rng(3))
+    two = generate(spec_, np.random.default_rng(3))
+    other = generate(spec_, np.random.default_rng(4))
+    assert one == two and one != other
+    assert len(one.nodes) == 6 and len(one.pods) == 40
+    assert {p.tenant for p in one.pods} <= {"team-0", "team-1"}
+    assert all(p.arrive_s <= 0.6 * spec_.duration_s for p in one.pods)
+
+
+@pytest.mark.parametrize("text, field", [("nodes=0", "nodes"), ("colour=red", "colour"), ("nodes", "key=value")])
+def test_synthetic_spec_errors_name_the_field(text, field):
+    with pytest.raises(ValueError, match=field):
+        parse_spec(text)
+
+
+def test_synthetic_without_gpu_nodes_asks_for_no_gpus():
+    scenario = generate(SyntheticSpec(nodes=3, pods=30, gpu_nodes=0), np.random.default_rng(0))
+    assert all(n.gpus == 0 for n in scenario.nodes) and all(p.gpu.count == 0 for p in scenario.pods)
+    assert not math.isnan(sum(p.cpu_milli for p in scenario.pods))
+
+
+# -- the bundled examples -------------------------------------------------------------
+def test_bundled_demo_is_what_its_script_writes_and_has_its_situations():
+    import importlib.util
+
+    from conftest import ROOT
+    from tidal_simulator.scenario import load_scenario, scenario_workload
+
+    path = ROOT / "examples" / "make_demo.py"
+    module_spec = importlib.util.spec_from_file_location("make_demo", path)
+    make_demo = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(make_demo)
+    committed = load_scenario(ROOT / "examples" / "demo" / "scenario.yaml")
+    fresh = scenario_workload(make_demo.demo(), "fresh")
+    assert [p.pod for p in committed.pods] == [p.pod for p in fresh.pods]
+    assert [n.topology for n in committed.nodes] == [n.topology for n in fresh.nodes]
+    assert len(committed.nodes) >= 20 and len(committed.pods) >= 200
+    assert len({p.pod.tenant for p in committed.pods}) >= 3
+    assert len({tuple(len(n.topology.numa_nodes) for n in committed.nodes)}) == 1  # one tuple of all counts
+    assert len({len(n.topology.numa_nodes) for n in committed.nodes}) >= 2  # mixed NUMA layouts
+    assert len({g.model for n in committed.nodes for g in n.topology.gpus}) >= 2  # mixed GPU models
+    assert any(p.usage.memory.kind == "spike" and p.node == "spike-node" for p in committed.pods)
+    assert sum(1 for p in committed.pods if p.node == "hot-node" and p.pin_numa == (1,)) == 3
+    assert {e.kind for e in committed.expectations} >= {"tainted", "frozen-before"}
