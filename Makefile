@@ -38,7 +38,8 @@ schemas: $(STAMP)
 	$(BIN)/tidal schemas export
 
 bench: $(STAMP)
-	$(BIN)/python bench/bus_throughput.py
+	$(BIN)/python bench/placement.py --nodes 1000 5000
+	$(BIN)/python bench/placement_openb.py --seeds 3
 
 clean:
 	rm -rf $(VENV) .tidal .pytest_cache
