@@ -77,6 +77,11 @@ async def test_pending_pod_to_decision_and_rollback(nats_server, namespace):
                 break
             await asyncio.sleep(0.1)
         assert pending is not None and "0/2 nodes fit" in pending.reason and pending.filtered
+
+        # room appears (a bigger node joins): the waiting pod is placed without being re-published
+        await bus.publish(node("big", 2, 1, 40, 1, 256 * 1024, reserved=0))
+        await wait_until(lambda: any(d.name == "huge" for d in service.requested_names()), timeout=20,
+                         what="the waiting pod to be placed once room appeared")
     await _stop(service, task)
 
 

@@ -64,6 +64,7 @@ class PlacementService(Service):
         self.last_claim: dict[str, float] = {}
         self.caught_up: set[str] = set()
         self.wake = asyncio.Event()
+        self.room_changed: set[str] = set()  # clusters where waiting pods may now fit
         self.shapes: list = []
         self.strategy = make_strategy("best-fit")  # until enough pod shapes for the configured one
         self.decisions = 0
@@ -139,6 +140,9 @@ class PlacementService(Service):
     async def apply(self, envelope: Envelope[Any]) -> None:
         cluster, p = envelope.cluster, envelope.payload
         state = self._cluster(cluster)
+        if isinstance(p, (NodeTopology, NodeAllocatable, TenantConfig)) or (
+                isinstance(p, NodeAction) and p.kind == "untaint"):
+            self.room_changed.add(cluster)
         if isinstance(p, NodeTopology):
             state.upsert_node(p)
             self.inventory.setdefault(cluster, {})[p.node] = list(p.gpus)
@@ -199,6 +203,7 @@ class PlacementService(Service):
             state.confirm(key)
             self.awaiting_bind.pop((cluster, key), None)
         elif pod.phase == "deleted":
+            self.room_changed.add(cluster)
             self.pods.pop((cluster, key), None)
             self.requested.pop((cluster, key), None)
             queue.remove(key)
@@ -216,6 +221,7 @@ class PlacementService(Service):
         self._rollback(cluster, key)
 
     def _rollback(self, cluster: str, key: str) -> None:
+        self.room_changed.add(cluster)
         self.state[cluster].forget(key)
         entry_pod = self.pods.get((cluster, key))
         pending = self._pending_copy(cluster, key)
@@ -286,6 +292,10 @@ class PlacementService(Service):
         state, queue = self.state[cluster], self.queue[cluster]
         now = time.monotonic()
         queue.expire_waits(now)
+        # Waiting pods are tried again only when room may have appeared (or their
+        # permit expired above); a new pending pod alone frees nothing.
+        retry_waiting = cluster in self.room_changed
+        self.room_changed.discard(cluster)
         queue.rescore({e.key: self._score(cluster, e.pod) for e in queue.entries.values()})
         # Tenant usage is needed only for quotas and groups; most clusters have neither.
         governed = any(c == cluster and (t.quota or t.groups or t.auto_grouping) for (c, _), t in self.tenants.items())
@@ -295,6 +305,8 @@ class PlacementService(Service):
                 return
             if held_back is not None:
                 entry.reason = held_back
+                continue
+            if entry.waiting_since is not None and not retry_waiting:
                 continue
             pod = entry.pod
             placement = self._place(cluster, state, pod, usage)
@@ -328,6 +340,10 @@ class PlacementService(Service):
                 if not changed:
                     continue  # the same reasons: say it once, not every cycle
             await self.publish(decision.model_copy(update=extra), cluster=cluster)
+
+    def requested_names(self) -> list[PodLifecycle]:
+        """Pods this replica has placed (and not seen deleted)."""
+        return list(self.requested.values())
 
     def _remember_request(self, cluster: str, pod: PodLifecycle) -> None:
         self.requested[(cluster, pod.event_key())] = pod
