@@ -83,6 +83,9 @@ class Stack:
             "TIDAL_BUS_URL": self.bus_url, "TIDAL_NAMESPACE": self.namespace, "TIDAL_CLUSTER": self.cluster,
             f"TIDAL_{name.upper()}_HTTP_PORT": str(port), f"TIDAL_{name.upper()}_HTTP_HOST": "127.0.0.1",
         })
+        # On one machine the node agent keeps its checkpoint with the stack's data,
+        # not in /var/lib/tidal (the DaemonSet's host path).
+        env.setdefault("TIDAL_TOPOLOGY_STATE_FILE", str((self.data_dir / "cpu-state.json").resolve()))
         env.update(self.extra_env)
         log_path = logs / f"{name}.log"
         with open(log_path, "ab") as log:
