@@ -9,6 +9,7 @@ Prints one JSON line per configuration:
 {"nodes": N, "mode": "in-process" | "bus", "pods_per_s": X, "p50_ms": Y, "p99_ms": Z}
 
 Run: .venv/bin/python bench/placement.py [--nodes 1000 5000 10000] [--pods 3000] [--modes in-process bus]
+     [--rate R]   (bus: R pods/s paced; default one burst)
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def pods(count: int, rng: np.random.Generator) -> list[PodLifecycle]:
     return out
 
 
-async def bus_run(nodes: int, count: int, seed: int) -> dict:
+async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0) -> dict:
     rng = np.random.default_rng(seed)
     with tempfile.TemporaryDirectory() as tmp, Stack(Path(tmp), nats_port=0, namespace="bench", cluster="bench",
                                                      services=["placement"],
@@ -82,13 +83,16 @@ async def bus_run(nodes: int, count: int, seed: int) -> dict:
             reader = asyncio.create_task(collect())
             await asyncio.sleep(1.0)  # let placement absorb the cluster before the burst
             start = time.perf_counter()
-            for pod in batch:
+            for i, pod in enumerate(batch):
+                if rate:  # paced arrivals: latency without a burst's queueing
+                    await asyncio.sleep(max(start + i / rate - time.perf_counter(), 0))
                 sent[pod.event_key()] = time.perf_counter()
                 await bus.publish(pod)
             await asyncio.wait_for(reader, 600)
             end = max(decided.values())
     latencies = np.array([(decided[k] - sent[k]) * 1000 for k in sent])
-    return {"nodes": nodes, "mode": "bus", "pods": count, "pods_per_s": round(count / (end - start), 1),
+    return {"nodes": nodes, "mode": "bus", "pods": count, "arrival_rate": rate or "burst",
+            "pods_per_s": round(count / (end - start), 1),
             "p50_ms": round(float(np.percentile(latencies, 50)), 2),
             "p99_ms": round(float(np.percentile(latencies, 99)), 2)}
 
@@ -99,6 +103,8 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=3000)
     parser.add_argument("--modes", nargs="+", default=["in-process", "bus"], choices=["in-process", "bus"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="bus mode: pods published per second (0 = one burst, measures throughput)")
     args = parser.parse_args()
     for n in args.nodes:
         if "in-process" in args.modes:
@@ -106,7 +112,7 @@ def main() -> None:
             print(json.dumps({"nodes": n, "mode": "in-process", **{k: result[k] for k in
                               ("pods_per_s", "p50_ms", "p99_ms")}}), flush=True)
         if "bus" in args.modes:
-            print(json.dumps(asyncio.run(bus_run(n, args.pods, args.seed))), flush=True)
+            print(json.dumps(asyncio.run(bus_run(n, args.pods, args.seed, args.rate))), flush=True)
 
 
 if __name__ == "__main__":

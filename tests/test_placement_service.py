@@ -55,6 +55,8 @@ async def test_pending_pod_to_decision_and_rollback(nats_server, namespace):
         placed = {d.name: d for d in await _admitted(bus)}
         assert placed["spread"].numa_cpus in ({0: 2, 1: 2},)  # 4 CPUs spread over 2 NUMA nodes = 2 + 2
         assert placed["spread"].node in ("n1", "g1")
+        # the other node that could take it is named as the runner-up, with its score
+        assert [r.node for r in placed["spread"].runners_up] == list({"n1", "g1"} - {placed["spread"].node})
         assert placed["gpu"].node == "g1" and [g.model for g in placed["gpu"].gpus] == ["A100"]
         assert placed["gpu"].queue_position is not None and placed["gpu"].epoch >= 1
 

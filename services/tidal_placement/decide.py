@@ -90,8 +90,12 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
             return exclusive_scores(state, pod.cpu_policy, cpus, sub)
         return shared_numa_scores(state, sub, need_cpus)
 
-    i = _select(len(rows), keys, numa_key, rng, None if rank is None else rank[rows])
+    ranking: list[np.ndarray] = []  # _select leaves here the first key it ranked every candidate by
+    i = _select(len(rows), keys, numa_key, rng, None if rank is None else rank[rows], ranking)
     r = int(rows[i])
+    # Runners-up are for explanation only: computed when the decision event is
+    # built, not here, so they cost nothing on the decision path.
+    runners_up = (lambda: _runners_up(state, rows, ranking[0], i)) if ranking else (lambda: ())
     if pod.exclusive_cpus:
         dist = distribute(pod.cpu_policy, cpus, state.numa_free[r:r + 1], state.numa_load[r:r + 1],
                           state.numa_valid[r:r + 1], state.numa_order[r:r + 1])
@@ -104,7 +108,20 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
     allocation = Allocation.of(state.names[r], pod.cpu_milli, pod.memory_mib, numa_cpus, gpus)
     return Placement(True, node=state.names[r], row=r, allocation=allocation, numa_nodes=numa_nodes,
                      cost=float(keys[0][i]) if keys else numa, numa_score=numa, candidates=int(rows.size),
-                     filtered=filtered)
+                     filtered=filtered, runners_up=runners_up)
+
+
+RUNNERS_UP = 3
+
+
+def _runners_up(state: ClusterState, rows: np.ndarray, values: np.ndarray, chosen: int) -> tuple[tuple[str, float], ...]:
+    """The best other candidates by the first ranking key (for explain)."""
+    if len(rows) <= 1:
+        return ()
+    take = min(RUNNERS_UP + 1, len(rows))
+    best = np.argpartition(values, take - 1)[:take]
+    best = best[np.argsort(values[best], kind="stable")]
+    return tuple((state.names[int(rows[j])], float(values[j])) for j in best if j != chosen)[:RUNNERS_UP]
 
 
 def _numa_take(state: ClusterState, r: int, need: int) -> tuple[float, tuple[int, ...]]:
@@ -152,7 +169,7 @@ def _eligible(state: ClusterState, pod: PodRequest, allowed: np.ndarray | None, 
 
 
 def _select(k: int, keys: list[np.ndarray], numa_key: Callable[[np.ndarray], np.ndarray],
-            rng: np.random.Generator | None, rank: np.ndarray | None) -> int:
+            rng: np.random.Generator | None, rank: np.ndarray | None, ranking: list[np.ndarray] | None = None) -> int:
     # lexicographic minimum without sorting: narrow the ties key by key
     if k == 1:
         return 0
@@ -162,6 +179,8 @@ def _select(k: int, keys: list[np.ndarray], numa_key: Callable[[np.ndarray], np.
             values = numa_key(np.arange(k) if idx is None else idx)
         else:
             values = key if idx is None else key[idx]
+        if idx is None and ranking is not None:
+            ranking.append(values)
         best = values.min()
         tied = np.flatnonzero(values <= best + 1e-9 * max(1.0, abs(float(best))))
         idx = tied if idx is None else idx[tied]

@@ -3,7 +3,7 @@ the `PlacementDecision` event the service publishes."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from tidal_schemas import GpuShare, NodeCandidate, PlacementDecision, PodLifecycle, pod_key
@@ -54,6 +54,7 @@ class Placement:
     numa_score: float = 0.0
     candidates: int = 0
     filtered: Mapping[str, int] = field(default_factory=dict)
+    runners_up: Callable[[], tuple[tuple[str, float], ...]] = lambda: ()  # best other nodes, computed on demand
 
 
 def placement_decision(pod: PodLifecycle, placement: Placement, decision_id: str) -> PlacementDecision:
@@ -67,6 +68,8 @@ def placement_decision(pod: PodLifecycle, placement: Placement, decision_id: str
     chosen = NodeCandidate(node=placement.node, score=placement.cost, numa_nodes=list(placement.numa_nodes),
                            breakdown={"cost": placement.cost, "numa": placement.numa_score,
                                       "candidates": float(placement.candidates)})
+    runners_up = [NodeCandidate(node=node, score=score) for node, score in placement.runners_up()]
     return PlacementDecision(outcome="placed", node=placement.node, numa_cpus=dict(allocation.numa_cpus),
+                             runners_up=runners_up,
                              numa_nodes=list(placement.numa_nodes), chosen=chosen,
                              gpus=[GpuShare(gpu=gpu, milli=milli) for gpu, milli in allocation.gpus], **common)
