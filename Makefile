@@ -19,8 +19,11 @@ $(STAMP): pyproject.toml $(PACKAGES) | $(BIN)/python
 
 install: $(STAMP)
 
+# The pipeline on a sample cluster, then the simulator on the bundled demo
+# scenario (a memory spike and a NUMA hotspot) with its reports.
 demo: $(STAMP)
 	$(BIN)/tidal demo
+	$(BIN)/tidal simulate --scenario examples/demo/scenario.yaml --report .tidal/demo-report.json --html .tidal/demo-report.html
 
 # The HTML report test renders in Debian's headless Chromium; install it when we
 # can (root with apt). Without it that one test skips and says why.

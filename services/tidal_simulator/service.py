@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
@@ -69,12 +69,16 @@ class SimulatorService(Service):
         self._sampled_at: dict[str, float] = {}
         self._awaiting_allocatable: set[str] = set()
         self._last_input = time.monotonic()
+        self.started_at = datetime.now(timezone.utc) - timedelta(seconds=1)
 
     # -- wiring -----------------------------------------------------------------
     def subscriptions(self) -> list[Subscription]:
-        # A simulation starts from nothing: only what is decided from now on concerns it.
+        # A simulation starts from nothing: only what is decided from its start on
+        # concerns it. From its start, not from "latest": an answer published
+        # while its consumers are still joining (remediation reacts to the first
+        # metrics) would otherwise be lost.
         group = f"simulator-{self.run_id}"
-        common = dict(group=group, start=StartAt.latest(), replay_on_assign=False)
+        common = dict(group=group, start=StartAt.at_time(self.started_at), replay_on_assign=False)
         return [Subscription("placement.decision", self.on_decision, **common),
                 Subscription("node.allocatable", self.on_allocatable, **common),
                 Subscription("node.action", self.on_action, **common)]
