@@ -76,3 +76,16 @@ def pytest_runtest_makereport(item, call):
 
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+async def start_service(service, ready=lambda s: True, timeout: float = 20.0):
+    """Run a service in this event loop until it is ready (and `ready(service)`)."""
+    task = asyncio.create_task(service.run())
+    await wait_until(lambda: service.ready()[0] and ready(service), timeout=timeout, what=f"{service.name} ready")
+    return task
+
+
+async def stop_service(service, task) -> None:
+    """Graceful stop, as on SIGTERM, bounded in time."""
+    service.stop()
+    await asyncio.wait_for(task, 30)

@@ -9,7 +9,7 @@ import asyncio
 from datetime import datetime, timedelta, timezone
 
 from builders import pod
-from conftest import make_bus, wait_until
+from conftest import make_bus, start_service, stop_service, wait_until
 from tidal_bus import StartAt
 from tidal_oversell.service import OversellService
 from tidal_oversell.settings import OversellSettings
@@ -35,15 +35,10 @@ def _metrics(used_mib: int, at: datetime, gone: set[str] = frozenset()) -> NodeM
 
 async def _start(settings):
     service = OversellService(settings)
-    task = asyncio.create_task(service.run())
-    await wait_until(lambda: service.ready()[0] and service.action_log_ready.is_set(), timeout=20,
-                     what="oversell ready")
-    return service, task
+    return service, await start_service(service, ready=lambda s: s.action_log_ready.is_set())
 
 
-async def _stop(service, task):
-    service.stop()
-    await asyncio.wait_for(task, 30)
+_stop = stop_service
 
 
 async def _actions(bus) -> list:

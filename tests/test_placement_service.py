@@ -7,7 +7,7 @@ import asyncio
 from collections import Counter, defaultdict
 
 from builders import pod
-from conftest import make_bus, wait_until
+from conftest import make_bus, start_service, stop_service, wait_until
 from tidal_bus import StartAt
 from tidal_cli.sample import node
 from tidal_placement.service import PlacementService
@@ -25,14 +25,10 @@ def _settings(url, namespace, **overrides) -> PlacementSettings:
 
 async def _start(settings):
     service = PlacementService(settings)
-    task = asyncio.create_task(service.run())
-    await wait_until(lambda: service.ready()[0], timeout=20, what="placement ready")
-    return service, task
+    return service, await start_service(service)
 
 
-async def _stop(service, task):
-    service.stop()
-    await asyncio.wait_for(task, 30)
+_stop = stop_service
 
 
 async def _admitted(bus) -> list:

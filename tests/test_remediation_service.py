@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from builders import pod
-from conftest import make_bus, wait_until
+from conftest import make_bus, start_service, stop_service, wait_until
 from tidal_bus import StartAt
 from tidal_remediation.service import RemediationService
 from tidal_remediation.settings import RemediationSettings
@@ -86,15 +86,8 @@ def pods_on_cpu0():
                     time.sleep(0.02)
 
 
-async def _start(service):
-    task = asyncio.create_task(service.run())
-    await wait_until(lambda: service.ready()[0], timeout=20, what=f"{service.name} ready")
-    return task
-
-
-async def _stop(service, task):
-    service.stop()
-    await asyncio.wait_for(task, 30)
+_start = start_service
+_stop = stop_service
 
 
 class Observer:

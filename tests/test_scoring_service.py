@@ -8,7 +8,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 
 from builders import metrics, pod
-from conftest import make_bus, wait_until
+from conftest import make_bus, start_service, stop_service, wait_until
 from tidal_bus import StartAt
 from tidal_schemas import PodUsage
 from tidal_schemas.streams import stream
@@ -27,14 +27,10 @@ def _settings(url: str, namespace: str, **overrides) -> ScoringSettings:
 
 async def _start(settings) -> tuple[ScoringService, asyncio.Task]:
     service = ScoringService(settings)
-    task = asyncio.create_task(service.run())
-    await wait_until(lambda: service.ready()[0], timeout=20, what="scoring ready")
-    return service, task
+    return service, await start_service(service)
 
 
-async def _stop(service, task) -> None:
-    service.stop()
-    await asyncio.wait_for(task, 30)
+_stop = stop_service
 
 
 async def _events(bus, name: str) -> list:

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from builders import pod
-from conftest import make_bus, wait_until
+from conftest import make_bus, start_service, stop_service, wait_until
 from test_topology_cgroup_real import CGROUP, allowed_cpus, cpu_ticks, stays_flat, v1_pod  # noqa: F401
 from tidal_bus import StartAt
 from tidal_schemas import NodeAction, PlacementDecision
@@ -29,14 +29,10 @@ def _settings(url, namespace, tmp_path, **overrides) -> TopologySettings:
 
 async def _start(settings):
     service = TopologyService(settings)
-    task = asyncio.create_task(service.run())
-    await wait_until(lambda: service.ready()[0], timeout=20, what="agent ready")
-    return service, task
+    return service, await start_service(service)
 
 
-async def _stop(service, task):
-    service.stop()
-    await asyncio.wait_for(task, 30)
+_stop = stop_service
 
 
 async def _first(bus, stream, predicate, timeout=10.0):
