@@ -196,9 +196,9 @@ class PlacementService(Service):
             held = state.held(key)
             wanted = Allocation.of(pod.node, pod.requests.cpu_milli, pod.requests.memory_mib, pod.numa_cpus,
                                    {g.gpu: g.milli for g in pod.gpus})
-            if held is None or (held.node != pod.node):
-                if held is not None:
-                    state.forget(key)
+            if held is None or held.node != pod.node:
+                if held is not None:  # bound elsewhere than we assumed: the cluster is right
+                    state.release(key)
                 state.assume(key, wanted)
             state.confirm(key)
             self.awaiting_bind.pop((cluster, key), None)
@@ -207,7 +207,7 @@ class PlacementService(Service):
             self.pods.pop((cluster, key), None)
             self.requested.pop((cluster, key), None)
             queue.remove(key)
-            state.release(key) or state.forget(key)
+            state.release(key)
             self.awaiting_bind.pop((cluster, key), None)
 
     def _apply_bind(self, cluster: str, result: BindResult) -> None:
@@ -223,15 +223,9 @@ class PlacementService(Service):
     def _rollback(self, cluster: str, key: str) -> None:
         self.room_changed.add(cluster)
         self.state[cluster].forget(key)
-        entry_pod = self.pods.get((cluster, key))
-        pending = self._pending_copy(cluster, key)
-        if pending is not None:
-            self.queue[cluster].add(pending, self._score(cluster, pending))
-        elif entry_pod is not None:
-            self.queue[cluster].add(entry_pod, self._score(cluster, entry_pod))
-
-    def _pending_copy(self, cluster: str, key: str) -> PodLifecycle | None:
-        return self.requested.get((cluster, key))
+        pod = self.requested.get((cluster, key)) or self.pods.get((cluster, key))
+        if pod is not None:
+            self.queue[cluster].add(pod, self._score(cluster, pod))
 
     async def _apply_decision(self, cluster: str, d: PlacementDecision) -> None:
         fence = self.fences.setdefault(cluster, DecisionFence())
