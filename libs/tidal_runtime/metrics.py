@@ -25,6 +25,9 @@ class ServiceMetrics:
                                   registry=self.registry)
         self.lag = Gauge("tidal_consumer_lag", "Messages not yet delivered to this consumer", labels,
                          registry=self.registry)
+        self.handled_by_partition = Counter("tidal_partition_events_handled_total",
+                                            "Events handled per partition (shows how replicas split the keys)",
+                                            [*labels, "partition"], registry=self.registry)
 
     # ConsumerObserver
     def received(self, stream: str, pending: int | None) -> None:
@@ -32,8 +35,10 @@ class ServiceMetrics:
         if pending is not None:
             self.lag.labels(self.service, stream).set(pending)
 
-    def handled(self, stream: str, seconds: float) -> None:
+    def handled(self, stream: str, seconds: float, partition: int | None = None) -> None:
         self.handler_seconds.labels(self.service, stream).observe(seconds)
+        if partition is not None:
+            self.handled_by_partition.labels(self.service, stream, str(partition)).inc()
 
     def dead_lettered(self, stream: str) -> None:
         self.dead_letters.labels(self.service, stream).inc()
