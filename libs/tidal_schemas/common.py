@@ -16,15 +16,22 @@ Qos = Literal["LS", "BE"]
 CpuPolicy = Literal["spread", "single-numa", "auto"]
 GpuKind = Literal["physical", "virtual"]
 
+MAX_INT = 2**63 - 1
+"""Integers on the wire are 64-bit: what orjson writes back, and what readers
+in Go, Java or Kafka tooling can hold. A bigger one is refused on the way in
+rather than accepted and then impossible to publish."""
+
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
-NonNegInt = Annotated[int, Field(ge=0)]
+NonNegInt = Annotated[int, Field(ge=0, le=MAX_INT)]
+Int64 = Annotated[int, Field(ge=-MAX_INT - 1, le=MAX_INT)]
 Name = Annotated[str, Field(min_length=1, max_length=253)]
 
 
 class Record(BaseModel):
-    """Base of nested value objects: immutable, tolerant of unknown fields."""
+    """Base of nested value objects: immutable, tolerant of unknown fields.
+    No infinities or NaN: JSON cannot carry them (they would go out as null)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
 
 
 class Resources(Record):

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import SchemaError
+from .errors import SchemaError, one_line
 
 _EVENT_ID_NAMESPACE = uuid.UUID("3b0b8a8e-6c1f-4d55-9a55-7c1d8f3c9e10")
 
@@ -29,10 +29,11 @@ class Payload(BaseModel):
     """Base of every event payload: a versioned, immutable record.
 
     Subclasses set TYPE (also the stream it is published on) and VERSION,
-    and implement `event_key` (what the event is partitioned by).
+    and implement `event_key` (what the event is partitioned by). Floats
+    are finite, as in `Record`.
     """
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
 
     TYPE: ClassVar[str] = ""
     VERSION: ClassVar[int] = 1
@@ -130,8 +131,12 @@ def make_envelope(
 
 
 def encode(envelope: Envelope[Any]) -> bytes:
-    """Serialise an envelope to compact JSON bytes."""
-    return orjson.dumps(envelope.model_dump(mode="json"))
+    """Serialise an envelope to compact JSON bytes; SchemaError when some
+    text cannot be written as JSON (a lone surrogate from a YAML escape)."""
+    try:
+        return orjson.dumps(envelope.model_dump(mode="json"))
+    except orjson.JSONEncodeError as exc:
+        raise SchemaError(f"event {envelope.type} {envelope.id} cannot be written as JSON: {exc}") from None
 
 
 def decode(data: bytes | str) -> Envelope[Any]:
@@ -140,11 +145,19 @@ def decode(data: bytes | str) -> Envelope[Any]:
         raw = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise SchemaError(f"not JSON: {exc}") from None
-    return decode_obj(raw)
+    return _validate(raw)
 
 
 def decode_obj(raw: Any) -> Envelope[Any]:
-    """Validate an already-parsed JSON object as an event."""
+    """Validate an already-parsed object (from JSON or YAML) as an event.
+    YAML can hold what JSON cannot, so the event must also encode: what is
+    accepted here can be published."""
+    envelope = _validate(raw)
+    encode(envelope)
+    return envelope
+
+
+def _validate(raw: Any) -> Envelope[Any]:
     if not isinstance(raw, dict):
         raise SchemaError(f"an event must be a JSON object, got {type(raw).__name__}")
     event_type = raw.get("type")
@@ -152,7 +165,9 @@ def decode_obj(raw: Any) -> Envelope[Any]:
         raise SchemaError("field 'type': missing or not a string")
     model = payload_model(event_type)
     version = raw.get("version")
-    if isinstance(version, int) and not isinstance(version, bool) and version > model.VERSION:
+    # 2.0 validates as the int 2: compare numbers of either kind, before the
+    # payload's fields, whose errors would hide that it is a newer event.
+    if isinstance(version, (int, float)) and not isinstance(version, bool) and version > model.VERSION:
         raise SchemaError(
             f"event type {event_type!r} version {version} is newer than the supported {model.VERSION}"
         )
@@ -163,9 +178,11 @@ def decode_obj(raw: Any) -> Envelope[Any]:
 
 
 def describe_validation_error(exc: ValidationError) -> str:
-    """One line naming the first offending field, e.g. `payload.cpu_milli: ...`."""
+    """One line naming the first offending field, e.g. `payload.cpu_milli: ...`.
+    Keys in the path come from the input, so each is cut short and the whole
+    is kept to one line."""
     errors = exc.errors()
     first = errors[0]
-    where = ".".join(str(part) for part in first["loc"]) or "<root>"
+    where = ".".join(one_line(str(part), 60) for part in first["loc"]) or "<root>"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"field '{where}': {first['msg']}{more}"
+    return one_line(f"field '{where}': {first['msg']}{more}")

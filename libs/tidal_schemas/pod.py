@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .common import CpuPolicy, GpuKind, Name, NonNegInt, Qos, Record, Resources, pod_key
+from .common import CpuPolicy, GpuKind, Int64, Name, NonNegInt, Qos, Record, Resources, pod_key
 from .envelope import Payload, register
 from .placement import GpuShare
 
@@ -58,7 +58,7 @@ class PodLifecycle(Payload):
     tenant: str = "default"
     user: str = "default"
     qos: Qos = "BE"
-    priority: int = 0
+    priority: Int64 = 0
     system_critical: bool = False
     evictable: bool = False
     created_at: datetime
