@@ -65,7 +65,7 @@ def test_asks_of_the_documented_keys():
     ({"tidal.dev/gpu-milli": "1500"}, {}, 'annotation tidal.dev/gpu-milli: "1500" is not in 1..1000'),
     ({"tidal.dev/gpu-milli": "0"}, {}, 'annotation tidal.dev/gpu-milli: "0" is not in 1..1000'),
     ({"tidal.dev/gpu-milli": "half"}, {}, 'annotation tidal.dev/gpu-milli: "half" is not a whole number in 1..1000'),
-    ({"tidal.dev/gpu-count": "-1"}, {}, 'annotation tidal.dev/gpu-count: "-1" is not a whole number ≥ 0'),
+    ({"tidal.dev/gpu-count": "-1"}, {}, 'annotation tidal.dev/gpu-count: "-1" is not a whole number in 0..1024'),
     ({"tidal.dev/exclusive-cpus": "yes"}, {}, 'annotation tidal.dev/exclusive-cpus: "yes" is not true or false'),
     ({"tidal.dev/cpu-policy": "packed"}, {},
      'annotation tidal.dev/cpu-policy: "packed" is not one of spread, single-numa, auto'),

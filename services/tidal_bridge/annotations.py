@@ -7,7 +7,7 @@ Read from the pod:
 |---|---|---|---|---|
 | `tidal.dev/exclusive-cpus` | annotation | `true` / `false` | `false` | `exclusive_cpus` (needs whole, non-zero CPU requests) |
 | `tidal.dev/cpu-policy` | annotation | `spread`, `single-numa`, `auto` | unset: placement's default | `cpu_policy` |
-| `tidal.dev/gpu-count` | annotation | whole number ≥ 0 | the pod's `nvidia.com/gpu` limits, else 1 if `gpu-milli` is given, else 0 | `gpu.count` |
+| `tidal.dev/gpu-count` | annotation | whole number 0..1024 | the pod's `nvidia.com/gpu` limits, else 1 if `gpu-milli` is given, else 0 | `gpu.count` |
 | `tidal.dev/gpu-milli` | annotation | 1..1000, per GPU (1000 = whole GPU) | 1000 | `gpu.milli` (below 1000 the count must be 1) |
 | `tidal.dev/gpu-models` | annotation | models separated by `\\|`, e.g. `A100\\|V100` | any model | `gpu.models` |
 | `tidal.dev/gpu-kind` | annotation | `physical`, `virtual` | either | `gpu.kind` |
@@ -32,7 +32,9 @@ Written by the bridge (never read as asks):
 `tidal.dev/` is an error (a typo must not be silently ignored); other labels
 under the prefix are left alone. A malformed value makes the pod
 unschedulable with a reason naming the key and value, e.g.
-`annotation tidal.dev/gpu-milli: "1500" is not in 1..1000`.
+`annotation tidal.dev/gpu-milli: "1500" is not in 1..1000`. The value is
+quoted as JSON and cut to 64 characters, so a problem is always one short
+line; whole numbers are plain ASCII digits (no `²`, no other scripts').
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ OVERSELL_POLICY = PREFIX + "oversell-policy"
 
 WRITTEN_ON_PODS = frozenset({DECISION_ID, NUMA_CPUS, GPUS})
 MAX_NAME = 253
+MAX_GPUS = 1024  # far above any node; bounds the number so the event stays a 64-bit integer
+_SHOWN = 64  # characters of a bad value quoted in a problem
 
 
 @dataclass(frozen=True)
@@ -100,17 +104,17 @@ def _one_of(*choices: str, upper: bool = False) -> Callable[[str], str]:
     return parse
 
 
-def _whole(low: int, high: int | None) -> Callable[[str], int]:
-    where = f"in {low}..{high}" if high is not None else f"≥ {low}"
+def _whole(low: int, high: int) -> Callable[[str], int]:
+    where = f"in {low}..{high}"
 
     def parse(raw: str) -> int:
         text = raw.strip()
-        if not text.isdigit():
+        # str.isdigit() alone takes "²" (int() then fails) and other scripts' digits.
+        if not text or not text.isascii() or not text.isdigit():
             raise ValueError(f"is not a whole number {where}")
-        value = int(text)
-        if value < low or (high is not None and value > high):
+        if len(text.lstrip("0")) > len(str(high)) or not low <= int(text) <= high:
             raise ValueError(f"is not {where}")
-        return value
+        return int(text)
     return parse
 
 
@@ -134,7 +138,7 @@ def _models(raw: str) -> tuple[str, ...]:
 ANNOTATION_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     EXCLUSIVE_CPUS: ("exclusive_cpus", _boolean),
     CPU_POLICY: ("cpu_policy", _one_of("spread", "single-numa", "auto")),
-    GPU_COUNT: ("gpu_count", _whole(0, None)),
+    GPU_COUNT: ("gpu_count", _whole(0, MAX_GPUS)),
     GPU_MILLI: ("gpu_milli", _whole(1, 1000)),
     GPU_MODELS: ("gpu_models", _models),
     GPU_KIND: ("gpu_kind", _one_of("physical", "virtual")),
@@ -148,6 +152,19 @@ LABEL_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
 }
 
 
+def _quoted(raw: Any) -> str:
+    """A value as it appears in a problem: JSON-quoted (so line breaks show
+    as \\n), at most _SHOWN characters of it."""
+    text = str(raw)
+    return json.dumps(text if len(text) <= _SHOWN else text[:_SHOWN] + "…", ensure_ascii=False)
+
+
+def _key(key: str) -> str:
+    """A key as it appears in a problem: as is when printable (what the API
+    server allows), escaped otherwise."""
+    return key if key.isprintable() else key.encode("unicode_escape").decode()
+
+
 def parse_asks(annotations: Mapping[str, Any] | None, labels: Mapping[str, Any] | None) -> Asks:
     """Parse every `tidal.dev/` annotation and label of a pod; each malformed
     or misplaced key adds one problem, the others are still parsed."""
@@ -155,18 +172,21 @@ def parse_asks(annotations: Mapping[str, Any] | None, labels: Mapping[str, Any] 
     problems: list[str] = []
     for where, given, keys, other in (("annotation", annotations or {}, ANNOTATION_KEYS, LABEL_KEYS),
                                       ("label", labels or {}, LABEL_KEYS, ANNOTATION_KEYS)):
-        for key in sorted(k for k in given if k.startswith(PREFIX)):
+        if not isinstance(given, Mapping):  # the API server never sends this; a hand-made object might
+            problems.append(f"{where}s: not a mapping of keys to values, got {type(given).__name__}")
+            continue
+        for key in sorted(k for k in given if isinstance(k, str) and k.startswith(PREFIX)):
             raw = given[key]
             if key in keys:
                 field, parse = keys[key]
                 try:
                     values[field] = parse(str(raw))
                 except ValueError as exc:
-                    problems.append(f"{where} {key}: {json.dumps(str(raw), ensure_ascii=False)} {exc}")
+                    problems.append(f"{where} {key}: {_quoted(raw)} {exc}")
             elif key in other:
                 problems.append(f"{where} {key}: is read from {'labels' if where == 'annotation' else 'annotations'}, "
                                 f"not {where}s")
             elif where == "annotation" and key not in WRITTEN_ON_PODS:
-                problems.append(f"annotation {key}: unknown Tidal annotation "
+                problems.append(f"annotation {_key(key)[:_SHOWN + len(PREFIX)]}: unknown Tidal annotation "
                                 f"(known: {', '.join(k.removeprefix(PREFIX) for k in ANNOTATION_KEYS)})")
     return Asks(**values, problems=tuple(problems))
