@@ -1,0 +1,145 @@
+"""`tidal replay`: re-run the recorded node and pod events of a window
+through placement with other settings, in a sandbox namespace, and show how
+its decisions differ from the recorded ones."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from .errors import CliError
+from .options import add_bus_options
+
+SETTABLE = {"placement"}
+NOT_SETTABLE = {"bus_url", "namespace", "cluster", "clusters", "all_clusters", "http_host", "http_port", "log_level"}
+_RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhd])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def add(subparsers) -> None:
+    replay = subparsers.add_parser(
+        "replay", help="what-if: re-run a recorded window through placement with other settings",
+        description="Read the recorded node and pod events of a cluster from the live streams, re-run them "
+                    "through placement with --set overrides in a sandbox namespace (nothing is published to "
+                    "the live streams), and compare its decisions with the recorded ones.")
+    replay.add_argument("--from", dest="start", required=True, metavar="TIME|SEQ",
+                        help="window start: ISO-8601 time with zone, -30m / -2h (ago), a pod.lifecycle stream "
+                             "sequence number, or 'earliest'")
+    replay.add_argument("--to", dest="end", metavar="TIME|SEQ", help="window end (default: the latest event)")
+    replay.add_argument("--set", dest="overrides", action="append", default=[], metavar="SERVICE.SETTING=VALUE",
+                        help="a setting of the replayed placement, e.g. placement.gpu-strategy=fgd (repeatable)")
+    replay.add_argument("--report", type=Path, help="write the comparison as JSON here")
+    replay.add_argument("--show", type=int, default=20, help="pods that differ to list (default 20)")
+    replay.add_argument("--decision-timeout", type=float, default=15.0,
+                        help="seconds to wait for the sandbox's decision on each pod")
+    replay.add_argument("--quiet", type=float, default=2.0,
+                        help="seconds without decisions after the last pod before the replay ends")
+    replay.add_argument("--keep-sandbox", action="store_true", help="keep the sandbox streams for inspection")
+    add_bus_options(replay)
+    replay.set_defaults(func=run)
+
+
+def parse_point(text: str | None, now: datetime):
+    """--from/--to: a Point, or None for an open end."""
+    from tidal_simulator.replay_plan import Point
+
+    if text is None or text == "earliest":
+        return None
+    if text.isdigit():
+        return Point(sequence=int(text))
+    relative = _RELATIVE.match(text)
+    if relative:
+        return Point(time=now - timedelta(seconds=float(relative.group(1)) * _UNITS[relative.group(2)]))
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(f"expected an ISO time, -30m, a sequence number or 'earliest', got {text!r}") from None
+    if when.tzinfo is None:
+        raise CliError(f"time {text!r} needs a timezone, e.g. {text}Z")
+    return Point(time=when)
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    """`placement.gpu-strategy=fgd` → {"gpu_strategy": "fgd"}, checked
+    against the placement settings."""
+    from tidal_placement.settings import PlacementSettings
+
+    fields = set(PlacementSettings.model_fields) - NOT_SETTABLE
+    overrides: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        service, _, setting = name.partition(".")
+        if not sep or not setting:
+            raise CliError(f"--set {item!r}: expected SERVICE.SETTING=VALUE, e.g. placement.gpu-strategy=fgd")
+        if service not in SETTABLE:
+            raise CliError(f"--set {item!r}: only {', '.join(sorted(SETTABLE))} settings can be replayed "
+                           "(scores and allocatable are replayed as recorded)")
+        field = setting.replace("-", "_")
+        if field not in fields:
+            raise CliError(f"--set {item!r}: placement has no setting {setting!r}; "
+                           f"known: {', '.join(sorted(f.replace('_', '-') for f in fields))}")
+        overrides[field] = value
+    try:
+        PlacementSettings(**overrides)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        raise CliError(f"--set placement.{str(problem['loc'][0]).replace('_', '-')}: {problem['msg']}") from None
+    return overrides
+
+
+def run(args: argparse.Namespace) -> int:
+    from tidal_simulator.replay_report import describe
+
+    now = datetime.now(timezone.utc)
+    start, end = parse_point(args.start, now), parse_point(args.end, now)
+    overrides = parse_overrides(args.overrides)
+    if args.decision_timeout <= 0 or args.quiet < 0:
+        raise CliError("--decision-timeout must be > 0 and --quiet >= 0")
+    result = asyncio.run(_replay(args, start, end, overrides))
+    print(describe(result, show=args.show))
+    if args.report:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(json.dumps(result.to_json(), indent=2, default=str))
+        print(f"report: {args.report}")
+    return 0
+
+
+async def _replay(args: argparse.Namespace, start, end, overrides: dict[str, str]):
+    from tidal_bus import Bus
+    from tidal_simulator.replay_compare import compare
+    from tidal_simulator.replay_plan import build_plan, recorded_reasons, resolve_window
+    from tidal_simulator.replay_report import ReplayResult
+    from tidal_simulator.replay_run import LiveStreams, read_recorded, run_sandbox, sandbox_namespace
+
+    options = {"connect_deadline_s": args.connect_timeout} if args.bus.startswith(("nats", "tls")) else {}
+    async with Bus.from_url(args.bus, namespace=args.namespace, cluster=args.cluster, source="replay",
+                            **options) as live_bus:
+        inputs, decisions = await read_recorded(LiveStreams(live_bus), args.cluster)
+    try:
+        window = resolve_window(start, end, inputs)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    plan = build_plan(inputs, window)
+    if not plan.arrivals:
+        pods = [r for r in inputs if r.stream == "pod.lifecycle"]
+        seen = (f"{len(pods)} pod events from {pods[0].time.isoformat()} to {pods[-1].time.isoformat()}"
+                if pods else "no pod events")
+        raise CliError(f"no pod arrived in the window in cluster {args.cluster!r} of namespace "
+                       f"{args.namespace!r} ({seen})")
+    recorded_reasons(decisions, plan, window)
+    sandbox_ns = sandbox_namespace(args.namespace)
+    print(f"replaying {len(plan.arrivals)} pods of cluster {args.cluster} in sandbox namespace {sandbox_ns}",
+          file=sys.stderr, flush=True)
+    outcome = await run_sandbox(args.bus, sandbox_ns, args.cluster, plan, overrides, bus_options=options,
+                                decision_timeout_s=args.decision_timeout, quiet_s=args.quiet,
+                                keep=args.keep_sandbox, progress=lambda line: print(line, file=sys.stderr))
+    return ReplayResult(cluster=args.cluster, namespace=args.namespace, sandbox=sandbox_ns,
+                        sandbox_kept=args.keep_sandbox, window=window, overrides=overrides,
+                        comparison=compare(plan, outcome.placed, outcome.why))

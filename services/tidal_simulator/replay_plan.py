@@ -1,0 +1,229 @@
+"""What a what-if replay re-runs: recorded events cut at a window.
+
+Placement's inputs are read from the live streams. Everything before the
+window start becomes the *initial state* (the latest topology, allocatable,
+taint, tenant config and scores of each key, and the pods bound at the
+start). Inside the window the inputs are replayed in time order, except
+that the recorded cluster's binds of the pods the replay decides itself are
+dropped: the replay's own decisions bind those pods, and the recorded binds
+become the answer to compare with.
+
+Pods pending at the window start arrive at its start. A pod that is first
+seen bound (placed by something other than Tidal) keeps its recorded node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from tidal_schemas import (
+    Envelope, NodeAction, NodeAllocatable, NodeScore, NodeTopology, PlacementDecision, PodLifecycle, TenantConfig,
+    UserScore,
+)
+from tidal_schemas.fence import DecisionFence
+
+TAINT_KEY = "tidal.dev/stop-scheduling"
+# Placement's inputs, as the replay feeds them (the decision log is read apart).
+INPUT_STREAMS = ("node.topology", "node.allocatable", "node.action", "tenant.config", "score.user",
+                 "score.node", "pod.lifecycle")
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One event read from a live stream, with where it was in that stream."""
+
+    stream: str
+    position: int
+    envelope: Envelope[Any]
+
+    @property
+    def time(self) -> datetime:
+        return self.envelope.time
+
+
+@dataclass(frozen=True)
+class Window:
+    """[start, end] in event time; None = open."""
+
+    start: datetime | None = None
+    end: datetime | None = None
+
+    def before(self, t: datetime) -> bool:
+        return self.start is not None and t < self.start
+
+    def after(self, t: datetime) -> bool:
+        return self.end is not None and t > self.end
+
+
+@dataclass(frozen=True)
+class RecordedOutcome:
+    """What the recorded run did with a pod the replay decides."""
+
+    node: str | None
+    gpus: tuple[tuple[str, int], ...] = ()
+    reason: str = ""
+
+
+@dataclass
+class ReplayPlan:
+    initial: list[Envelope[Any]] = field(default_factory=list)
+    timeline: list[Envelope[Any]] = field(default_factory=list)
+    arrivals: list[str] = field(default_factory=list)  # pod keys the replay decides, in arrival order
+    recorded: dict[str, RecordedOutcome] = field(default_factory=dict)
+    nodes: dict[str, NodeTopology] = field(default_factory=dict)  # latest inventory by the window end
+    pods: dict[str, PodLifecycle] = field(default_factory=dict)  # latest request of every pod seen
+    bound_at_start: dict[str, PodLifecycle] = field(default_factory=dict)
+    deleted: set[str] = field(default_factory=set)  # pods deleted inside the window
+
+
+def state_key(envelope: Envelope[Any]) -> tuple[str, str] | None:
+    """The key under which only the latest event matters for the initial
+    state; None for events that are not state (non-taint node actions)."""
+    p = envelope.payload
+    if isinstance(p, NodeAction):
+        if p.kind not in ("taint", "untaint") or p.taint_key != TAINT_KEY or p.dry_run:
+            return None
+        return ("taint", p.node)
+    if isinstance(p, (NodeTopology, NodeAllocatable, TenantConfig, UserScore, NodeScore, PodLifecycle)):
+        return (envelope.type, envelope.key)
+    return None
+
+
+def in_order(events: Iterable[Recorded]) -> list[Recorded]:
+    """Time order across streams; a stream's own order breaks ties."""
+    return sorted(events, key=lambda r: (r.time, r.stream, r.position))
+
+
+def build_plan(events: Iterable[Recorded], window: Window) -> ReplayPlan:
+    """Cut the recorded inputs at `window` (see the module docstring)."""
+    plan = ReplayPlan()
+    latest: dict[tuple[str, str], Envelope[Any]] = {}
+    decided_by_replay: set[str] = set()
+    started = False
+    for r in in_order(events):
+        if window.after(r.time):
+            break
+        e, p = r.envelope, r.envelope.payload
+        if isinstance(p, NodeTopology):
+            plan.nodes[p.node] = p
+        if window.before(r.time):
+            key = state_key(e)
+            if key is not None:
+                latest[key] = e
+            continue
+        if not started:
+            started = True
+            _start(plan, latest, decided_by_replay)
+        if isinstance(p, PodLifecycle):
+            _pod_in_window(plan, e, decided_by_replay)
+        elif state_key(e) is not None:
+            plan.timeline.append(e)
+    if not started:  # the window holds no event
+        _start(plan, latest, decided_by_replay)
+    return plan
+
+
+def _start(plan: ReplayPlan, latest: dict[tuple[str, str], Envelope[Any]], decided_by_replay: set[str]) -> None:
+    plan.initial = _initial_state(latest, plan)
+    for pending in _pending_at_start(latest):
+        _arrive(plan, pending, decided_by_replay)
+
+
+def _initial_state(latest: dict[tuple[str, str], Envelope[Any]], plan: ReplayPlan) -> list[Envelope[Any]]:
+    initial = []
+    for (kind, key), e in latest.items():
+        p = e.payload
+        if isinstance(p, PodLifecycle):
+            plan.pods[key] = p
+            if p.phase in ("bound", "running"):
+                plan.bound_at_start[key] = p
+                initial.append(e)
+        else:
+            initial.append(e)
+    return sorted(initial, key=lambda e: e.time)
+
+
+def _pending_at_start(latest: dict[tuple[str, str], Envelope[Any]]) -> list[Envelope[Any]]:
+    return sorted((e for (kind, _), e in latest.items()
+                   if kind == "pod.lifecycle" and e.payload.phase == "pending" and not e.payload.node),
+                  key=lambda e: e.time)
+
+
+def _arrive(plan: ReplayPlan, e: Envelope[Any], decided_by_replay: set[str]) -> None:
+    key = e.payload.event_key()
+    plan.pods[key] = e.payload
+    plan.timeline.append(e)
+    if key in plan.deleted:  # the same name created again: a new pod
+        plan.deleted.discard(key)
+        plan.recorded.pop(key, None)
+    if key not in decided_by_replay:
+        decided_by_replay.add(key)
+        plan.arrivals.append(key)
+    plan.recorded.setdefault(key, RecordedOutcome(None, reason="never bound in the window"))
+
+
+def _pod_in_window(plan: ReplayPlan, e: Envelope[Any], decided_by_replay: set[str]) -> None:
+    pod: PodLifecycle = e.payload
+    key = pod.event_key()
+    if pod.phase == "pending" and not pod.node:
+        _arrive(plan, e, decided_by_replay)
+        return
+    plan.pods[key] = pod
+    if pod.phase == "deleted":
+        plan.deleted.add(key)
+        plan.timeline.append(e)
+        return
+    if key in decided_by_replay:  # the recorded answer; the replay binds its own
+        plan.recorded[key] = RecordedOutcome(pod.node, tuple((g.gpu, g.milli) for g in pod.gpus))
+        return
+    plan.timeline.append(e)  # bound by someone else: part of the world
+
+
+def recorded_reasons(decisions: Iterable[Recorded], plan: ReplayPlan, window: Window) -> None:
+    """Fill in why the recorded run left a pod unbound, from the decisions
+    that count (fenced) in the window."""
+    fence = DecisionFence()
+    for r in decisions:
+        d = r.envelope.payload
+        if not isinstance(d, PlacementDecision) or not fence.admit(d) or d.outcome != "pending":
+            continue
+        if window.before(r.time) or window.after(r.time):
+            continue
+        key = d.event_key()
+        outcome = plan.recorded.get(key)
+        if outcome is not None and outcome.node is None:
+            plan.recorded[key] = RecordedOutcome(None, reason=d.reason or "pending")
+
+
+@dataclass(frozen=True)
+class Point:
+    """Where a window starts or ends: an event time, or a position in the
+    pod.lifecycle stream (NATS stream sequence; Kafka offset, any partition)."""
+
+    time: datetime | None = None
+    sequence: int | None = None
+
+
+def resolve_window(start: Point | None, end: Point | None, events: Iterable[Recorded]) -> Window:
+    """A window in event time; sequences are turned into the time of the
+    first pod event at or after the start sequence and the last one at or
+    before the end sequence."""
+    pods = [r for r in events if r.stream == "pod.lifecycle"]
+
+    def at(point: Point | None, first: bool) -> datetime | None:
+        if point is None or point.sequence is None:
+            return point.time if point is not None else None
+        chosen = [r.time for r in pods if (r.position >= point.sequence if first else r.position <= point.sequence)]
+        if not chosen:
+            span = f"{min(r.position for r in pods)}..{max(r.position for r in pods)}" if pods else "none"
+            raise ValueError(f"no pod event {'at or after' if first else 'at or before'} sequence "
+                             f"{point.sequence} (pod.lifecycle positions: {span})")
+        return min(chosen) if first else max(chosen)
+
+    window = Window(at(start, True), at(end, False))
+    if window.start and window.end and window.end < window.start:
+        raise ValueError(f"the window ends ({window.end.isoformat()}) before it starts ({window.start.isoformat()})")
+    return window

@@ -1,0 +1,185 @@
+"""Running a what-if replay: read the live streams, re-run placement in a
+sandbox namespace, collect its decisions.
+
+The live bus is only ever read, through `LiveStreams`, which has no way to
+publish. Everything the replay writes (the recorded inputs, the sandbox
+placement's decisions, the binds that answer them) goes to a namespace of
+its own on the same broker, removed at the end unless kept. Pods are
+released lock-step: each recorded arrival waits for the sandbox's decision
+(placed or pending) before the next input, so the order placement sees is
+the recorded order, whatever the machine's speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidal_bus import Bus, StartAt
+from tidal_schemas import BindResult, Envelope, PlacementDecision, PodLifecycle, SchemaError
+from tidal_schemas.fence import DecisionFence
+from tidal_schemas.streams import STREAMS
+
+from .replay_compare import Placed
+from .replay_plan import INPUT_STREAMS, Recorded, ReplayPlan
+
+Progress = Callable[[str], None]
+
+
+class LiveStreams:
+    """The live bus, read-only: the replay must never publish into it."""
+
+    def __init__(self, bus: Bus) -> None:
+        self._bus = bus
+
+    @property
+    def namespace(self) -> str:
+        return self._bus.backend.namespace
+
+    def read(self, stream: str) -> AsyncIterator[tuple[Any, Envelope[Any] | SchemaError]]:
+        return self._bus.read(stream, StartAt.earliest())
+
+
+async def read_recorded(live: LiveStreams, cluster: str) -> tuple[list[Recorded], list[Recorded]]:
+    """(placement's inputs, the decision log) of `cluster`, as recorded."""
+    async def one(stream: str) -> list[Recorded]:
+        return [Recorded(stream, raw.position, event) async for raw, event in live.read(stream)
+                if not isinstance(event, SchemaError) and event.cluster == cluster]
+    inputs = [r for stream in INPUT_STREAMS for r in await one(stream)]
+    return inputs, await one("placement.decision")
+
+
+def sandbox_namespace(live_namespace: str) -> str:
+    """A fresh namespace beside the live one (never equal to it)."""
+    return f"{live_namespace[:25]}-replay-{secrets.token_hex(4)}"
+
+
+@dataclass
+class ReplayOutcome:
+    placed: dict[str, Placed] = field(default_factory=dict)
+    why: dict[str, str] = field(default_factory=dict)  # pods left pending, with the reason
+    decisions: int = 0
+
+
+class SandboxBinder:
+    """Plays the cluster for the sandbox: every placed decision that counts
+    is bound at once (bind result, then the pod bound), and whoever waits
+    for a pod's decision is told."""
+
+    def __init__(self, bus: Bus, plan: ReplayPlan) -> None:
+        self.bus, self.plan = bus, plan
+        self.outcome = ReplayOutcome()
+        self.waiters: dict[str, asyncio.Future[None]] = {}
+        self.last_change = 0.0
+
+    def expect(self, key: str) -> asyncio.Future[None]:
+        future = asyncio.get_running_loop().create_future()
+        self.waiters[key] = future
+        return future
+
+    async def follow(self) -> None:
+        fence = DecisionFence()
+        async for _, event in self.bus.read("placement.decision", StartAt.earliest(), follow=True):
+            if isinstance(event, SchemaError) or not fence.admit(event.payload) or event.payload.outcome == "fence":
+                continue
+            await self._on_decision(event)
+
+    async def _on_decision(self, envelope: Envelope[PlacementDecision]) -> None:
+        d, key = envelope.payload, envelope.payload.event_key()
+        pod = self.plan.pods.get(key)
+        if pod is None or key not in self.plan.recorded:
+            return
+        self.outcome.decisions += 1
+        self.last_change = asyncio.get_running_loop().time()
+        if d.outcome == "placed" and d.node:
+            self.outcome.placed[key] = Placed(d.node, tuple((g.gpu, g.milli) for g in d.gpus))
+            self.outcome.why.pop(key, None)
+            await self.bus.publish(BindResult(decision_id=d.decision_id, namespace=d.namespace, name=d.name,
+                                              node=d.node, ok=True), cause=envelope)
+            bound = pod.model_copy(update={"phase": "bound", "node": d.node, "numa_cpus": dict(d.numa_cpus),
+                                           "gpus": list(d.gpus)})
+            await self.bus.publish(bound, cause=envelope, discriminator="bound")
+        else:
+            self.outcome.why[key] = d.reason or "pending"
+        waiter = self.waiters.pop(key, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+async def drive(sandbox: Bus, plan: ReplayPlan, binder: SandboxBinder, *, decision_timeout_s: float,
+                quiet_s: float, progress: Progress, progress_every: int = 100) -> None:
+    """Publish the plan into the sandbox, lock-step on every arrival; then
+    give pods held back in placement's queue `quiet_s` of no decisions."""
+    for envelope in plan.initial:
+        await sandbox.publish_envelope(envelope)
+    released = 0
+    for envelope in plan.timeline:
+        p = envelope.payload
+        if isinstance(p, PodLifecycle) and p.phase == "pending" and not p.node:
+            waiter = binder.expect(p.event_key())
+            await sandbox.publish_envelope(envelope)
+            try:
+                await asyncio.wait_for(waiter, decision_timeout_s)
+            except asyncio.TimeoutError:
+                binder.outcome.why.setdefault(p.event_key(), f"no decision within {decision_timeout_s:g}s")
+            released += 1
+            if progress_every and released % progress_every == 0:
+                progress(f"replay: {released}/{len(plan.arrivals)} pods released, "
+                         f"{len(binder.outcome.placed)} placed")
+        else:
+            await sandbox.publish_envelope(envelope)
+    loop = asyncio.get_running_loop()
+    binder.last_change = loop.time()
+    while loop.time() - binder.last_change < quiet_s:
+        await asyncio.sleep(0.05)
+
+
+async def remove_sandbox(sandbox: Bus) -> None:
+    """Drop every stream of the sandbox namespace."""
+    for spec in STREAMS.values():
+        await sandbox.backend.delete_stream(spec)
+
+
+async def run_sandbox(url: str, sandbox_ns: str, cluster: str, plan: ReplayPlan, overrides: dict[str, Any], *,
+                      bus_options: dict[str, Any], decision_timeout_s: float, quiet_s: float, keep: bool,
+                      progress: Progress) -> ReplayOutcome:
+    """Placement (with `overrides`) in `sandbox_ns`, fed `plan`; its outcome."""
+    from tidal_placement.service import PlacementService
+    from tidal_placement.settings import PlacementSettings
+
+    settings = PlacementSettings(bus_url=url, namespace=sandbox_ns, cluster=cluster, http_host="127.0.0.1",
+                                 http_port=0, **overrides)
+    sandbox = Bus.from_url(url, namespace=sandbox_ns, cluster=cluster, source="replay", **bus_options)
+    async with sandbox:
+        binder = SandboxBinder(sandbox, plan)
+        service = PlacementService(settings)
+        follower = asyncio.create_task(binder.follow(), name="replay-binder")
+        placement = asyncio.create_task(service.run(), name="replay-placement")
+        try:
+            await _until(lambda: cluster in service.active, placement, 60.0,
+                         "the sandbox placement did not take the lead")
+            await drive(sandbox, plan, binder, decision_timeout_s=decision_timeout_s, quiet_s=quiet_s,
+                        progress=progress)
+        finally:
+            service.stop()
+            await asyncio.wait_for(placement, 30)
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
+            if not keep:
+                await remove_sandbox(sandbox)
+    return binder.outcome
+
+
+async def _until(predicate: Callable[[], bool], task: asyncio.Task, timeout_s: float, failure: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not predicate():
+        if task.done():
+            task.result()  # surfaces why the service ended
+            raise RuntimeError(f"{failure}: it stopped")
+        if loop.time() > deadline:
+            raise TimeoutError(f"{failure} within {timeout_s:g}s")
+        await asyncio.sleep(0.05)
