@@ -119,6 +119,9 @@ class PlacementService(Service):
             self.lead_since = time.monotonic()
             self.log.info("placement: elected; fencing the decision log")
             await self._claim_all()
+            # A claim may have to wait for the takeover to settle: have the loop
+            # re-check at its claiming pace now, not at its idle one.
+            self.wake.set()
 
     async def _claim_all(self) -> None:
         if not self.wants_lead or "placement.decision" not in self.caught_up:
