@@ -76,8 +76,8 @@ class Stack:
             self.services.append(self._spawn(name, logs))
         return self
 
-    def _spawn(self, name: str, logs: Path) -> RunningService:
-        port = free_port()
+    def _spawn(self, name: str, logs: Path, port: int | None = None) -> RunningService:
+        port = port or free_port()
         env = dict(os.environ)
         env.update({
             "TIDAL_BUS_URL": self.bus_url, "TIDAL_NAMESPACE": self.namespace, "TIDAL_CLUSTER": self.cluster,
@@ -104,6 +104,31 @@ class Stack:
                 raise CliError(f"not ready after {timeout:.0f}s: {', '.join(s.name for s in pending)} "
                                f"(see {pending[0].log_path})", exit_code=1)
             time.sleep(0.1)
+
+    def service(self, name: str) -> RunningService:
+        """The running service called `name`."""
+        for service in self.services:
+            if service.name == name:
+                return service
+        raise CliError(f"no service {name!r} in this stack ({', '.join(s.name for s in self.services)})")
+
+    def kill(self, name: str, sig: int = signal.SIGKILL, timeout: float = 20.0) -> int:
+        """Send `sig` to service `name` (SIGKILL: a crash, nothing cleaned up)
+        and wait for it to exit; its exit code."""
+        process = self.service(name).process
+        if process.poll() is None:
+            process.send_signal(sig)
+        return process.wait(timeout)
+
+    def restart(self, name: str) -> RunningService:
+        """Start service `name` again after it exited (or was killed): same
+        settings and HTTP port, its log appended to."""
+        old = self.service(name)
+        if old.process.poll() is None:
+            raise CliError(f"service {name} is still running (pid {old.process.pid}); kill it first", exit_code=1)
+        new = self._spawn(name, old.log_path.parent, port=old.http_port)
+        self.services[self.services.index(old)] = new
+        return new
 
     def check_alive(self) -> None:
         for service in self.services:
