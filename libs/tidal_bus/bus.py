@@ -17,6 +17,7 @@ from tidal_schemas import DeadLetter, Envelope, Payload, SchemaError, decode, en
 from tidal_schemas.streams import STREAMS, StreamSpec, stream
 
 from .api import Backend, RawMessage, StartAt
+from .auth import BusAuth, redact_url
 from .consumer import Consumer, Handler
 from .errors import BusConfigError
 from .subjects import check_namespace
@@ -26,24 +27,28 @@ log = logging.getLogger(__name__)
 MAX_EVENT_BYTES = 1 << 20  # NATS' default max_payload; larger events are refused
 
 
-def backend_from_url(url: str, namespace: str, **options: Any) -> Backend:
-    """`nats://h:p[,h2:p2]` or `kafka://h:p[,h2:p2]` -> a backend (not yet connected)."""
+def backend_from_url(url: str, namespace: str, *, auth: BusAuth | None = None, **options: Any) -> Backend:
+    """`nats://[user:password@]h:p[,h2:p2]`, `tls://…` or `kafka://[user:password@]h:p[,h2:p2]`
+    -> a backend (not yet connected). Credentials and TLS come from `auth`,
+    by default the `TIDAL_BUS_…` environment (see auth.py); errors never
+    show the password."""
     parts = urlsplit(url)
     hosts = parts.netloc.split("@")[-1]
     if not hosts:
-        raise BusConfigError(f"bus URL {url!r} names no host")
+        raise BusConfigError(f"bus URL {redact_url(url)!r} names no host")
+    auth = auth if auth is not None else BusAuth.from_env()
     if parts.scheme in ("nats", "tls"):
         from .nats_backend import NatsBackend
 
         servers = ",".join(f"{parts.scheme}://{h}" for h in hosts.split(","))
         if "@" in parts.netloc:
             servers = url
-        return NatsBackend(servers, namespace, **options)
+        return NatsBackend(servers, namespace, auth=auth, **options)
     if parts.scheme == "kafka":
         from .kafka_backend import KafkaBackend
 
-        return KafkaBackend(hosts, namespace, **options)
-    raise BusConfigError(f"bus URL {url!r}: scheme must be nats:// or kafka://")
+        return KafkaBackend(hosts, namespace, auth=auth, url=url, **options)
+    raise BusConfigError(f"bus URL {redact_url(url)!r}: scheme must be nats://, tls:// or kafka://")
 
 
 class Bus:

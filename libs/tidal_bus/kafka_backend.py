@@ -19,6 +19,7 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrP
 from tidal_schemas.streams import StreamSpec, partition_for
 
 from .api import AssignmentListener, Backend, GroupSubscription, RawMessage, StartAt
+from .auth import BusAuth
 from .errors import BusError
 from .kafka_assignor import rendezvous_assignor
 from .membership import raise_if_cancelling
@@ -29,11 +30,15 @@ log = logging.getLogger(__name__)
 
 class KafkaBackend(Backend):
     def __init__(self, bootstrap: str, namespace: str, *, fetch_batch: int = 256,
-                 client_options: dict | None = None, group_options: dict | None = None) -> None:
+                 client_options: dict | None = None, group_options: dict | None = None,
+                 auth: BusAuth | None = None, url: str = "") -> None:
         self.bootstrap = bootstrap
         self.namespace = namespace
         self.fetch_batch = fetch_batch
-        self._options = client_options or {}
+        # SASL and TLS (from TIDAL_BUS_… or the URL's user:password) go to every
+        # client this backend makes: producer, admin, group and reader consumers.
+        self.auth = auth if auth is not None else BusAuth.from_env()
+        self._options = {**self.auth.kafka_options(url or f"kafka://{bootstrap}"), **(client_options or {})}
         self._group_options = group_options or {}
         self.member_id = uuid.uuid4().hex[:12]  # one per process: aligns partitions across streams
         self._producer: AIOKafkaProducer | None = None

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import ssl
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timezone
@@ -34,7 +36,8 @@ from nats.js.errors import NotFoundError
 from tidal_schemas.streams import StreamSpec, partition_for
 
 from .api import AssignmentListener, Backend, GroupSubscription, RawMessage, StartAt
-from .errors import BusError
+from .auth import BusAuth, BusPermissionError, redact_url
+from .errors import BusConfigError, BusError
 from .membership import Membership, raise_if_cancelling
 from .subjects import (
     decode_token,
@@ -49,6 +52,14 @@ log = logging.getLogger(__name__)
 
 DUPLICATE_WINDOW_S = 120.0
 
+# nats-py reports a refused publish or subscription only as text on the error
+# callback ("nats: permissions violation for publish to \"subj\""), and the
+# request itself then times out: remembering the refusals turns that timeout
+# into a clear, non-retriable error.
+_VIOLATION = re.compile(r"permissions violation for (publish|subscription) to \"?([^\"\s]+)", re.IGNORECASE)
+_AUTH_FAILURE = re.compile(r"authorization violation|authentication (error|timeout)|user authentication expired",
+                           re.IGNORECASE)
+
 
 class NatsBackend(Backend):
     def __init__(
@@ -62,8 +73,11 @@ class NatsBackend(Backend):
         publish_timeout_s: float = 30.0,
         connect_deadline_s: float = 30.0,
         connect_options: dict | None = None,
+        auth: BusAuth | None = None,
     ) -> None:
         self.url = url
+        self.auth = auth if auth is not None else BusAuth.from_env()
+        self._auth_options = self.auth.nats_options(url)  # fails now on a bad combination
         self.namespace = namespace
         self.ack_wait_s = ack_wait_s
         self.member_ttl_s = member_ttl_s
@@ -75,19 +89,39 @@ class NatsBackend(Backend):
         self._js: JetStreamContext | None = None
         self._known_streams: set[str] = set()
         self._closing = False
+        self._refused: dict[str, str] = {}  # subject (lowercase) -> "publish" / "subscription"
+        self._connect_failure: asyncio.Future[str] | None = None
         self.member_id = uuid.uuid4().hex[:12]
+
+    @property
+    def safe_url(self) -> str:
+        """The URL with any password hidden: the only form ever logged."""
+        return redact_url(self.url)
 
     # -- lifecycle -----------------------------------------------------------
     async def connect(self) -> None:
+        failure: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
         async def on_error(exc: Exception) -> None:
-            log.info("nats: %s", exc)
+            text = redact_url(str(exc))
+            refused = _VIOLATION.search(text)
+            if refused:
+                # nats-py lowercases the server's message: subjects are compared in lowercase
+                self._refused[refused.group(2).lower()] = refused.group(1).lower()
+                log.warning("nats: the server refused %s to %s (not permitted for this user)",
+                            refused.group(1).lower(), refused.group(2))
+                return
+            if not failure.done() and (_AUTH_FAILURE.search(text) or isinstance(exc, ssl.SSLError)):
+                # Credentials or certificates are wrong: retrying cannot help, say so now.
+                failure.set_result(f"{type(exc).__name__}: {text}" if isinstance(exc, ssl.SSLError) else text)
+            log.info("nats: %s", text)
 
         async def on_disconnect() -> None:
             if not self._closing:
-                log.warning("nats: disconnected from %s", self.url)
+                log.warning("nats: disconnected from %s", self.safe_url)
 
         async def on_reconnect() -> None:
-            log.info("nats: reconnected to %s", self.url)
+            log.info("nats: reconnected to %s", self.safe_url)
 
         options = dict(
             servers=[self.url],
@@ -99,16 +133,44 @@ class NatsBackend(Backend):
             disconnected_cb=on_disconnect,
             reconnected_cb=on_reconnect,
         )
+        options.update(self._auth_options)
         options.update(self._connect_options)
         # Once connected, reconnect forever; the first connection, though, must
-        # come within a deadline so a wrong URL fails instead of hanging.
+        # come within a deadline so a wrong URL fails instead of hanging, and
+        # a refused login or certificate fails at once.
         attempt = asyncio.ensure_future(nats.connect(**options))
         try:
-            self._nc = await asyncio.wait_for(attempt, self.connect_deadline_s)
+            done, _ = await asyncio.wait({attempt, failure}, timeout=self.connect_deadline_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if attempt in done:
+                self._nc = attempt.result()
+            elif failure in done:
+                raise BusConfigError(f"cannot connect to NATS at {self.safe_url}: {failure.result()}"
+                                     f"{_credentials_hint(failure.result())}")
+            else:
+                raise asyncio.TimeoutError
         except (OSError, nats.errors.Error, asyncio.TimeoutError) as exc:
-            reason = f"no answer within {self.connect_deadline_s:.0f}s" if isinstance(exc, asyncio.TimeoutError) else exc
-            raise BusError(f"cannot connect to NATS at {self.url}: {reason}") from None
+            reason = f"no answer within {self.connect_deadline_s:.0f}s" if isinstance(exc, asyncio.TimeoutError) \
+                else redact_url(str(exc) or type(exc).__name__)
+            raise BusError(f"cannot connect to NATS at {self.safe_url}: {reason}") from None
+        finally:
+            if not attempt.done():
+                attempt.cancel()
+                await asyncio.wait({attempt})
         self._js = self._nc.jetstream()
+
+    def refused(self, *subjects: str, containing: str | None = None) -> BusPermissionError | None:
+        """The permission error the server reported for one of `subjects`
+        (or for any subject containing `containing`), else None."""
+        said = next((f"{self._refused[s.lower()]} to {s}" for s in subjects if s.lower() in self._refused), None)
+        if said is None and containing is not None:
+            said = next((f"{verb} to {subject}" for subject, verb in self._refused.items()
+                         if containing.lower() in subject), None)
+        if said is None:
+            return None
+        user = self.auth.user_name(self.url) or "(no user)"
+        return BusPermissionError(f"NATS refused {said}: user {user} is not permitted to "
+                                  "(see the server's authorization, e.g. from `tidal nats-config`)")
 
     async def close(self) -> None:
         self._closing = True
@@ -141,11 +203,27 @@ class NatsBackend(Backend):
             discard=DiscardPolicy.OLD,
             duplicate_window=DUPLICATE_WINDOW_S,
         )
+        api = f"$JS.API.STREAM.%s.{name}"
         try:
-            await self.js.stream_info(name)
-            await self.js.update_stream(config)
+            info = await self.js.stream_info(name)
         except NotFoundError:
-            await self.js.add_stream(config)
+            info = None
+        except (nats.errors.Error, asyncio.TimeoutError) as exc:
+            raise self.refused(api % "INFO") or exc
+        try:
+            if info is None:
+                await self.js.add_stream(config)
+            elif not _same_stream_config(info.config, config):
+                await self.js.update_stream(config)
+        except (nats.errors.Error, asyncio.TimeoutError) as exc:
+            denied = self.refused(api % "CREATE", api % "UPDATE")
+            if denied is None:
+                raise
+            if info is None:
+                raise denied from None
+            # Services may create missing streams but not change existing ones:
+            # keep using the stream as it is and leave the change to the admin.
+            log.warning("stream %s differs from the catalogue but %s; using it as it is", name, denied)
         self._known_streams.add(name)
 
     async def delete_stream(self, spec: StreamSpec) -> None:
@@ -169,6 +247,9 @@ class NatsBackend(Backend):
                 ack = await self.js.publish(subject, data, timeout=2.0, headers=headers)
                 return ack.seq
             except (nats.errors.Error, asyncio.TimeoutError) as exc:
+                denied = self.refused(subject)
+                if denied is not None:  # retrying cannot help
+                    raise denied from None
                 if asyncio.get_running_loop().time() + delay > deadline:
                     raise BusError(f"publish to {subject} failed for {self.publish_timeout_s}s: {exc!r}") from exc
                 log.info("publish to %s: %r; retrying", subject, exc)
@@ -186,7 +267,11 @@ class NatsBackend(Backend):
     ) -> GroupSubscription:
         await self.ensure_stream(spec)
         sub = _NatsGroupSubscription(self, spec, group, start, on_assign)
-        await sub.start()
+        try:
+            await sub.start()
+        except (nats.errors.Error, asyncio.TimeoutError) as exc:
+            raise self.refused(containing=nats_stream_name(self.namespace, spec)) \
+                or self.refused(containing="$KV.") or exc
         return sub
 
     async def read(
@@ -267,6 +352,22 @@ class NatsBackend(Backend):
     @staticmethod
     def _needs_ack(msg: Msg) -> bool:
         return bool(msg.reply)
+
+
+def _same_stream_config(have: StreamConfig, want: StreamConfig) -> bool:
+    """Whether an existing stream already has the settings Tidal sets."""
+    def close(a: float | None, b: float | None) -> bool:
+        return abs((a or 0) - (b or 0)) < 1e-3
+    return (sorted(have.subjects or []) == sorted(want.subjects or []) and have.retention == want.retention
+            and have.storage == want.storage and have.discard == want.discard
+            and (have.max_bytes or -1) == (want.max_bytes or -1)
+            and close(have.max_age, want.max_age) and close(have.duplicate_window, want.duplicate_window))
+
+
+def _credentials_hint(reason: str) -> str:
+    if isinstance(reason, str) and "certificate" in reason.lower():
+        return " (the server's certificate is not trusted: set TIDAL_BUS_TLS_CA_FILE to its CA)"
+    return " (check TIDAL_BUS_USER / TIDAL_BUS_PASSWORD_FILE / TIDAL_BUS_CREDS_FILE)"
 
 
 def _deliver_options(start: StartAt) -> dict:

@@ -12,6 +12,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidal_bus.auth import redact_url
 from tidal_bus.embedded import EmbeddedNats, _die_with_parent, free_port
 
 from .errors import CliError
@@ -138,7 +139,7 @@ class Stack:
                                exit_code=1)
 
     def describe(self) -> str:
-        lines = [f"bus        {self.bus_url}  (namespace {self.namespace}, cluster {self.cluster})"]
+        lines = [f"bus        {redact_url(self.bus_url)}  (namespace {self.namespace}, cluster {self.cluster})"]
         if self.nats is not None:
             lines.append(f"nats       pid {self.nats.pid}  data {self.nats.data_dir}")
         for s in self.services:

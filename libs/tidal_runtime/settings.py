@@ -1,7 +1,9 @@
 """Settings: one pydantic-settings class per service.
 
 Shared keys are read from unprefixed-by-service variables (`TIDAL_BUS_URL`,
-`TIDAL_CLUSTER`, `TIDAL_NAMESPACE`, `TIDAL_LOG_LEVEL`); everything else from
+`TIDAL_CLUSTER`, `TIDAL_NAMESPACE`, `TIDAL_LOG_LEVEL`, and the bus
+credentials `TIDAL_BUS_USER`, `TIDAL_BUS_PASSWORD_FILE`, `TIDAL_BUS_CREDS_FILE`,
+`TIDAL_BUS_TLS_CA_FILE`… of `tidal_bus.auth.BusAuth`); everything else from
 the service's own prefix, e.g. `TIDAL_PLACEMENT_HTTP_PORT`. Values are
 validated at start, so a typo fails fast with the variable's name.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tidal_bus.auth import BusAuth, redact_url
 from tidal_bus.subjects import check_namespace
 
 DEFAULT_BUS_URL = "nats://127.0.0.1:4222"
@@ -34,6 +37,9 @@ class ServiceSettings(BaseSettings):
     )
     all_clusters: bool = Field(False, description="handle events of every cluster on the bus")
     drain_timeout_s: float = Field(20.0, gt=0)
+    bus_auth: BusAuth = Field(default_factory=BusAuth, validation_alias=AliasChoices("bus_auth"), repr=False,
+                              description="credentials and TLS of the bus (TIDAL_BUS_USER, …_PASSWORD_FILE, "
+                                          "…_CREDS_FILE, …_NKEY_SEED_FILE, …_TLS_CA_FILE; see tidal_bus.auth)")
 
     @field_validator("namespace")
     @classmethod
@@ -47,6 +53,14 @@ class ServiceSettings(BaseSettings):
         if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ValueError("log level must be DEBUG, INFO, WARNING or ERROR")
         return level
+
+    def __repr_args__(self):
+        for name, value in super().__repr_args__():
+            yield name, redact_url(value) if name == "bus_url" else value
+
+    def safe_bus_url(self) -> str:
+        """The bus URL as it may be logged or shown: any password hidden."""
+        return redact_url(self.bus_url)
 
     def handled_clusters(self) -> frozenset[str] | None:
         """None means every cluster."""
