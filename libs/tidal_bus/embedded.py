@@ -114,21 +114,28 @@ class _Process:
 
 class EmbeddedNats(_Process):
     """nats-server with JetStream, storing under `data_dir/jetstream`.
-    The first start picks a free port; restarts keep it."""
+    The first start picks a free port; restarts keep it. `config_file` adds
+    a server config (users and permissions, TLS); the flags here still set
+    JetStream, the store, the address and the port."""
 
-    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+    def __init__(self, data_dir: Path, port: int | None = None, *, config_file: Path | None = None,
+                 scheme: str = "nats") -> None:
         super().__init__(data_dir, "nats-server")
         self.port = port
+        self.config_file = config_file
+        self.scheme = scheme
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def start(self) -> "EmbeddedNats":
         ports_dir = self.data_dir / "ports"
         ports_dir.mkdir(exist_ok=True)
         argv = [nats_server_binary(), "-js", "-sd", str(self.data_dir / "jetstream"), "-a", "127.0.0.1",
                 "-p", str(self.port or -1), "--ports_file_dir", str(ports_dir)]
+        if self.config_file is not None:
+            argv += ["-c", str(self.config_file)]
         process = self._spawn(argv)
         if self.port is None:
             self.port = self._read_port(ports_dir, process)

@@ -1,0 +1,177 @@
+"""Least-privilege NATS users for a Tidal deployment: who may publish and
+consume what, and the nats-server configuration that enforces it.
+
+`ACCESS` is the explicit table of each service's streams: what it publishes,
+which consumer groups it runs (stream, group), and which streams it reads
+whole without a group. From it, each user gets
+
+- publish on `{ns}.{stream}.{cluster}.*.*` for the streams it produces, and
+  the node agent of node X only `{ns}.{stream}.{cluster}.{partition(X)}.{X}`;
+- dead letters of its own cluster;
+- the JetStream API calls it makes, named per stream (`STREAM.INFO`/`CREATE`
+  of the namespace's streams, never `UPDATE`/`DELETE`/`PURGE`) and, for its
+  consumer groups, per durable consumer (`CONSUMER.DURABLE.CREATE`, `INFO`,
+  `MSG.NEXT`, `$JS.ACK`);
+- group heartbeats in the membership bucket under its own groups' keys only;
+- subscribe on its own reply prefix `_INBOX_<user>.>` and nothing else
+  (JetStream delivers to that inbox).
+
+Reading a stream without a group uses ephemeral consumers, whose names the
+server picks: those rights are per stream, not per consumer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tidal_schemas.streams import STREAMS, partition_for, stream
+
+from .auth import inbox_prefix_for
+from .subjects import encode_durable, encode_token, nats_consumer_name, nats_stream_name
+
+
+@dataclass(frozen=True)
+class Access:
+    """What one service does on the bus. Groups may use `{cluster}`, `{node}`,
+    or `*` for a group name made at run time."""
+
+    publishes: tuple[str, ...]
+    consumes: tuple[tuple[str, str], ...] = ()
+    reads: tuple[str, ...] = ()
+
+
+_GROUP = "{service}-{cluster}"  # Service.default_group() for one cluster
+
+ACCESS: dict[str, Access] = {
+    "topology": Access(
+        publishes=("node.topology", "node.metrics", "action.result", "cpu.assignment"),
+        consumes=(("placement.decision", "topology-{node}"), ("node.action", "topology-{node}")),
+        reads=("pod.lifecycle",)),
+    "scoring": Access(
+        publishes=("score.node", "score.user"),
+        consumes=(("node.metrics", _GROUP), ("score.user", _GROUP)),
+        reads=("pod.lifecycle",)),
+    "placement": Access(
+        publishes=("placement.decision",),
+        consumes=(("tenant.config", _GROUP + "-leader"),),
+        reads=("node.topology", "node.allocatable", "score.node", "score.user", "tenant.config", "node.action",
+               "pod.lifecycle", "bind.result", "placement.decision")),
+    "oversell": Access(
+        publishes=("node.allocatable", "node.action"),
+        consumes=(("node.topology", _GROUP), ("score.node", _GROUP), ("node.metrics", _GROUP)),
+        reads=("pod.lifecycle", "node.action", "action.result")),
+    "remediation": Access(
+        publishes=("node.action", "action.result"),  # results: actions it gives up on
+        consumes=(("node.topology", _GROUP), ("node.metrics", _GROUP)),
+        reads=("node.action", "action.result", "cpu.assignment")),
+    "bridge": Access(
+        publishes=("pod.lifecycle", "bind.result", "action.result"),
+        consumes=(("placement.decision", _GROUP), ("node.allocatable", _GROUP), ("node.action", _GROUP),
+                  ("node.action", _GROUP + "-evictions"))),
+    "simulator": Access(
+        publishes=("node.topology", "node.metrics", "pod.lifecycle", "bind.result", "action.result"),
+        consumes=(("placement.decision", "simulator-*"), ("node.allocatable", "simulator-*"),
+                  ("node.action", "simulator-*")),
+        reads=("score.user", "placement.decision")),
+}
+
+ADMIN = "admin"
+CENTRAL = tuple(name for name in ACCESS if name != "topology")
+
+
+def members_bucket(namespace: str) -> str:
+    """The KV bucket of consumer-group heartbeats (see membership.py)."""
+    return f"{namespace}_members".upper().replace("-", "_")
+
+
+def topology_user(node: str) -> str:
+    return f"topology-{node}"
+
+
+@dataclass(frozen=True)
+class Permissions:
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+
+
+def service_permissions(service: str, *, namespace: str, cluster: str, node: str | None = None) -> Permissions:
+    """The subjects user `service` (the node agent of `node` for topology)
+    may publish to and subscribe to."""
+    access = ACCESS[service]
+    if service == "topology" and not node:
+        raise ValueError("the node agent's permissions are per node: give the node")
+    user = topology_user(node) if service == "topology" and node else service
+    c = encode_token(cluster)
+    publish: list[str] = []
+    for name in access.publishes:
+        spec = stream(name)
+        if service == "topology":  # its own node's key only, hence one partition
+            publish.append(f"{namespace}.{spec.token}.{c}.{partition_for(node, spec.partitions)}.{encode_token(node)}")
+        else:
+            publish.append(f"{namespace}.{spec.token}.{c}.*.*")
+    publish.append(f"{namespace}.{stream('dead.letter').token}.{c}.*.*")
+
+    api = "$JS.API"
+    bucket = members_bucket(namespace)
+    kv_stream = f"KV_{bucket}"
+    names = [nats_stream_name(namespace, spec) for spec in STREAMS.values()] + [kv_stream]
+    publish += [f"{api}.STREAM.{verb}.{name}" for name in names for verb in ("INFO", "CREATE")]
+    read = dict.fromkeys([*access.reads, *(name for name, _ in access.consumes)])
+    for name in read:
+        s = nats_stream_name(namespace, stream(name))
+        # ephemeral readers: a server-made name, then the filter subject(s) when there is one
+        publish += [f"{api}.CONSUMER.CREATE.{s}.*", f"{api}.CONSUMER.CREATE.{s}.*.>",
+                    f"{api}.CONSUMER.INFO.{s}.*", f"{api}.CONSUMER.MSG.NEXT.{s}.*"]
+    for name, group_pattern in access.consumes:
+        spec = stream(name)
+        s = nats_stream_name(namespace, spec)
+        group = group_pattern.format(service=service, cluster=cluster, node=node)
+        for partition in range(spec.partitions):
+            durable = "*" if "*" in group else nats_consumer_name(group, spec, partition)
+            # `CONSUMER.CREATE.<stream>.<name>.<filter>`: the durable's own name, any filter
+            publish += [f"{api}.CONSUMER.CREATE.{s}.{durable}.>", f"{api}.CONSUMER.INFO.{s}.{durable}",
+                        f"{api}.CONSUMER.MSG.NEXT.{s}.{durable}", f"$JS.ACK.{s}.{durable}.>"]
+        # heartbeats under the group's own keys only
+        publish.append(f"$KV.{bucket}.{spec.token}.{'*' if '*' in group else encode_durable(group)}.*")
+    if access.consumes:  # the heartbeat watcher, an ordered consumer (nats-py names none, so no filter)
+        publish += [f"{api}.CONSUMER.CREATE.{kv_stream}", f"{api}.CONSUMER.INFO.{kv_stream}.*",
+                    f"$JS.FC.{kv_stream}.>"]
+    return Permissions(publish=tuple(dict.fromkeys(publish)), subscribe=(f"{inbox_prefix_for(user)}.>",))
+
+
+def admin_permissions(namespace: str) -> Permissions:
+    """The operator (the `tidal` CLI): everything in the namespace, and the
+    whole JetStream API (stream updates and deletes are its job)."""
+    return Permissions(publish=(f"{namespace}.>", "$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "$KV.>"),
+                       subscribe=(f"{inbox_prefix_for(ADMIN)}.>",))
+
+
+def users(namespace: str, cluster: str, nodes: list[str]) -> dict[str, Permissions]:
+    """Every user of a deployment: one per central service, one per node
+    agent, and the admin."""
+    if not nodes:
+        raise ValueError("give at least one node: each node agent has its own user")
+    found = {name: service_permissions(name, namespace=namespace, cluster=cluster) for name in CENTRAL}
+    for node in nodes:
+        found[topology_user(node)] = service_permissions("topology", namespace=namespace, cluster=cluster, node=node)
+    found[ADMIN] = admin_permissions(namespace)
+    return found
+
+
+def render_server_config(permissions: Mapping[str, Permissions], password_hashes: Mapping[str, str], *,
+                         header: str = "", store_dir: str | None = "/data",
+                         tls: Mapping[str, object] | None = None) -> str:
+    """A nats-server configuration (JSON is valid nats-server syntax): JetStream
+    on, and only the given users, each with its password hash and allow-lists
+    (everything not allowed is denied). No anonymous access."""
+    entries = [{"user": user, "password": password_hashes[user],
+                "permissions": {"publish": {"allow": list(p.publish)}, "subscribe": {"allow": list(p.subscribe)}}}
+               for user, p in permissions.items()]
+    config: dict[str, object] = {"jetstream": {"store_dir": store_dir} if store_dir else {},
+                                 "authorization": {"users": entries}}
+    if tls:
+        config["tls"] = dict(tls)
+    comment = "".join(f"# {line}\n" for line in header.splitlines())
+    return comment + json.dumps(config, indent=2) + "\n"

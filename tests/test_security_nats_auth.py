@@ -1,0 +1,166 @@
+"""The deployable NATS configuration over a real nats-server: the config
+`tidal nats-config` generates (one user per service and per node agent,
+bcrypt passwords, allow-lists) refuses what a service is not permitted,
+refuses anonymous clients, and still lets the real services run the
+pipeline. The server's own log is checked for any refusal the pipeline hit."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from pydantic import SecretStr
+
+from builders import metrics, pod
+from conftest import NATS_TEST_OPTIONS, start_service, stop_service, wait_until
+from tidal_bus import Bus, BusConfigError, StartAt
+from tidal_bus.auth import BusAuth, BusPermissionError
+from tidal_bus.embedded import EmbeddedNats
+from tidal_bus.nats_permissions import render_server_config, users
+from tidal_cli.nats_config_cmd import hash_password
+from tidal_oversell.service import OversellService
+from tidal_oversell.settings import OversellSettings
+from tidal_placement.service import PlacementService
+from tidal_placement.settings import PlacementSettings
+from tidal_remediation.service import RemediationService
+from tidal_remediation.settings import RemediationSettings
+from tidal_schemas import PlacementDecision
+from tidal_scoring.service import ScoringService
+from tidal_scoring.settings import ScoringSettings
+from tidal_topology.service import TopologyService
+from tidal_topology.settings import TopologySettings
+
+CLUSTER = "c1"
+NODES = ["node-a", "node-b"]
+
+
+class SecureNats:
+    """A nats-server run with a generated config, and a Bus per user."""
+
+    def __init__(self, server: EmbeddedNats, namespace: str, passwords: dict[str, str]) -> None:
+        self.server, self.namespace, self.passwords = server, namespace, passwords
+
+    def bus(self, user: str | None, password: str | None = None, **options) -> Bus:
+        auth = BusAuth(user=user, password=SecretStr(password or self.passwords[user])) if user else BusAuth()
+        return Bus.from_url(self.server.url, namespace=self.namespace, cluster=CLUSTER, source=user or "anonymous",
+                            auth=auth, **{**NATS_TEST_OPTIONS, "connect_deadline_s": 10.0, **options})
+
+    def violations(self, since: int = 0) -> list[str]:
+        """Permission refusals the server logged (after byte `since` of its log)."""
+        text = self.server.log_path.read_bytes()[since:].decode(errors="replace")
+        return [line for line in text.splitlines() if "Violation" in line]
+
+    def log_size(self) -> int:
+        return self.server.log_path.stat().st_size
+
+
+@pytest.fixture(scope="module")
+def secure_nats(tmp_path_factory):
+    namespace = "s" + uuid.uuid4().hex[:10]
+    directory = tmp_path_factory.mktemp("secure-nats")
+    permissions = users(namespace, CLUSTER, NODES)
+    passwords = {user: uuid.uuid4().hex for user in permissions}
+    config = directory / "nats.conf"
+    config.write_text(render_server_config(permissions, {u: hash_password(p, cost=6) for u, p in passwords.items()},
+                                           store_dir=None))
+    server = EmbeddedNats(directory, config_file=config).start()
+    yield SecureNats(server, namespace, passwords)
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+async def admin_streams(secure_nats):
+    """The admin creates every stream once, as an operator would."""
+    async with secure_nats.bus("admin") as bus:
+        await bus.ensure_streams()
+    return secure_nats
+
+
+async def test_node_agent_publishes_only_its_own_node(admin_streams):
+    async with admin_streams.bus("topology-node-a", publish_timeout_s=10.0) as bus:
+        await bus.publish(metrics("node-a"))  # its own node: accepted
+        with pytest.raises(BusPermissionError) as refused:
+            await bus.publish(metrics("node-b"))
+    message = str(refused.value)
+    assert "publish to" in message and ".node_metrics.c1." in message and "node-b" in message
+    assert "topology-node-a" in message and not refused.value.retriable
+    async with admin_streams.bus("admin") as admin:
+        keys = [raw.key async for raw, _ in admin.read("node.metrics", StartAt.earliest())]
+    assert keys == ["node-a"]
+
+
+async def test_a_service_cannot_publish_another_services_stream(admin_streams):
+    async with admin_streams.bus("scoring", publish_timeout_s=10.0) as bus:
+        with pytest.raises(BusPermissionError, match="placement_decision"):
+            await bus.publish(PlacementDecision(decision_id="forged", namespace="default", name="p",
+                                                outcome="placed", node="node-a"))
+    async with admin_streams.bus("topology-node-b", publish_timeout_s=10.0) as bus:
+        with pytest.raises(BusPermissionError, match="pod_lifecycle"):
+            await bus.publish(pod("forged", phase="running", node="node-b"))
+
+
+async def test_anonymous_and_wrong_password_are_refused_at_once(admin_streams):
+    for bus in (admin_streams.bus(None), admin_streams.bus("scoring", password="not-the-password")):
+        with pytest.raises(BusConfigError, match="(?i)authorization violation") as refused:
+            await bus.__aenter__()
+        assert "not-the-password" not in str(refused.value)
+
+
+async def test_a_node_agent_cannot_take_over_another_agents_consumers(admin_streams):
+    """Consumer groups are per user: node-b's agent cannot join node-a's group."""
+    async with admin_streams.bus("topology-node-b") as bus:
+        async def ignore(envelope, delivery):
+            return None
+
+        consumer = bus.consumer("node.action", "topology-node-a", ignore)
+        with pytest.raises(BusPermissionError, match=r"(?i)publish to \$kv\.\w+_members\.node_action\.topology-node-a\."):
+            await consumer.run()
+
+
+def _common(secure: SecureNats) -> dict:
+    return dict(bus_url=secure.server.url, namespace=secure.namespace, cluster=CLUSTER, http_port=0,
+                http_host="127.0.0.1")
+
+
+async def test_the_pipeline_runs_with_the_permitted_users(admin_streams, tmp_path):
+    """The real node agent (as node-a), scoring, placement, oversell and
+    remediation, each logged in as its own user: metrics become scores, a
+    pending pod published by the bridge's user is placed on node-a, and the
+    server refuses nothing along the way."""
+    secure = admin_streams
+    since = secure.log_size()
+    common = _common(secure)
+    services = [
+        (TopologyService, TopologySettings(**common, node_name="node-a", numa_override="0:0,1:1", interval_s=0.3,
+                                           state_file=str(tmp_path / "cpu.json"), cgroup_parent="tidal-none"),
+         "topology-node-a"),
+        (ScoringService, ScoringSettings(**common, period_s=0.2, settle_time="4s", peak_min_samples=3), "scoring"),
+        (PlacementService, PlacementSettings(**common, gpu_strategy="best-fit", takeover_settle_s=0.5), "placement"),
+        (OversellService, OversellSettings(**common), "oversell"),
+        (RemediationService, RemediationSettings(**common), "remediation"),
+    ]
+    running = []
+    try:
+        for service_class, settings, user in services:
+            bus = secure.bus(user)
+            await bus.__aenter__()
+            service = service_class(settings, bus=bus)
+            running.append((service, await start_service(service, timeout=30), bus))
+        scoring = running[1][0]
+        placement = running[2][0]
+        await wait_until(lambda: scoring.metrics.events_out.labels("scoring", "score.node")._value.get() >= 1,
+                         timeout=20, what="a node score from the agent's metrics")
+        async with secure.bus("bridge") as bridge:
+            await bridge.publish(pod("web", cpu_milli=500))
+        await wait_until(lambda: placement.decisions >= 1, timeout=30, what="a placement decision")
+        async with secure.bus("admin") as admin:
+            decisions = [e.payload async for _, e in admin.read("placement.decision", StartAt.earliest())
+                         if e.payload.outcome == "placed"]
+            scores = [e.payload async for _, e in admin.read("score.node", StartAt.earliest())]
+        assert [(d.name, d.node) for d in decisions] == [("web", "node-a")]
+        assert {s.node for s in scores} == {"node-a"}
+    finally:
+        for service, task, bus in reversed(running):
+            await stop_service(service, task)
+            await bus.__aexit__(None, None, None)
+    assert secure.violations(since) == []

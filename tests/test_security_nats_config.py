@@ -1,0 +1,140 @@
+"""`tidal nats-config` and the permission table behind it, offline: each
+user's allow-lists, the node agent's single-key subjects, the table kept in
+step with what the services really subscribe to, and the files written."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+
+import pytest
+import yaml
+
+from tidal_bus.embedded import nats_server_binary
+from tidal_bus.nats_permissions import ACCESS, ADMIN, service_permissions, users
+from tidal_bus.subjects import nats_subject
+from tidal_cli.main import main
+from tidal_schemas.streams import partition_for, stream
+
+NS, CLUSTER = "tidal", "prod"
+
+
+def test_node_agent_may_publish_its_own_node_only():
+    perms = service_permissions("topology", namespace=NS, cluster=CLUSTER, node="ip-10-0-0-1.ec2.internal")
+    own = [s for s in perms.publish if s.startswith(f"{NS}.")]
+    key = "ip-10-0-0-1%2Eec2%2Einternal"
+    expected = [nats_subject(NS, stream(name), CLUSTER, partition_for("ip-10-0-0-1.ec2.internal",
+                                                                         stream(name).partitions), "ip-10-0-0-1.ec2.internal")
+                for name in ("node.topology", "node.metrics", "action.result", "cpu.assignment")]
+    assert own == expected + [f"{NS}.dead_letter.{CLUSTER}.*.*"]
+    assert all(s.endswith(key) for s in expected)
+    assert perms.subscribe == ("_INBOX_topology-ip-10-0-0-1_ec2_internal.>",)
+
+
+@pytest.mark.parametrize("service", [s for s in ACCESS if s != "topology"])
+def test_central_services_publish_their_streams_in_their_cluster(service):
+    perms = service_permissions(service, namespace=NS, cluster=CLUSTER)
+    own = {s for s in perms.publish if s.startswith(f"{NS}.")}
+    assert own == {f"{NS}.{stream(n).token}.{CLUSTER}.*.*" for n in (*ACCESS[service].publishes, "dead.letter")}
+    assert perms.subscribe == (f"_INBOX_{service}.>",)
+
+
+@pytest.mark.parametrize("service", list(ACCESS))
+def test_no_service_may_change_or_delete_streams_or_use_wide_wildcards(service):
+    perms = service_permissions(service, namespace=NS, cluster=CLUSTER, node="n1")
+    for subject in perms.publish:
+        assert not any(f".{verb}." in subject for verb in ("UPDATE", "DELETE", "PURGE")) or "KV_" in subject, subject
+        assert subject not in (">", "$JS.API.>", f"{NS}.>", "_INBOX.>"), subject
+        assert not subject.startswith(("$JS.API.STREAM.*", "$JS.API.CONSUMER.*")), subject
+    assert not [s for s in perms.subscribe if not s.startswith("_INBOX_")]
+
+
+def test_consumer_rights_are_per_durable_of_the_services_own_groups():
+    perms = service_permissions("scoring", namespace=NS, cluster=CLUSTER).publish
+    assert "$JS.API.CONSUMER.CREATE.TIDAL_NODE_METRICS.scoring-prod_node_metrics_p7.>" in perms
+    assert "$JS.ACK.TIDAL_NODE_METRICS.scoring-prod_node_metrics_p0.>" in perms
+    assert "$KV.TIDAL_MEMBERS.node_metrics.scoring-prod.*" in perms
+    assert not [s for s in perms if "oversell" in s]
+
+
+def _instances():
+    """Each deployable service, built as a service test would (no bus I/O)."""
+    from tidal_bridge.service import BridgeService
+    from tidal_bridge.settings import BridgeSettings
+    from tidal_oversell.service import OversellService
+    from tidal_oversell.settings import OversellSettings
+    from tidal_placement.service import PlacementService
+    from tidal_placement.settings import PlacementSettings
+    from tidal_remediation.service import RemediationService
+    from tidal_remediation.settings import RemediationSettings
+    from tidal_scoring.service import ScoringService
+    from tidal_scoring.settings import ScoringSettings
+    from tidal_topology.service import TopologyService
+    from tidal_topology.settings import TopologySettings
+
+    common = dict(cluster=CLUSTER, namespace=NS)
+    return [
+        TopologyService(TopologySettings(**common, node_name="n1", numa_override="0:0", cgroup_parent="none",
+                                         state_file="/nonexistent/cpu.json"), bus=object()),
+        ScoringService(ScoringSettings(**common), bus=object()),
+        PlacementService(PlacementSettings(**common), bus=object()),
+        OversellService(OversellSettings(**common), bus=object()),
+        RemediationService(RemediationSettings(**common), bus=object()),
+        BridgeService(BridgeSettings(**common), bus=object()),
+    ]
+
+
+@pytest.mark.parametrize("service", _instances(), ids=lambda s: s.name)
+def test_the_table_matches_what_each_service_subscribes_and_produces(service):
+    access = ACCESS[service.name]
+    declared = {(sub.stream, sub.group or service.default_group()) for sub in service.subscriptions()}
+    table = {(name, group.format(service=service.name, cluster=CLUSTER, node="n1")) for name, group in access.consumes}
+    assert declared == table
+    assert set(service.produces) <= set(access.publishes)
+
+
+def test_cli_writes_config_passwords_and_secrets_and_keeps_passwords(tmp_path, capsys):
+    out, secrets_file = tmp_path / "nats.conf", tmp_path / "secrets.yaml"
+    argv = ["nats-config", "--cluster", CLUSTER, "--nodes", "node-a,node-b", "--out", str(out),
+            "--k8s-secrets", str(secrets_file)]
+    assert main(argv) == 0
+    credentials = tmp_path / "nats.conf.credentials"
+    first = {p.name: p.read_text() for p in credentials.iterdir()}
+    assert set(first) == {f"{u}.password" for u in users(NS, CLUSTER, ["node-a", "node-b"])}
+    assert all(stat.S_IMODE((credentials / name).stat().st_mode) == 0o600 for name in first)
+    text = out.read_text()
+    config = json.loads("".join(line for line in text.splitlines(True) if not line.startswith("#")))
+    hashed = {u["user"]: u["password"] for u in config["authorization"]["users"]}
+    assert all(h.startswith("$2") for h in hashed.values())
+    assert not [p for p in first.values() if p.strip() in text]  # only hashes in the server config
+    check = subprocess.run([nats_server_binary(), "-c", str(out), "-t"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+
+    secrets = {d["metadata"]["name"]: d for d in yaml.safe_load_all(secrets_file.read_text())}
+    assert set(secrets) == {"nats-config", "tidal-bus-topology", f"tidal-bus-{ADMIN}",
+                            *(f"tidal-bus-{s}" for s in ACCESS if s != "topology")}
+    assert secrets["tidal-bus-scoring"]["stringData"] == {"user": "scoring",
+                                                          "password": first["scoring.password"].strip()}
+    assert set(secrets["tidal-bus-topology"]["stringData"]) == {"node-a", "node-b"}
+    assert stat.S_IMODE(secrets_file.stat().st_mode) == 0o600
+
+    # a node joins: the old users keep their passwords, the new one gets its own
+    assert main([*argv[:4], "node-a,node-b,node-c", *argv[5:]]) == 0
+    again = {p.name: p.read_text() for p in credentials.iterdir()}
+    assert {k: v for k, v in again.items() if k in first} == first and "topology-node-c.password" in again
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--nodes", "Node_A"], "is not a node name"),
+    (["--nodes", ","], "at least one node"),
+    (["--nodes", "a", "--cluster", "a.b"], "--cluster"),
+    (["--nodes", "a", "--tls-cert", "c.pem"], "--tls-cert and --tls-key together"),
+])
+def test_cli_refuses_bad_input_in_one_line(tmp_path, capsys, argv, message):
+    base = {"--cluster": CLUSTER, "--out": str(tmp_path / "n.conf")}
+    args = dict(zip(argv[::2], argv[1::2]))
+    full = ["nats-config"] + [x for k, v in {**base, **args}.items() for x in (k, v)]
+    assert main(full) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
