@@ -365,7 +365,11 @@ def _same_stream_config(have: StreamConfig, want: StreamConfig) -> bool:
 
 
 def _credentials_hint(reason: str) -> str:
-    if isinstance(reason, str) and "certificate" in reason.lower():
+    """What to set, given why the server or the TLS handshake refused us."""
+    text = reason.lower()
+    if "certificate required" in text:
+        return " (the server requires a client certificate: set TIDAL_BUS_TLS_CERT_FILE and TIDAL_BUS_TLS_KEY_FILE)"
+    if "certificate" in text or "ssl" in text:
         return " (the server's certificate is not trusted: set TIDAL_BUS_TLS_CA_FILE to its CA)"
     return " (check TIDAL_BUS_USER / TIDAL_BUS_PASSWORD_FILE / TIDAL_BUS_CREDS_FILE)"
 
