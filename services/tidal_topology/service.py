@@ -23,7 +23,7 @@ from .cgroup_paths import detect_version
 from .cpu_allocator import pick_per_numa
 from .gpus import discover_gpus
 from .inventory import build_node_topology
-from .node_pods import NodePods
+from .node_pods import NodePods, shown
 from .sampling import build_metrics
 from .settings import TopologySettings
 from .sysfs import read_topology
@@ -145,8 +145,10 @@ class TopologyService(Service):
         return sorted(set().union(*held)) if held else None
 
     async def _apply_cpuset(self, key: str) -> None:
-        pod, cpus = self.pods.get(key), self._cpuset_of(key)
-        if pod is None or not pod.uid or cpus is None:
+        (pod, refusal, why), cpus = self.pods.owned(key), self._cpuset_of(key)
+        if pod is None or cpus is None:
+            if refusal == "refused":
+                self.log.warning("pod %s: cpuset not applied: %s", shown(key), why)
             return
         mems = sorted({c.numa for c in self.topology.cpus if c.cpu in cpus})
         outcome = await asyncio.to_thread(cgroups.set_pod_cpuset, self.cgroups, pod.uid, cpus, mems)
@@ -159,7 +161,8 @@ class TopologyService(Service):
         if action.node != self.node or action.kind not in _AGENT_ACTIONS:
             return
         status, reason = await self._execute(action)
-        self.log.info("action %s %s on %s: %s %s", action.action_id, action.kind, action.pod, status, reason)
+        self.log.info("action %s %s on %s: %s %s", shown(action.action_id), action.kind, shown(action.pod), status,
+                      reason)
         await self.publish(ActionResult(action_id=action.action_id, node=self.node, kind=action.kind,
                                         pod=action.pod, status=status, reason=reason),
                            cause=envelope, delivery=delivery)
@@ -167,11 +170,13 @@ class TopologyService(Service):
     async def _execute(self, action: NodeAction) -> tuple[str, str]:
         if action.dry_run:
             return "skipped", "dry run"
-        pod = self.pods.get(action.pod or "")
-        if pod is None or not pod.uid:
-            return "unknown-pod", f"no pod {action.pod} known to the agent of {self.node}"
-        if pod.node != self.node:
-            return "refused", f"pod {action.pod} runs on {pod.node}, not on {self.node}"
+        # Only pods placed on this node, with a uid of their own, are touched:
+        # the action names a pod, never a path.
+        pod, refusal, why = self.pods.owned(action.pod)
+        if pod is None:
+            return refusal or "refused", why
+        if action.kind == "freeze" and pod.system_critical:
+            return "refused", f"pod {action.pod} is system-critical: never frozen"
         if action.kind == "freeze":
             outcome = await asyncio.to_thread(cgroups.freeze_pod, self.cgroups, pod.uid)
         elif action.kind == "thaw":
@@ -179,7 +184,8 @@ class TopologyService(Service):
         else:
             known = {c.cpu for c in self.topology.cpus}
             if not set(action.cpuset) <= known:
-                return "refused", f"cpuset {action.cpuset} names CPUs this node does not have"
+                unknown = sorted(set(action.cpuset) - known)
+                return "refused", f"cpuset names CPUs this node does not have: {shown(unknown)}"
             # NUMA ids declared by an override need not be memory nodes of the machine:
             # pin memory only to nodes that exist, otherwise leave it where it is.
             mems = action.mems if action.mems and set(action.mems) <= self.memory_nodes else None
