@@ -50,8 +50,8 @@ def load_topology(path: Path) -> list[Cpu]:
         data = json.loads(path.read_text())
     except OSError as exc:
         raise BadInput(f"cannot read topology file {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise BadInput(f"topology file {path} is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than json can follow
+        raise BadInput(f"topology file {path} is not JSON: {str(exc)[:200] or 'nested too deeply'}") from None
     if not isinstance(data, list) or not data:
         raise BadInput(f"topology file {path} must hold a non-empty JSON array")
     cpus = []
@@ -66,10 +66,11 @@ def load_topology(path: Path) -> list[Cpu]:
         except ValidationError as exc:
             first = exc.errors()[0]
             raise BadInput(f"topology entry {position}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    ids = [c.cpu for c in cpus]
-    duplicates = sorted({i for i in ids if ids.count(i) > 1})
-    if duplicates:
-        raise BadInput(f"topology lists cpu {duplicates[0]} more than once")
+    seen: set[int] = set()
+    for cpu in cpus:  # one pass: a file of thousands of CPUs must not take quadratic time
+        if cpu.cpu in seen:
+            raise BadInput(f"topology lists cpu {cpu.cpu} more than once")
+        seen.add(cpu.cpu)
     return cpus
 
 

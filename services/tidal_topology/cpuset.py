@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+MAX_CPU_ID = 65_535
+"""Far above any kernel's CPU count (x86 MAXSMP is 8192), low enough that a
+hostile `0-99999999999` is refused instead of building a huge list."""
+
 
 def parse_cpuset(text: str) -> list[int]:
     """The sorted, de-duplicated CPU ids a cpulist names.
 
-    Grammar: comma-separated items, each `N` or `N-M` with `N <= M`; blank
-    text (an empty sysfs file) is the empty set. Raises ValueError naming
-    the offending item."""
+    Grammar: comma-separated items, each `N` or `N-M` with `N <= M <=
+    MAX_CPU_ID`; blank text (an empty sysfs file) is the empty set. Raises
+    ValueError naming the offending item."""
     body = text.strip()
     if not body:
         return []
@@ -18,12 +22,12 @@ def parse_cpuset(text: str) -> list[int]:
     for item in body.split(","):
         item = item.strip()
         if not item:
-            raise ValueError(f"bad cpuset {text.strip()!r}: empty item")
+            raise ValueError(f"bad cpuset {_shown(text)}: empty item")
         low_text, sep, high_text = item.partition("-")
         low = _cpu_id(low_text, text)
         high = _cpu_id(high_text, text) if sep else low
         if high < low:
-            raise ValueError(f"bad cpuset {text.strip()!r}: range {item!r} runs backwards")
+            raise ValueError(f"bad cpuset {_shown(text)}: range {_shown(item)} runs backwards")
         ids.update(range(low, high + 1))
     return sorted(ids)
 
@@ -57,5 +61,12 @@ def _cpu_id(token: str, text: str) -> int:
     token = token.strip()
     # isdigit() alone accepts non-ASCII digits; cpulists are plain ASCII.
     if not token or not token.isascii() or not token.isdigit():
-        raise ValueError(f"bad cpuset {text.strip()!r}: {token!r} is not a CPU id")
+        raise ValueError(f"bad cpuset {_shown(text)}: {_shown(token)} is not a CPU id")
+    if len(token) > 5 or int(token) > MAX_CPU_ID:
+        raise ValueError(f"bad cpuset {_shown(text)}: CPU id {_shown(token)} is above {MAX_CPU_ID}")
     return int(token)
+
+
+def _shown(text: str) -> str:
+    quoted = repr(text.strip())
+    return quoted if len(quoted) <= 60 else quoted[:60] + "…"

@@ -117,8 +117,9 @@ def read_inventory_file(path: str | Path) -> GpuDiscovery:
         return GpuDiscovery(reason=f"no inventory file at {path}")
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        return GpuDiscovery(reason=f"inventory file {path} unreadable: {exc}", error=True)
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested deeper than json can follow
+        return GpuDiscovery(reason=f"inventory file {path} unreadable: {str(exc)[:200] or 'nested too deeply'}",
+                            error=True)
     if not isinstance(data, list):
         return GpuDiscovery(reason=f"inventory file {path} must hold a JSON list", error=True)
     gpus = []

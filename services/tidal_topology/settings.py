@@ -11,7 +11,11 @@ from pydantic_settings import SettingsConfigDict
 
 from tidal_runtime import ServiceSettings
 
-from .cpuset import parse_cpuset
+from .cpuset import MAX_CPU_ID, parse_cpuset
+
+
+def _cpu_id(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 5 and int(text) <= MAX_CPU_ID
 
 
 class TopologySettings(ServiceSettings):
@@ -46,11 +50,15 @@ class TopologySettings(ServiceSettings):
 
     @staticmethod
     def parse_override(value: str) -> dict[int, int]:
+        """`0:0,1:1` -> {cpu: numa}; ValueError naming the bad pair. Ids are
+        ASCII digits up to MAX_CPU_ID (isdigit() alone takes "²", which
+        int() then refuses with a message naming no setting)."""
         mapping = {}
         for pair in filter(None, (p.strip() for p in value.split(","))):
-            cpu, sep, numa = pair.partition(":")
-            if not sep or not cpu.strip().isdigit() or not numa.strip().isdigit():
-                raise ValueError(f"numa_override: {pair!r} is not cpu:numa")
+            cpu, sep, numa = (part.strip() for part in pair.partition(":"))
+            if not sep or not all(_cpu_id(part) for part in (cpu, numa)):
+                shown = pair if len(pair) <= 40 else pair[:40] + "…"
+                raise ValueError(f"numa_override: {shown!r} is not cpu:numa (ids 0..{MAX_CPU_ID})")
             mapping[int(cpu)] = int(numa)
         return mapping
 

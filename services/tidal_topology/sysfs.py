@@ -17,8 +17,11 @@ from typing import NamedTuple
 
 from .cpuset import parse_cpuset
 
-_NODE_DIR = re.compile(r"^node(\d+)$")
-_MEMTOTAL = re.compile(r"^Node\s+\d+\s+MemTotal:\s+(\d+)\s*kB\s*$", re.MULTILINE)
+_NODE_DIR = re.compile(r"^node([0-9]{1,5})$")
+_MEMTOTAL = re.compile(r"^Node\s+\d+\s+MemTotal:\s+([0-9]{1,16})\s*kB\s*$", re.MULTILINE)
+# Sysfs ids are small ASCII integers; int() alone would take "٣", "1_0" and
+# 10**30, which then fail deep in the event models instead of naming the file.
+_ID = re.compile(r"^-?[0-9]{1,9}$")
 
 
 class SysfsError(Exception):
@@ -144,7 +147,7 @@ def _memtotal_mib(path: Path) -> int:
         return 0
     match = _MEMTOTAL.search(_read(path))
     if not match:
-        raise SysfsError(f"{path}: no 'Node N MemTotal: X kB' line")
+        raise SysfsError(f"{path}: no 'Node N MemTotal: X kB' line (X at most 16 digits)")
     return int(match.group(1)) // 1024
 
 
@@ -153,14 +156,15 @@ def _read(path: Path) -> str:
         return path.read_text()
     except OSError as exc:
         raise SysfsError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError:
+        raise SysfsError(f"{path}: not text") from None
 
 
 def _int_file(path: Path) -> int:
     text = _read(path).strip()
-    try:
-        return int(text)
-    except ValueError:
-        raise SysfsError(f"{path}: {text!r} is not an integer") from None
+    if not _ID.match(text):
+        raise SysfsError(f"{path}: {text[:40]!r} is not an integer id")
+    return int(text)
 
 
 def _cpulist(path: Path) -> list[int]:
