@@ -138,7 +138,7 @@ def build_plan(args: argparse.Namespace):
 
 
 def _trace(args: argparse.Namespace):
-    from tidal_placement.openb import read_pods
+    from tidal_placement.openb import TraceError, read_pods
     from tidal_simulator.report import published_reference
     from tidal_simulator.trace import trace_workload
 
@@ -150,6 +150,8 @@ def _trace(args: argparse.Namespace):
         workload, _ = trace_workload(args.nodes, args.pods, seed=args.seed, arrive_only=args.arrive_only,
                                      inflate=inflate, tenants=args.tenants, usage_level=args.usage_level,
                                      tick_s=args.tick)
+    except TraceError as exc:  # already names the file, line and column
+        raise CliError(str(exc)) from None
     except (KeyError, ValueError) as exc:
         raise CliError(f"{args.pods} / {args.nodes}: not an openb trace ({type(exc).__name__}: {exc})") from None
     # The measure's typical pods come from the trace as published, before inflation.

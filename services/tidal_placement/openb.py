@@ -6,11 +6,16 @@ Node CSV: `sn,cpu_milli,memory_mib,gpu,model`. Pod CSV:
 creation_time,deletion_time,scheduled_time`; some traces carry only the
 first five columns. `gpu_milli` is per GPU; `gpu_spec` is empty or a
 `|`-separated list of allowed models.
+
+The readers check every cell (see `openb_csv`) and raise `TraceError`
+naming the file, line and column of the first bad one. Beyond the types:
+names are unique; a node has at most MAX_GPUS GPUs; a pod asks `gpu_milli`
+in 1..1000 per GPU when it has GPUs and 0 when it has none, and a share
+(below 1000) is of exactly one GPU.
 """
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +23,11 @@ from tidal_schemas import Gpu, NodeTopology, Resources
 
 from .decide import PodRequest
 from .gpu_workload import Shape
+from .openb_csv import MAX_NAME, Row, TraceError, check_unique, rows
+
+__all__ = ["TraceError", "TraceNode", "TracePod", "node_topology", "pod_request", "read_nodes", "read_pods"]
+
+MAX_GPUS = 64  # per node (openb's largest has 8); also bounds a pod's count
 
 
 @dataclass(frozen=True)
@@ -54,29 +64,42 @@ class TracePod:
 
 
 def read_nodes(path: str | Path) -> list[TraceNode]:
-    """Nodes of a node CSV, in file order."""
-    with open(path, newline="") as f:
-        return [TraceNode(row["sn"], int(row["cpu_milli"]), int(row["memory_mib"]), int(row["gpu"]),
-                          (row.get("model") or "").strip()) for row in csv.DictReader(f)]
+    """Nodes of a node CSV, in file order; TraceError on the first bad cell."""
+    nodes, lines = [], []
+    for row in rows(path, ("sn", "cpu_milli", "memory_mib", "gpu")):
+        nodes.append(TraceNode(row.text("sn", required=True), row.whole("cpu_milli"), row.whole("memory_mib"),
+                               row.whole("gpu", MAX_GPUS), row.text("model")))
+        lines.append((row.line, nodes[-1].name))
+    check_unique(path, lines)
+    return nodes
 
 
 def read_pods(path: str | Path) -> list[TracePod]:
-    """Pods of a pod CSV, in file order (5- or 11-column files)."""
-    with open(path, newline="") as f:
-        return [_pod(row) for row in csv.DictReader(f)]
+    """Pods of a pod CSV, in file order (5- or 11-column files); TraceError
+    on the first bad cell."""
+    pods, lines = [], []
+    for row in rows(path, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")):
+        pods.append(_pod(row))
+        lines.append((row.line, pods[-1].name))
+    check_unique(path, lines)
+    return pods
 
 
-def _pod(row: dict[str, str]) -> TracePod:
-    spec = (row.get("gpu_spec") or "").strip()
-    return TracePod(name=row["name"], cpu_milli=int(row["cpu_milli"]), memory_mib=int(row["memory_mib"]),
-                    num_gpu=int(row["num_gpu"]), gpu_milli=int(row["gpu_milli"]),
-                    gpu_spec=tuple(sorted(m for m in spec.split("|") if m)), qos=row.get("qos") or "",
-                    phase=row.get("pod_phase") or "", creation_time=_int(row.get("creation_time")),
-                    deletion_time=_int(row.get("deletion_time")), scheduled_time=_int(row.get("scheduled_time")))
-
-
-def _int(text: str | None) -> int | None:
-    return int(float(text)) if text not in (None, "") else None
+def _pod(row: Row) -> TracePod:
+    num_gpu, gpu_milli = row.whole("num_gpu", MAX_GPUS), row.whole("gpu_milli", 1000)
+    if (num_gpu == 0) != (gpu_milli == 0):
+        raise row.error("gpu_milli", f"{gpu_milli} with num_gpu {num_gpu}: a pod with GPUs asks 1..1000 per GPU, "
+                                     "one without asks 0")
+    if gpu_milli < 1000 and num_gpu > 1:
+        raise row.error("gpu_milli", f"{gpu_milli} is a share of one GPU, but num_gpu is {num_gpu}")
+    spec = row.text("gpu_spec", longest=10_000)
+    models = tuple(sorted(m.strip() for m in spec.split("|") if m.strip()))
+    if any(len(m) > 253 for m in models):
+        raise row.error("gpu_spec", "names a model longer than 253 characters")
+    return TracePod(name=row.text("name", required=True, longest=MAX_NAME), cpu_milli=row.whole("cpu_milli"),
+                    memory_mib=row.whole("memory_mib"), num_gpu=num_gpu, gpu_milli=gpu_milli, gpu_spec=models,
+                    qos=row.text("qos"), phase=row.text("pod_phase"), creation_time=row.time("creation_time"),
+                    deletion_time=row.time("deletion_time"), scheduled_time=row.time("scheduled_time"))
 
 
 def node_topology(node: TraceNode) -> NodeTopology:

@@ -20,7 +20,7 @@ import zlib
 from pathlib import Path
 
 from tidal_schemas import GpuAsk
-from tidal_placement.openb import TracePod, node_topology, read_nodes, read_pods
+from tidal_placement.openb import TraceError, TracePod, node_topology, read_nodes, read_pods
 from tidal_placement.openb_replay import arrival_sequence
 
 from .pods import pending_pod
@@ -51,10 +51,11 @@ def trace_workload(nodes_csv: str | Path, pods_csv: str | Path, *, seed: int = 4
                    inflate: float | None = 1.3, tenants: int = 4, usage_level: float = 0.5,
                    tick_s: float | None = None) -> tuple[Workload, list[TracePod]]:
     """The workload of a trace, and the trace pods in arrival order (the
-    report's fragmentation measure needs their shapes)."""
+    report's fragmentation measure needs their shapes); TraceError naming
+    the file, line and column when a CSV is not a usable trace."""
     nodes, pods = read_nodes(nodes_csv), read_pods(pods_csv)
     if not nodes:
-        raise ValueError(f"{nodes_csv}: no nodes")
+        raise TraceError(f"{nodes_csv}: no nodes")
     usage = UsageSpec(cpu=Constant(level=usage_level), memory=Constant(level=usage_level))
     sim_nodes = tuple(SimNode(node_topology(n)) for n in nodes)
     capacity = 1000 * sum(n.gpus for n in nodes)
