@@ -15,7 +15,7 @@ from tidal_schemas.envelope import describe_validation_error
 from tidal_schemas.streams import STREAMS
 
 from .errors import CliError
-from .files import read_items
+from .files import check_publishable, read_items
 from .options import add_bus_options, bus_for
 
 
@@ -51,6 +51,7 @@ def load_events(path: Path, default_cluster: str, source: str = "cli") -> list[E
             events.append(_one_event(item, default_cluster, source))
         except SchemaError as exc:
             raise CliError(f"{where}: {exc}") from None
+        check_publishable(events[-1], where)
     return events
 
 
@@ -68,7 +69,10 @@ def _one_event(item: Any, default_cluster: str, source: str) -> Envelope[Any]:
         payload = model.model_validate(item.get("payload", {}))
     except ValidationError as exc:
         raise SchemaError(describe_validation_error(exc).replace("field '", "field 'payload.", 1)) from None
-    return make_envelope(payload, cluster=item.get("cluster", default_cluster), source=source)
+    try:  # the envelope checks what the file may set besides the payload: the cluster
+        return make_envelope(payload, cluster=item.get("cluster", default_cluster), source=source)
+    except ValidationError as exc:
+        raise SchemaError(describe_validation_error(exc)) from None
 
 
 def run_publish(args: argparse.Namespace) -> int:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from tidal_schemas import TenantConfig
+from tidal_schemas import TenantConfig, make_envelope
 from tidal_schemas.envelope import describe_validation_error
 
 from .errors import CliError
-from .files import read_items
+from .files import check_publishable, read_items
 from .options import add_bus_options, bus_for
 
 
@@ -30,8 +30,9 @@ def add(subparsers) -> None:
     apply.set_defaults(func=run_apply)
 
 
-def load_tenants(path: Path) -> list[TenantConfig]:
-    """Every tenant in the file, validated; CliError naming the first problem."""
+def load_tenants(path: Path, cluster: str = "local") -> list[TenantConfig]:
+    """Every tenant in the file, validated and publishable in `cluster`;
+    CliError naming the first problem."""
     items = read_items(path, "tenants")
     tenants, seen = [], set()
     for number, item in enumerate(items, 1):
@@ -44,13 +45,14 @@ def load_tenants(path: Path) -> list[TenantConfig]:
             raise CliError(f"{where}: {describe_validation_error(exc)}") from None
         if config.tenant in seen:
             raise CliError(f"{where}: tenant {config.tenant!r} appears twice")
+        check_publishable(make_envelope(config, cluster=cluster, source="cli"), where)
         seen.add(config.tenant)
         tenants.append(config)
     return tenants
 
 
 def run_apply(args: argparse.Namespace) -> int:
-    tenants = load_tenants(args.file)
+    tenants = load_tenants(args.file, args.cluster)
 
     async def publish() -> None:
         async with bus_for(args) as bus:

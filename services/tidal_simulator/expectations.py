@@ -40,7 +40,7 @@ class Happening:
 
 
 class _Expectation(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     by_s: float | None = Field(None, ge=0, description="deadline, scenario seconds")
 

@@ -34,31 +34,42 @@ from .usage_curves import UsageSpec
 from .workload import SimNode, SimPodSpec, Workload
 
 
+# Sizes a scenario may reach: far above any what-if worth simulating, low
+# enough that reading a hostile file never hangs or exhausts memory.
+MAX_NODES = 10_000  # in all, counts expanded
+MAX_CPUS_PER_NODE = 1024
+MAX_CPUS = 500_000  # in all
+MAX_GPUS_PER_NODE = 64
+MAX_PODS = 100_000  # in all, replicas expanded
+MAX_TICKS = 1_000_000
+MAX_AMOUNT = 2**53  # milli-CPU, MiB
+
+
 class ScenarioError(ValueError):
     """A scenario file that cannot be used; the message is one line."""
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class NodeSpec(_Strict):
     name: str = Field(min_length=1, max_length=200)
-    count: int = Field(1, ge=1, description="more than 1: nodes NAME-0 … NAME-(count-1)")
-    numa_cpus: list[int] = Field(default_factory=lambda: [8], min_length=1)
-    memory_mib: int = Field(65536, gt=0)
-    gpus: int = Field(0, ge=0)
+    count: int = Field(1, ge=1, le=MAX_NODES, description="more than 1: nodes NAME-0 … NAME-(count-1)")
+    numa_cpus: list[int] = Field(default_factory=lambda: [8], min_length=1, max_length=64)
+    memory_mib: int = Field(65536, gt=0, le=MAX_AMOUNT)
+    gpus: int = Field(0, ge=0, le=MAX_GPUS_PER_NODE)
     gpu_model: str = "A100"
     reserved_cpus: list[int] = Field(default_factory=list)
     exclusive_cpus: bool = True
     pool: str = "default"
     background: dict[int, float] = Field(default_factory=dict, description="CPU load per NUMA node, 0..1")
-    system_memory_mib: int = Field(0, ge=0)
+    system_memory_mib: int = Field(0, ge=0, le=MAX_AMOUNT)
 
     @model_validator(mode="after")
     def _sane(self) -> "NodeSpec":
-        if any(c <= 0 for c in self.numa_cpus):
-            raise ValueError("numa_cpus must all be positive")
+        if any(c <= 0 for c in self.numa_cpus) or sum(self.numa_cpus) > MAX_CPUS_PER_NODE:
+            raise ValueError(f"numa_cpus must all be positive, at most {MAX_CPUS_PER_NODE} in all")
         bad = [k for k, v in self.background.items() if not 0 <= v <= 1 or not 0 <= k < len(self.numa_cpus)]
         if bad:
             raise ValueError(f"background: NUMA ids must exist and loads be within 0..1 (bad: {bad})")
@@ -80,14 +91,14 @@ class PodSpec(_Strict):
     namespace: str | None = None
     tenant: str = "default"
     user: str = "default"
-    replicas: int = Field(1, ge=1, description="more than 1: pods NAME-0 … NAME-(replicas-1)")
-    cpu_milli: int = Field(1000, ge=0)
-    memory_mib: int = Field(1024, ge=0)
+    replicas: int = Field(1, ge=1, le=MAX_PODS, description="more than 1: pods NAME-0 … NAME-(replicas-1)")
+    cpu_milli: int = Field(1000, ge=0, le=MAX_AMOUNT)
+    memory_mib: int = Field(1024, ge=0, le=MAX_AMOUNT)
     gpu: GpuSpec = GpuSpec()
     exclusive_cpus: bool = False
     cpu_policy: Literal["spread", "single-numa", "auto"] | None = None
     qos: Literal["LS", "BE"] = "BE"
-    priority: int = 0
+    priority: int = Field(0, ge=-(2**31), le=2**31 - 1, description="as Kubernetes: a 32-bit integer")
     evictable: bool = False
     labels: dict[str, str] = Field(default_factory=dict)
     arrive_s: float = Field(0.0, ge=0)
@@ -126,16 +137,32 @@ def load_scenario(path: str | Path) -> Workload:
     """Read, validate and expand a scenario file into a workload."""
     path = Path(path)
     try:
-        document = yaml.safe_load(path.read_text())
+        document = yaml.safe_load(path.read_bytes())  # bytes: PyYAML reports a bad encoding as a YAMLError
     except OSError as exc:
         raise ScenarioError(f"{path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    except (yaml.YAMLError, ValueError) as exc:  # ValueError: PyYAML's int() of a 5,000-digit number
+        raise ScenarioError(f"{path}: not valid YAML: {(str(exc).splitlines() or ['?'])[0][:300]}") from None
+    except RecursionError:  # PyYAML's parser recurses once per level of nesting
+        raise ScenarioError(f"{path}: not valid YAML: nested too deeply") from None
     return scenario_workload(parse_scenario(document, str(path)), str(path))
+
+
+def _check_size(scenario: Scenario, where: str) -> None:
+    """ScenarioError when the expanded scenario would pass the MAX_ limits;
+    checked before anything is expanded."""
+    nodes = sum(spec.count for spec in scenario.nodes)
+    cpus = sum(spec.count * sum(spec.numa_cpus) for spec in scenario.nodes)
+    pods = sum(spec.replicas for spec in scenario.pods)
+    ticks = scenario.duration_s / scenario.tick_s
+    for field, value, limit, what in (("nodes", nodes, MAX_NODES, "nodes"), ("nodes", cpus, MAX_CPUS, "CPUs"),
+                                      ("pods", pods, MAX_PODS, "pods"), ("tick_s", ticks, MAX_TICKS, "ticks")):
+        if value > limit:
+            raise ScenarioError(f"{where}: field '{field}': {value:.0f} {what} in all, over the limit of {limit}")
 
 
 def scenario_workload(scenario: Scenario, where: str = "scenario") -> Workload:
     """Expand node counts and pod replicas; check cross references."""
+    _check_size(scenario, where)
     nodes: list[SimNode] = []
     for i, spec in enumerate(scenario.nodes):
         for name in spec.names():

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 
 class _Curve(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     level: float = Field(0.5, ge=0, description="used fraction of the request")
     noise: float = Field(0.0, ge=0, description="relative standard deviation of the noise")
