@@ -4,7 +4,8 @@ Dockerfile.
 Everything runs offline. The `kustomize` binary is not assumed, so a small
 loader below builds each kustomization the way kustomize would for the
 features these manifests use (resources, nested bases, `namespace:`, and
-strategic-merge patches of ConfigMap data). It refuses anything else, so a
+strategic-merge patches of ConfigMap data and of workloads' pod templates,
+lists merged by their Kubernetes merge keys). It refuses anything else, so a
 kustomization that starts using another feature fails here instead of being
 checked wrongly.
 """
@@ -73,10 +74,41 @@ def load_documents(path: Path) -> list[dict]:
     return docs
 
 
+# Strategic-merge keys of the pod-template lists patched here (as in the
+# Kubernetes API's patchMergeKey); any other list is replaced whole.
+MERGE_KEYS = {"containers": "name", "env": "name", "volumes": "name", "volumeMounts": "mountPath"}
+PATCHABLE_WORKLOADS = {"Deployment", "DaemonSet", "StatefulSet"}
+
+
+def _merge(target: dict, patch: dict) -> None:
+    """Strategic merge of `patch` into `target`, in place."""
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        elif isinstance(value, list) and key in MERGE_KEYS and isinstance(target.get(key), list):
+            by_key = {item[MERGE_KEYS[key]]: item for item in target[key]}
+            added = []
+            for item in value:
+                if item[MERGE_KEYS[key]] in by_key:
+                    _merge(by_key[item[MERGE_KEYS[key]]], item)
+                else:
+                    added.append(copy.deepcopy(item))
+            target[key][:0] = added  # kustomize puts new items first, in the patch's order
+        else:
+            target[key] = copy.deepcopy(value)
+
+
 def _apply_patch(objects: list[dict], patch: dict, origin: Path) -> None:
-    """Strategic-merge patch of a ConfigMap's data, the only kind used here."""
+    """Strategic-merge patch of a ConfigMap's data or of a workload's pod template."""
+    if patch.get("kind") in PATCHABLE_WORKLOADS and set(patch) <= {"apiVersion", "kind", "metadata", "spec"} \
+            and set(patch.get("spec", {})) <= {"template"}:
+        name = patch["metadata"]["name"]
+        targets = [o for o in objects if o["kind"] == patch["kind"] and o["metadata"]["name"] == name]
+        assert len(targets) == 1, f"{origin}: patch target {patch['kind']} {name!r} found {len(targets)} times"
+        _merge(targets[0]["spec"], patch.get("spec", {}))
+        return
     if patch.get("kind") != "ConfigMap" or set(patch) - {"apiVersion", "kind", "metadata", "data"}:
-        raise NotImplementedError(f"{origin}: the test loader only patches ConfigMap data")
+        raise NotImplementedError(f"{origin}: the test loader only patches ConfigMap data and pod templates")
     name = patch["metadata"]["name"]
     targets = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == name]
     assert len(targets) == 1, f"{origin}: patch target ConfigMap {name!r} found {len(targets)} times"
@@ -510,12 +542,88 @@ def test_overlay_points_services_at_its_broker(name: str) -> None:
     assert not [o for o in objects if o["metadata"]["name"] == other]
 
 
-def test_nats_overlay_runs_jetstream_on_the_volume() -> None:
+def test_nats_overlay_runs_jetstream_on_the_volume_with_the_generated_config() -> None:
     statefulset = named(bundle("overlays/nats"), "StatefulSet", "nats")
-    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    pod = statefulset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
     assert container["image"] == "nats:2.10"
-    assert container["args"] == ["-js", "-sd", "/data", "-m", "8222"]
+    assert container["args"] == ["-c", "/etc/nats/nats.conf", "-js", "-sd", "/data", "-m", "8222"]
     assert {"name": "data", "mountPath": "/data"} in container["volumeMounts"]
+    assert {"name": "config", "mountPath": "/etc/nats", "readOnly": True} in container["volumeMounts"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["config"]["secret"]["secretName"] == "nats-config"
+
+
+# --------------------------------------------------------------------------
+# (g) bus credentials: a user per service, secrets only as files
+
+SECRET_ENV = re.compile(r"PASSWORD|TOKEN|SECRET|SEED|CREDS|KEY", re.IGNORECASE)
+
+
+def test_loader_merges_workload_lists_by_their_keys() -> None:
+    target = {"template": {"spec": {"containers": [{"name": "a", "env": [{"name": "X", "value": "1"}]}]}}}
+    _merge(target, {"template": {"spec": {"containers": [{"name": "a", "env": [{"name": "X", "value": "2"},
+                                                                                {"name": "Y", "value": "3"}]}]}}})
+    assert target["template"]["spec"]["containers"][0]["env"] == [{"name": "Y", "value": "3"},
+                                                                  {"name": "X", "value": "2"}]
+
+
+@pytest.mark.parametrize("service", deployed_services())
+def test_nats_overlay_mounts_each_services_own_bus_credentials(service: str) -> None:
+    from tidal_cli.nats_config_cmd import k8s_secrets
+
+    objects = bundle("overlays/nats")
+    pod = workload_for(objects, service)["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = env_of(container)
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    secret = volumes["bus-credentials"]["secret"]
+    assert secret["secretName"] == f"tidal-bus-{service}" and not secret.get("optional")
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"] if m["name"] == "bus-credentials"}
+    assert all(m["readOnly"] is True for m in mounts.values())
+    user_file, password_file = env["TIDAL_BUS_USER_FILE"]["value"], env["TIDAL_BUS_PASSWORD_FILE"]["value"]
+    # The users `tidal nats-config` creates, and the Secrets it writes for them.
+    generated = {d["metadata"]["name"]: d["stringData"]
+                 for d in yaml.safe_load_all(k8s_secrets("{}", _fake_passwords(), ["node-a"]))}
+    if service == "topology":
+        # every node's user and password in the Secret; each agent mounts only its own node's
+        assert {p: m["subPathExpr"] for p, m in mounts.items()} == {
+            user_file: "$(TIDAL_NODE_NAME).user", password_file: "$(TIDAL_NODE_NAME).password"}
+        keys = generated[secret["secretName"]]
+        assert keys == {"node-a.user": "topology-node-a", "node-a.password": "pw"}
+    else:
+        (mount,) = mounts.values()
+        assert (user_file, password_file) == (f"{mount['mountPath']}/user", f"{mount['mountPath']}/password")
+        assert generated[secret["secretName"]] == {"user": service, "password": "pw"}
+        assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
+        assert secret["defaultMode"] & 0o007 == 0, "the password must not be world-readable"
+
+
+def _fake_passwords() -> dict[str, str]:
+    from tidal_bus.nats_permissions import users
+
+    return {user: "pw" for user in users("tidal", "default", ["node-a"])}
+
+
+@pytest.mark.parametrize("name", BUNDLES)
+def test_no_secret_is_inline_in_an_environment_value(name: str) -> None:
+    for workload in workloads(bundle(name)):
+        for container in workload["spec"]["template"]["spec"]["containers"]:
+            for var in container.get("env", []):
+                where = f"{workload['metadata']['name']}: {var['name']}"
+                assert "secretKeyRef" not in var.get("valueFrom", {}), f"{where}: secrets are mounted as files"
+                value = str(var.get("value", ""))
+                assert not re.search(r"://[^/@\s]+@", value), f"{where}: credentials in a URL"
+                if SECRET_ENV.search(var["name"]) and "value" in var:
+                    assert var["name"].endswith("_FILE") and value.startswith("/"), f"{where}: a secret inline"
+
+
+@pytest.mark.parametrize("name", BUNDLES)
+def test_no_role_grants_secrets_or_wildcards(name: str) -> None:
+    for role in of_kind(bundle(name), "ClusterRole") + of_kind(bundle(name), "Role"):
+        for group, resource, verb in _granted(role):
+            assert "*" not in (group, resource, verb), role["metadata"]["name"]
+            assert resource not in ("secrets", "configmaps", "serviceaccounts/token"), role["metadata"]["name"]
 
 
 def test_kafka_overlay_is_single_node_kraft() -> None:

@@ -54,6 +54,9 @@ def test_nats_user_and_password_file(tmp_path):
     options = auth.nats_options("nats://h:4222")
     assert options == {"user": "scoring", "password": SECRET, "inbox_prefix": "_INBOX_scoring"}
     assert SECRET not in repr(auth) and SECRET not in str(auth)
+    from_files = BusAuth(user_file=secret_file(tmp_path, "user", "topology-node-a\n"),
+                         password_file=secret_file(tmp_path, "pw"))
+    assert from_files.nats_options("nats://h:4222")["user"] == "topology-node-a"
 
 
 def test_nats_credentials_in_the_url():

@@ -113,7 +113,8 @@ async def test_a_node_agent_cannot_take_over_another_agents_consumers(admin_stre
             return None
 
         consumer = bus.consumer("node.action", "topology-node-a", ignore)
-        with pytest.raises(BusPermissionError, match=r"(?i)publish to \$kv\.\w+_members\.node_action\.topology-node-a\."):
+        refused = r"(?i)publish to \$kv\.\w+_members\.node_action\.topology-node-a\."
+        with pytest.raises(BusPermissionError, match=refused):
             await consumer.run()
 
 

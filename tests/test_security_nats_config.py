@@ -23,9 +23,8 @@ NS, CLUSTER = "tidal", "prod"
 def test_node_agent_may_publish_its_own_node_only():
     perms = service_permissions("topology", namespace=NS, cluster=CLUSTER, node="ip-10-0-0-1.ec2.internal")
     own = [s for s in perms.publish if s.startswith(f"{NS}.")]
-    key = "ip-10-0-0-1%2Eec2%2Einternal"
-    expected = [nats_subject(NS, stream(name), CLUSTER, partition_for("ip-10-0-0-1.ec2.internal",
-                                                                         stream(name).partitions), "ip-10-0-0-1.ec2.internal")
+    node, key = "ip-10-0-0-1.ec2.internal", "ip-10-0-0-1%2Eec2%2Einternal"
+    expected = [nats_subject(NS, stream(name), CLUSTER, partition_for(node, stream(name).partitions), node)
                 for name in ("node.topology", "node.metrics", "action.result", "cpu.assignment")]
     assert own == expected + [f"{NS}.dead_letter.{CLUSTER}.*.*"]
     assert all(s.endswith(key) for s in expected)
@@ -116,7 +115,8 @@ def test_cli_writes_config_passwords_and_secrets_and_keeps_passwords(tmp_path, c
                             *(f"tidal-bus-{s}" for s in ACCESS if s != "topology")}
     assert secrets["tidal-bus-scoring"]["stringData"] == {"user": "scoring",
                                                           "password": first["scoring.password"].strip()}
-    assert set(secrets["tidal-bus-topology"]["stringData"]) == {"node-a", "node-b"}
+    assert set(secrets["tidal-bus-topology"]["stringData"]) == {
+        f"{n}.{k}" for n in ("node-a", "node-b") for k in ("user", "password")}
     assert stat.S_IMODE(secrets_file.stat().st_mode) == 0o600
 
     # a node joins: the old users keep their passwords, the new one gets its own

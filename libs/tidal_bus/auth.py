@@ -69,9 +69,11 @@ class BusAuth(BaseSettings):
     """Credentials and TLS of the bus connection (env prefix `TIDAL_BUS_`)."""
 
     # hide_input_in_errors: a validation error must never echo a password back.
-    model_config = SettingsConfigDict(env_prefix="TIDAL_BUS_", extra="ignore", frozen=True, hide_input_in_errors=True)
+    model_config = SettingsConfigDict(env_prefix="TIDAL_BUS_", extra="ignore", frozen=True,
+                                      hide_input_in_errors=True)
 
     user: str | None = None
+    user_file: Path | None = None
     password: SecretStr | None = None
     password_file: Path | None = None
     token: SecretStr | None = None
@@ -88,13 +90,13 @@ class BusAuth(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> "BusAuth":
-        for value, file, name in ((self.password, self.password_file, "PASSWORD"),
+        for value, file, name in ((self.user, self.user_file, "USER"), (self.password, self.password_file, "PASSWORD"),
                                   (self.token, self.token_file, "TOKEN")):
             if value is not None and file is not None:
                 raise ValueError(f"give TIDAL_BUS_{name} or TIDAL_BUS_{name}_FILE, not both")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("a TLS client certificate needs both TIDAL_BUS_TLS_CERT_FILE and TIDAL_BUS_TLS_KEY_FILE")
-        for field in ("password_file", "token_file", "creds_file", "nkey_seed_file", "tls_ca_file",
+        for field in ("user_file", "password_file", "token_file", "creds_file", "nkey_seed_file", "tls_ca_file",
                       "tls_cert_file", "tls_key_file"):
             path = getattr(self, field)
             if path is not None and not path.is_file():
@@ -127,6 +129,9 @@ class BusAuth(BaseSettings):
         return SecretStr(_read_secret(self.token_file)) if self.token_file is not None else None
 
     def user_name(self, url: str = "") -> str | None:
+        """The user: from the settings, else its file, else the URL."""
+        if self.user_file is not None:
+            return _read_secret(self.user_file)
         return self.user or url_credentials(url)[0]
 
     def uses_tls(self, url: str = "") -> bool:
@@ -151,7 +156,7 @@ class BusAuth(BaseSettings):
             raise BusConfigError("TIDAL_BUS_SASL_MECHANISM / TIDAL_BUS_SECURITY_PROTOCOL are Kafka settings; "
                                  "NATS takes a user, token, creds file or nkey seed")
         user, password, token = self.user_name(url), self.password_secret(url), self.token_secret()
-        if user and password is None and not self.user and token is None:
+        if user and password is None and not (self.user or self.user_file) and token is None:
             user, token = None, SecretStr(user)  # `nats://TOKEN@host`: a lone userinfo is a token in NATS
         methods = [name for name, given in (("user/password", user or password), ("token", token),
                                             ("creds file", self.creds_file), ("nkey seed", self.nkey_seed_file))
@@ -192,8 +197,8 @@ class BusAuth(BaseSettings):
         protocol = self.security_protocol or {(False, False): "PLAINTEXT", (False, True): "SSL",
                                               (True, False): "SASL_PLAINTEXT", (True, True): "SASL_SSL"}[(sasl, tls)]
         if protocol.startswith("SASL") != sasl:
-            raise BusConfigError(f"TIDAL_BUS_SECURITY_PROTOCOL={protocol} "
-                                 + ("needs SASL credentials" if not sasl else "does not use the SASL credentials given"))
+            problem = "does not use the SASL credentials given" if sasl else "needs SASL credentials"
+            raise BusConfigError(f"TIDAL_BUS_SECURITY_PROTOCOL={protocol} {problem}")
         options: dict[str, Any] = {"security_protocol": protocol}
         if protocol.endswith("SSL"):
             options["ssl_context"] = self.ssl_context()

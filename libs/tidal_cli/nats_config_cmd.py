@@ -102,8 +102,9 @@ def load_or_make_passwords(directory: Path, names: list[str]) -> dict[str, str]:
 def k8s_secrets(server_config: str, passwords: dict[str, str], nodes: list[str], namespace: str = "tidal-system"
                 ) -> str:
     """The Secrets the NATS overlay mounts: `nats-config` (the server config),
-    `tidal-bus-<service>` (user, password) and `tidal-bus-topology` (one
-    password per node, each agent mounting only its own)."""
+    `tidal-bus-<service>` (user, password) and `tidal-bus-topology`
+    (`<node>.user` and `<node>.password` per node, each agent mounting only
+    its own node's two keys)."""
     def secret(name: str, data: dict[str, str]) -> dict:
         return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                 "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "tidal"}},
@@ -113,7 +114,9 @@ def k8s_secrets(server_config: str, passwords: dict[str, str], nodes: list[str],
     for user, password in passwords.items():
         if not user.startswith("topology-"):
             docs.append(secret(f"tidal-bus-{user}", {"user": user, "password": password}))
-    docs.append(secret("tidal-bus-topology", {node: passwords[topology_user(node)] for node in nodes}))
+    docs.append(secret("tidal-bus-topology", {f"{node}.{what}": value for node in nodes for what, value in
+                                              (("user", topology_user(node)), ("password",
+                                                                               passwords[topology_user(node)]))}))
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
