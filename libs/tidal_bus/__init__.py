@@ -1,12 +1,13 @@
 """Tidal's event bus: one async interface over NATS JetStream and Kafka."""
 
 from .api import Backend, GroupSubscription, RawMessage, StartAt
-from .bus import MAX_EVENT_BYTES, Bus, backend_from_url
+from .bus import Bus, backend_from_url
 from .consumer import Consumer, Delivery, Handler, RetryPolicy, SeenIds
 from .errors import BusConfigError, BusError, HandlerError
+from .intake import MAX_EVENT_BYTES, EventTooLarge
 
 __all__ = [
-    "MAX_EVENT_BYTES", "Backend", "Bus", "BusConfigError", "BusError", "Consumer", "Delivery",
+    "MAX_EVENT_BYTES", "Backend", "Bus", "BusConfigError", "BusError", "Consumer", "Delivery", "EventTooLarge",
     "GroupSubscription", "Handler", "HandlerError", "RawMessage", "RetryPolicy", "SeenIds",
     "StartAt", "backend_from_url",
 ]

@@ -13,18 +13,18 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
-from tidal_schemas import DeadLetter, Envelope, Payload, SchemaError, decode, encode, make_envelope
+from tidal_schemas import DeadLetter, Envelope, Payload, SchemaError, encode, make_envelope
 from tidal_schemas.streams import STREAMS, StreamSpec, stream
 
 from .api import Backend, RawMessage, StartAt
 from .auth import BusAuth, redact_url
 from .consumer import Consumer, Handler
 from .errors import BusConfigError
+from .intake import MAX_EVENT_BYTES, accept, check_size
 from .subjects import check_namespace
 
 log = logging.getLogger(__name__)
 
-MAX_EVENT_BYTES = 1 << 20  # NATS' default max_payload; larger events are refused
 
 
 def backend_from_url(url: str, namespace: str, *, auth: BusAuth | None = None, **options: Any) -> Backend:
@@ -98,14 +98,16 @@ class Bus:
         return envelope
 
     async def publish_envelope(self, envelope: Envelope[Any]) -> int:
-        """Publish an envelope as it is; returns its stream position."""
+        """Publish an envelope as it is; returns its stream position.
+        EventTooLarge (not retriable) above MAX_EVENT_BYTES."""
         data = encode(envelope)
-        if len(data) > MAX_EVENT_BYTES:
-            raise SchemaError(f"event {envelope.id} is {len(data)} bytes, over the {MAX_EVENT_BYTES}-byte limit")
+        check_size(len(data), f"{envelope.type} event {envelope.id}")
         return await self.backend.publish(stream(envelope.type), envelope.cluster, envelope.key, data, envelope.id)
 
     async def publish_raw(self, stream_name: str, key: str, data: bytes, *, cluster: str | None = None) -> int:
-        """Publish bytes that are not (necessarily) an event: tests and tools."""
+        """Publish bytes that are not (necessarily) an event: tests and tools.
+        The size limit holds here too."""
+        check_size(len(data), f"message to {stream_name}")
         return await self.backend.publish(stream(stream_name), cluster or self.cluster, key, data, "")
 
     async def dead_letter(
@@ -155,10 +157,11 @@ class Bus:
         self, stream_name: str, start: StartAt, *, follow: bool = False
     ) -> AsyncIterator[tuple[RawMessage, Envelope[Any] | SchemaError]]:
         """Read a stream without a group: each message with its decoded
-        event, or the SchemaError that says why it does not decode."""
+        event, or the SchemaError that says why it is refused (see
+        `intake.accept`: oversized, undecodable, wrong stream)."""
         spec: StreamSpec = stream(stream_name)
         async for raw in self.backend.read(spec, start, follow=follow):
             try:
-                yield raw, decode(raw.data)
+                yield raw, accept(raw.data, spec.name)
             except SchemaError as exc:
                 yield raw, exc

@@ -1,6 +1,7 @@
 """The consumer loop every service uses, identical over both backends.
 
-For each message: decode (undecodable -> dead letter), skip other clusters,
+For each message: accept it (oversized, undecodable or of another stream's
+type -> dead letter, see intake.py), skip other clusters,
 skip event ids already handled, call the handler, then ack. A failing
 handler is retried with exponential back-off (in place when `ordered`, so a
 key's events keep their order; by nak-with-delay otherwise) until
@@ -22,11 +23,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tidal_schemas import Envelope, SchemaError, decode
+from tidal_schemas import Envelope, SchemaError
 from tidal_schemas.streams import StreamSpec
 
 from .api import GroupSubscription, RawMessage, StartAt
 from .errors import is_retriable
+from .intake import accept
 
 if TYPE_CHECKING:
     from .bus import Bus
@@ -164,7 +166,7 @@ class Consumer:
             self.spec, StartAt.earliest(), partitions=frozenset(floors), until=floors
         ):
             try:
-                envelope = decode(raw.data)
+                envelope = accept(raw.data, self.spec.name)
             except SchemaError:
                 continue  # it was dead-lettered when first seen
             if not self._wanted(envelope) or envelope.id in self.seen:
@@ -184,9 +186,9 @@ class Consumer:
     async def _handle(self, raw: RawMessage) -> None:
         self.observer.received(self.spec.name, raw.pending)
         try:
-            envelope = decode(raw.data)
-        except SchemaError as exc:
-            await self._dead_letter(raw, f"undecodable: {exc}", retriable=False)
+            envelope = accept(raw.data, self.spec.name)
+        except SchemaError as exc:  # the message is the reason: oversized / undecodable / wrong stream
+            await self._dead_letter(raw, str(exc), retriable=False)
             return
         if not self._wanted(envelope):
             await raw.ack()

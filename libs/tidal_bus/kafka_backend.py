@@ -14,13 +14,16 @@ from collections.abc import AsyncIterator
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from aiokafka.errors import (
+    KafkaError, MessageSizeTooLargeError, TopicAlreadyExistsError, UnknownTopicOrPartitionError,
+)
 
 from tidal_schemas.streams import StreamSpec, partition_for
 
 from .api import AssignmentListener, Backend, GroupSubscription, RawMessage, StartAt
 from .auth import BusAuth
 from .errors import BusError
+from .intake import EventTooLarge
 from .kafka_assignor import rendezvous_assignor
 from .membership import raise_if_cancelling
 from .subjects import kafka_topic
@@ -104,6 +107,8 @@ class KafkaBackend(Backend):
                 kafka_topic(self.namespace, spec), data, key=key.encode(),
                 partition=partition_for(key, spec.partitions), headers=headers,
             )
+        except MessageSizeTooLargeError as exc:  # the producer's or the broker's limit: retrying cannot help
+            raise EventTooLarge(f"message to {spec.name}: {len(data)} bytes, refused by Kafka: {exc}") from None
         except KafkaError as exc:
             raise BusError(f"publish to {spec.name} failed: {exc}") from exc
         return meta.offset + 1

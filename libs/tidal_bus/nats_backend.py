@@ -38,6 +38,7 @@ from tidal_schemas.streams import StreamSpec, partition_for
 from .api import AssignmentListener, Backend, GroupSubscription, RawMessage, StartAt
 from .auth import BusAuth, BusPermissionError, redact_url
 from .errors import BusConfigError, BusError
+from .intake import EventTooLarge, check_size
 from .membership import Membership, raise_if_cancelling
 from .subjects import (
     decode_token,
@@ -238,6 +239,11 @@ class NatsBackend(Backend):
         await self.ensure_stream(spec)
         subject = nats_subject(self.namespace, spec, cluster, partition_for(key, spec.partitions), key)
         headers = {"Nats-Msg-Id": msg_id} if msg_id else None
+        if self._nc is not None:
+            # Over max_payload (headers count) the server closes the connection,
+            # and every retry would close it again: refuse the message here.
+            header_bytes = 12 + sum(len(k) + len(v) + 4 for k, v in headers.items()) if headers else 0
+            check_size(len(data) + header_bytes, f"message to {subject}", self._nc.max_payload)
         # The broker may be restarting: retry within a bound. Retrying is safe
         # because the message id makes the server drop a second copy.
         deadline = asyncio.get_running_loop().time() + self.publish_timeout_s
@@ -246,6 +252,8 @@ class NatsBackend(Backend):
             try:
                 ack = await self.js.publish(subject, data, timeout=2.0, headers=headers)
                 return ack.seq
+            except nats.errors.MaxPayloadError as exc:
+                raise EventTooLarge(f"message to {subject}: {len(data)} bytes, refused by NATS: {exc}") from None
             except (nats.errors.Error, asyncio.TimeoutError) as exc:
                 denied = self.refused(subject)
                 if denied is not None:  # retrying cannot help

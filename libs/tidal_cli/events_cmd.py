@@ -115,7 +115,7 @@ def run_tail(args: argparse.Namespace) -> int:
 def format_event(position: int, event: Envelope[Any] | SchemaError) -> str:
     """One readable block per event: a header line, then the payload as YAML."""
     if isinstance(event, SchemaError):
-        return f"#{position}  <undecodable: {event}>"
+        return f"#{position}  <{event}>"  # the reason says what: oversized, undecodable, wrong stream
     header = f"#{position}  {event.time:%Y-%m-%d %H:%M:%S}  {event.type} v{event.version}  " \
              f"cluster={event.cluster} key={event.key} from={event.source}"
     body = yaml.safe_dump(event.payload.model_dump(mode="json", exclude_defaults=True), sort_keys=False,
