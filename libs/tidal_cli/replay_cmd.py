@@ -42,6 +42,9 @@ def add(subparsers) -> None:
     replay.add_argument("--quiet", type=float, default=2.0,
                         help="seconds without decisions after the last pod before the replay ends")
     replay.add_argument("--keep-sandbox", action="store_true", help="keep the sandbox streams for inspection")
+    replay.add_argument("--recording", type=Path, metavar="DATA_DIR",
+                        help="replay what a stopped `tidal simulate`/`tidal up` left in DATA_DIR (e.g. "
+                             ".tidal/simulate): its nats-server store is served on a free port instead of --bus")
     add_bus_options(replay)
     replay.set_defaults(func=run)
 
@@ -102,13 +105,31 @@ def run(args: argparse.Namespace) -> int:
     overrides = parse_overrides(args.overrides)
     if args.decision_timeout <= 0 or args.quiet < 0:
         raise CliError("--decision-timeout must be > 0 and --quiet >= 0")
-    result = asyncio.run(_replay(args, start, end, overrides))
+    if args.recording is not None:
+        result = _replay_recording(args, start, end, overrides)
+    else:
+        result = asyncio.run(_replay(args, start, end, overrides))
     print(describe(result, show=args.show))
     if args.report:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(json.dumps(result.to_json(), indent=2, default=str))
         print(f"report: {args.report}")
     return 0
+
+
+def _replay_recording(args: argparse.Namespace, start, end, overrides: dict[str, str]):
+    """Serve the recording's store with an embedded nats-server for the replay."""
+    from tidal_bus.embedded import EmbeddedNats
+
+    store = args.recording / "nats"
+    if not (store / "jetstream").is_dir():
+        raise CliError(f"--recording {args.recording}: no nats-server store there (expected {store}/jetstream)")
+    server = EmbeddedNats(store).start()
+    try:
+        args.bus = server.url
+        return asyncio.run(_replay(args, start, end, overrides))
+    finally:
+        server.stop()
 
 
 async def _replay(args: argparse.Namespace, start, end, overrides: dict[str, str]):

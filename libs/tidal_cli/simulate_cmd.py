@@ -18,6 +18,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tidal_bus.auth import redact_url
+
 from .errors import CliError
 
 DEFAULT_SERVICES = "placement,scoring,oversell,remediation"
@@ -217,7 +219,7 @@ def _run_embedded(args: argparse.Namespace, plan, simulate):
                   services=[s for s in wanted if s in known], extra_env=env)
     with stack:
         stack.wait_ready()
-        print(f"simulate: services {', '.join(s.name for s in stack.services)} on {stack.bus_url} "
+        print(f"simulate: services {', '.join(s.name for s in stack.services)} on {redact_url(stack.bus_url)} "
               f"(logs in {args.data_dir}/logs)", file=sys.stderr, flush=True)
         plan.settings = plan.settings.model_copy(update={"bus_url": stack.bus_url})
         result = asyncio.run(simulate(plan, warmup=_metrics_warmup(stack, len(plan.workload.nodes))))

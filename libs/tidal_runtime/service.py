@@ -52,7 +52,8 @@ class Service:
     def __init__(self, settings: ServiceSettings | None = None, *, bus: Bus | None = None) -> None:
         self.settings = settings or self.settings_class()
         self.bus = bus or Bus.from_url(
-            self.settings.bus_url, namespace=self.settings.namespace, cluster=self.settings.cluster, source=self.name
+            self.settings.bus_url, namespace=self.settings.namespace, cluster=self.settings.cluster, source=self.name,
+            **self.settings.bus_options(),
         )
         self._owns_bus = bus is None
         self.metrics = ServiceMetrics(self.name)

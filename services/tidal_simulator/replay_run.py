@@ -23,6 +23,7 @@ from tidal_schemas import BindResult, Envelope, PlacementDecision, PodLifecycle,
 from tidal_schemas.fence import DecisionFence
 from tidal_schemas.streams import STREAMS
 
+from .driver import QUIET_AFTER_RELEASE_S
 from .replay_compare import Placed
 from .replay_plan import INPUT_STREAMS, Recorded, ReplayPlan
 
@@ -121,9 +122,7 @@ async def drive(sandbox: Bus, plan: ReplayPlan, binder: SandboxBinder, *, decisi
         if isinstance(p, PodLifecycle) and p.phase == "pending" and not p.node:
             waiter = binder.expect(p.event_key())
             await sandbox.publish_envelope(envelope)
-            try:
-                await asyncio.wait_for(waiter, decision_timeout_s)
-            except asyncio.TimeoutError:
+            if not await settled(waiter, binder, decision_timeout_s):
                 binder.outcome.why.setdefault(p.event_key(), f"no decision within {decision_timeout_s:g}s")
             released += 1
             if progress_every and released % progress_every == 0:
@@ -135,6 +134,22 @@ async def drive(sandbox: Bus, plan: ReplayPlan, binder: SandboxBinder, *, decisi
     binder.last_change = loop.time()
     while loop.time() - binder.last_change < quiet_s:
         await asyncio.sleep(0.05)
+
+
+async def settled(waiter: asyncio.Future[None], binder: SandboxBinder, timeout_s: float) -> bool:
+    """Wait for a released pod's decision; stop waiting early once placement
+    has gone quiet (no decision for QUIET_AFTER_RELEASE_S), as it does for a
+    pod it holds back behind a waiting pod of its type. False on timeout."""
+    loop = asyncio.get_running_loop()
+    released_at = loop.time()
+    while not waiter.done():
+        now = loop.time()
+        if now - released_at > timeout_s:
+            return False
+        if now - max(binder.last_change, released_at) > QUIET_AFTER_RELEASE_S:
+            return True
+        await asyncio.wait([waiter], timeout=0.02)
+    return True
 
 
 async def remove_sandbox(sandbox: Bus) -> None:
