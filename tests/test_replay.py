@@ -278,3 +278,16 @@ def test_an_empty_window_is_one_line_and_exit_2(nats_server, recorded_run, capsy
                      "--from", "2099-01-01T00:00:00Z"])
     err = capsys.readouterr().err
     assert code == 2 and "no pod arrived in the window" in err and err.count("\n") == 1
+
+
+def test_pods_arriving_together_are_released_together():
+    from tidal_simulator.replay_run import arrival_groups
+    events = [rec("pod.lifecycle", i, pod(f"p{i}"), t).envelope for i, t in enumerate((0, 0, 0.05, 0.2))]
+    taint = rec("node.action", 9, NodeAction(action_id="a", node="n1", kind="taint",
+                                             taint_key="tidal.dev/stop-scheduling", reason="x"), 0.21).envelope
+    late = rec("pod.lifecycle", 5, pod("p5"), 0.22).envelope
+    groups = arrival_groups([*events, taint, late], 0.1)
+    # within 0.1 s of the group's first pod: p0 p1 p2; p3 starts a new group; a taint stands alone
+    assert [[e.key for e in g] for g in groups] == [
+        ["default/p0", "default/p1", "default/p2"], ["default/p3"], ["n1"], ["default/p5"]]
+    assert [len(g) for g in arrival_groups(events, 0)] == [2, 1, 1]

@@ -41,6 +41,9 @@ def add(subparsers) -> None:
                         help="seconds to wait for the sandbox's decision on each pod")
     replay.add_argument("--quiet", type=float, default=2.0,
                         help="seconds without decisions after the last pod before the replay ends")
+    replay.add_argument("--batch-window", type=float, default=0.1, metavar="SECONDS",
+                        help="pods that arrived within this many seconds of each other are released together, "
+                             "so placement's queue orders them as it did (default 0.1)")
     replay.add_argument("--keep-sandbox", action="store_true", help="keep the sandbox streams for inspection")
     replay.add_argument("--recording", type=Path, metavar="DATA_DIR",
                         help="replay what a stopped `tidal simulate`/`tidal up` left in DATA_DIR (e.g. "
@@ -103,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
     now = datetime.now(timezone.utc)
     start, end = parse_point(args.start, now), parse_point(args.end, now)
     overrides = parse_overrides(args.overrides)
-    if args.decision_timeout <= 0 or args.quiet < 0:
-        raise CliError("--decision-timeout must be > 0 and --quiet >= 0")
+    if args.decision_timeout <= 0 or args.quiet < 0 or args.batch_window < 0:
+        raise CliError("--decision-timeout must be > 0, --quiet and --batch-window >= 0")
     if args.recording is not None:
         result = _replay_recording(args, start, end, overrides)
     else:
@@ -160,7 +163,8 @@ async def _replay(args: argparse.Namespace, start, end, overrides: dict[str, str
           file=sys.stderr, flush=True)
     outcome = await run_sandbox(args.bus, sandbox_ns, args.cluster, plan, overrides, bus_options=options,
                                 decision_timeout_s=args.decision_timeout, quiet_s=args.quiet,
-                                keep=args.keep_sandbox, progress=lambda line: print(line, file=sys.stderr))
+                                keep=args.keep_sandbox, progress=lambda line: print(line, file=sys.stderr),
+                                batch_window_s=args.batch_window)
     return ReplayResult(cluster=args.cluster, namespace=args.namespace, sandbox=sandbox_ns,
                         sandbox_kept=args.keep_sandbox, window=window, overrides=overrides,
                         comparison=compare(plan, outcome.placed, outcome.why))

@@ -260,6 +260,15 @@ class PlacementService(Service):
             self.awaiting_bind[(cluster, key)] = time.monotonic()
         self.queue[cluster].remove(key)
 
+    def held_back(self, cluster: str, key: str) -> bool:
+        """Whether the queued pod `key` is held back behind a waiting pod of
+        its type: no decision is published for it until that pod goes or its
+        permit expires (tools that wait for decisions need to know)."""
+        queue = self.queue.get(cluster)
+        if queue is None or key not in queue.entries:
+            return False
+        return any(entry.key == key and why is not None for entry, why in queue.cycle())
+
     def _score(self, cluster: str, pod: PodLifecycle) -> float:
         return self.scores.get((cluster, pod.user, resource_type(pod)), 0.0)
 

@@ -111,42 +111,64 @@ class SandboxBinder:
 
 
 async def drive(sandbox: Bus, plan: ReplayPlan, binder: SandboxBinder, *, decision_timeout_s: float,
-                quiet_s: float, progress: Progress, progress_every: int = 100) -> None:
-    """Publish the plan into the sandbox, lock-step on every arrival; then
-    give pods held back in placement's queue `quiet_s` of no decisions."""
+                quiet_s: float, progress: Progress, held_back: Callable[[str], bool] = lambda key: False,
+                batch_window_s: float = 0.1, progress_every: int = 100) -> None:
+    """Publish the plan into the sandbox, lock-step on every group of pods
+    that arrived together (so placement's queue orders them as it did),
+    waiting for each pod's decision (a pod placement holds back gets none:
+    `held_back` says so); then give the pods still queued `quiet_s` of no
+    decisions."""
     for envelope in plan.initial:
         await sandbox.publish_envelope(envelope)
     released = 0
-    for envelope in plan.timeline:
-        p = envelope.payload
-        if isinstance(p, PodLifecycle) and p.phase == "pending" and not p.node:
-            waiter = binder.expect(p.event_key())
+    for group in arrival_groups(plan.timeline, batch_window_s):
+        keys = [e.payload.event_key() for e in group if is_arrival(e)]
+        waiters = {key: binder.expect(key) for key in keys}
+        for envelope in group:
             await sandbox.publish_envelope(envelope)
-            if not await settled(waiter, binder, decision_timeout_s):
-                binder.outcome.why.setdefault(p.event_key(), f"no decision within {decision_timeout_s:g}s")
-            released += 1
-            if progress_every and released % progress_every == 0:
-                progress(f"replay: {released}/{len(plan.arrivals)} pods released, "
-                         f"{len(binder.outcome.placed)} placed")
-        else:
-            await sandbox.publish_envelope(envelope)
+        for key, waiter in waiters.items():
+            if not await settled(waiter, binder, decision_timeout_s, lambda: held_back(key)):
+                binder.outcome.why.setdefault(key, f"no decision within {decision_timeout_s:g}s")
+        before, released = released, released + len(keys)
+        if progress_every and released // progress_every > before // progress_every:
+            progress(f"replay: {released}/{len(plan.arrivals)} pods released, {len(binder.outcome.placed)} placed")
     loop = asyncio.get_running_loop()
     binder.last_change = loop.time()
     while loop.time() - binder.last_change < quiet_s:
         await asyncio.sleep(0.05)
 
 
-async def settled(waiter: asyncio.Future[None], binder: SandboxBinder, timeout_s: float) -> bool:
-    """Wait for a released pod's decision; stop waiting early once placement
-    has gone quiet (no decision for QUIET_AFTER_RELEASE_S), as it does for a
-    pod it holds back behind a waiting pod of its type. False on timeout."""
+def is_arrival(envelope: Envelope[Any]) -> bool:
+    p = envelope.payload
+    return isinstance(p, PodLifecycle) and p.phase == "pending" and not p.node
+
+
+def arrival_groups(timeline: list[Envelope[Any]], window_s: float) -> list[list[Envelope[Any]]]:
+    """The timeline in groups: a run of arrivals within `window_s` of the
+    run's first is one group; any other event is a group of its own."""
+    groups: list[list[Envelope[Any]]] = []
+    for envelope in timeline:
+        last = groups[-1] if groups else None
+        if (last and is_arrival(envelope) and is_arrival(last[0])
+                and (envelope.time - last[0].time).total_seconds() <= window_s):
+            last.append(envelope)
+        else:
+            groups.append([envelope])
+    return groups
+
+
+async def settled(waiter: asyncio.Future[None], binder: SandboxBinder, timeout_s: float,
+                  held_back: Callable[[], bool]) -> bool:
+    """Wait for a released pod's decision, or until placement holds it back
+    or has gone quiet (no decision for QUIET_AFTER_RELEASE_S). False on
+    timeout."""
     loop = asyncio.get_running_loop()
     released_at = loop.time()
     while not waiter.done():
         now = loop.time()
         if now - released_at > timeout_s:
             return False
-        if now - max(binder.last_change, released_at) > QUIET_AFTER_RELEASE_S:
+        if held_back() or now - max(binder.last_change, released_at) > QUIET_AFTER_RELEASE_S:
             return True
         await asyncio.wait([waiter], timeout=0.02)
     return True
@@ -160,7 +182,7 @@ async def remove_sandbox(sandbox: Bus) -> None:
 
 async def run_sandbox(url: str, sandbox_ns: str, cluster: str, plan: ReplayPlan, overrides: dict[str, Any], *,
                       bus_options: dict[str, Any], decision_timeout_s: float, quiet_s: float, keep: bool,
-                      progress: Progress) -> ReplayOutcome:
+                      progress: Progress, batch_window_s: float = 0.1) -> ReplayOutcome:
     """Placement (with `overrides`) in `sandbox_ns`, fed `plan`; its outcome."""
     from tidal_placement.service import PlacementService
     from tidal_placement.settings import PlacementSettings
@@ -177,7 +199,8 @@ async def run_sandbox(url: str, sandbox_ns: str, cluster: str, plan: ReplayPlan,
             await _until(lambda: cluster in service.active, placement, 60.0,
                          "the sandbox placement did not take the lead")
             await drive(sandbox, plan, binder, decision_timeout_s=decision_timeout_s, quiet_s=quiet_s,
-                        progress=progress)
+                        progress=progress, held_back=lambda key: service.held_back(cluster, key),
+                        batch_window_s=batch_window_s)
         finally:
             service.stop()
             await asyncio.wait_for(placement, 30)
