@@ -37,6 +37,13 @@ class ServiceSettings(BaseSettings):
     )
     all_clusters: bool = Field(False, description="handle events of every cluster on the bus")
     drain_timeout_s: float = Field(20.0, gt=0)
+    bus_ack_wait_s: float = Field(30.0, gt=0, validation_alias=AliasChoices("TIDAL_BUS_ACK_WAIT_S", "bus_ack_wait_s"),
+                                  description="NATS: a message handed out and not acknowledged is handed out again "
+                                              "after this long (what a crashed member had in hand)")
+    bus_member_ttl_s: float = Field(6.0, gt=0,
+                                    validation_alias=AliasChoices("TIDAL_BUS_MEMBER_TTL_S", "bus_member_ttl_s"),
+                                    description="NATS: a group member that stops heartbeating loses its partitions "
+                                                "to the others after this long")
     bus_auth: BusAuth = Field(default_factory=BusAuth, validation_alias=AliasChoices("bus_auth"), repr=False,
                               description="credentials and TLS of the bus (TIDAL_BUS_USER, …_PASSWORD_FILE, "
                                           "…_CREDS_FILE, …_NKEY_SEED_FILE, …_TLS_CA_FILE; see tidal_bus.auth)")
@@ -61,6 +68,13 @@ class ServiceSettings(BaseSettings):
     def safe_bus_url(self) -> str:
         """The bus URL as it may be logged or shown: any password hidden."""
         return redact_url(self.bus_url)
+
+    def bus_options(self) -> dict[str, float]:
+        """Backend options from these settings: the NATS failure-detection
+        times (Kafka's group session is the broker's business)."""
+        if self.bus_url.startswith(("nats://", "tls://")):
+            return {"ack_wait_s": self.bus_ack_wait_s, "member_ttl_s": self.bus_member_ttl_s}
+        return {}
 
     def handled_clusters(self) -> frozenset[str] | None:
         """None means every cluster."""
