@@ -33,7 +33,8 @@ values = st.one_of(
     st.integers(min_value=20, max_value=6000).map(lambda n: "9" * n),
     st.text(alphabet=string.digits + " |-+.eE", max_size=12),
 )
-raw_values = st.one_of(values, st.integers(), st.floats(), st.booleans(), st.none(), st.lists(st.integers(), max_size=2))
+raw_values = st.one_of(values, st.integers(), st.floats(), st.booleans(), st.none(),
+                       st.lists(st.integers(), max_size=2))
 
 
 def check_asks(asks: Asks, given: dict) -> None:

@@ -417,9 +417,9 @@ def test_numa_override_settings(text):
 
 SYSFS = ROOT / "tests/fixtures/sysfs/dual_socket_multi_numa_ht"
 SYSFS_FILES = sorted(str(p.relative_to(SYSFS)) for p in SYSFS.rglob("*") if p.is_file())
-sysfs_texts = st.one_of(st.text(max_size=30), st.binary(max_size=8), st.sampled_from(["", "-1", "٣", "1_0", "9" * 30, "0-99999999999",
-                                                               "Node 0 MemTotal: 99999999999999999999999 kB",
-                                                               "Node 0 MemTotal: -5 kB", "3-1", "0,,1"]),
+sysfs_texts = st.one_of(st.text(max_size=30), st.binary(max_size=8),
+                        st.sampled_from(["", "-1", "٣", "1_0", "9" * 30, "0-99999999999", "3-1", "0,,1",
+                                         "Node 0 MemTotal: 99999999999999999999999 kB", "Node 0 MemTotal: -5 kB"]),
                         st.integers(min_value=-(2**70), max_value=2**70).map(str))
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidal_schemas import (
@@ -43,7 +43,8 @@ SAMPLES = {
         inputs={"peak": 0.3}, reason="r"),
     "pod.lifecycle": PodLifecycle(
         namespace="ns", name="p", uid="u", phase="running", node="n1", requests={"cpu_milli": 2000, "memory_mib": 64},
-        exclusive_cpus=True, cpu_policy="spread", gpu={"count": 1, "milli": 500, "models": ["A100"], "kind": "physical"},
+        exclusive_cpus=True, cpu_policy="spread",
+        gpu={"count": 1, "milli": 500, "models": ["A100"], "kind": "physical"},
         tenant="t", user="u", qos="LS", priority=10, created_at=T0, started_at=T0, labels={"a": "b"},
         numa_cpus={0: 2}, gpus=[{"gpu": "gpu0", "milli": 500, "model": "A100"}]),
     "tenant.config": TenantConfig(
@@ -237,7 +238,8 @@ def test_strange_text_in_every_field(event_type, data, text):
 @PROPS
 @given(event_type_names, st.data(), st.one_of(
     st.floats(), st.integers(min_value=2**63 - 1, max_value=2**200), st.integers(max_value=-(2**63)),
-    st.binary(max_size=8), st.text(alphabet=st.characters(categories=["Cs"]), min_size=1, max_size=3), st.sets(st.integers(), max_size=3), st.dates(), st.datetimes(),
+    st.binary(max_size=8), st.text(alphabet=st.characters(categories=["Cs"]), min_size=1, max_size=3),
+    st.sets(st.integers(), max_size=3), st.dates(), st.datetimes(),
     st.tuples(st.integers()), st.complex_numbers(allow_nan=False, allow_infinity=False, max_magnitude=10)))
 def test_python_values_from_yaml_files(event_type, data, value):
     """`tidal events publish` validates YAML documents with `decode_obj`:
