@@ -298,41 +298,64 @@ class NatsBackend(Backend):
             filters = [nats_partition_filter(self.namespace, spec, p) for p in sorted(partitions)]
             if not filters:
                 return
+        limit = max(until.values()) if until else None
+        last: int | None = None  # stream sequence of the last message read
+        while True:
+            # Following, a broker restart or a lost connection does not end the
+            # read: a new reader starts right after the last message read.
+            raise_if_cancelling()
+            try:
+                psub = await self._reader(spec, filters, start if last is None else StartAt.at_sequence(last + 1))
+            except (nats.errors.Error, asyncio.TimeoutError) as exc:
+                if not follow:
+                    raise
+                log.warning("reading %s: %r; trying again", spec.name, exc)
+                await asyncio.sleep(0.5)
+                continue
+            try:
+                if not follow and (await psub.consumer_info()).num_pending == 0:
+                    return  # nothing there: do not wait out a fetch timeout
+                while True:
+                    raise_if_cancelling()
+                    try:
+                        batch = await psub.fetch(self.fetch_batch, timeout=1.0)
+                    except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                        if follow:
+                            continue
+                        return
+                    except nats.errors.Error as exc:
+                        if not follow:
+                            raise
+                        log.warning("reading %s: %r; reading again after sequence %s", spec.name, exc, last)
+                        await asyncio.sleep(0.5)
+                        break
+                    for msg in batch:
+                        raw = self._raw(msg)
+                        last = raw.position
+                        if until is not None and raw.position > until.get(raw.partition, 0):
+                            if limit is not None and raw.position > limit:
+                                return
+                            continue
+                        yield raw
+                        if not follow and msg.metadata.num_pending == 0:
+                            return
+            finally:
+                try:
+                    await psub.unsubscribe()
+                except Exception:
+                    pass
+
+    async def _reader(self, spec: StreamSpec, filters: list[str], start: StartAt):
+        """An ephemeral, unacknowledged pull consumer over `filters` from `start`."""
         config = ConsumerConfig(
             ack_policy=AckPolicy.NONE,
             inactive_threshold=60.0,
             **_deliver_options(start),
             **({"filter_subjects": filters} if len(filters) > 1 else {"filter_subject": filters[0]}),
         )
-        psub = await self.js.pull_subscribe(
+        return await self.js.pull_subscribe(
             filters[0], durable=None, stream=nats_stream_name(self.namespace, spec), config=config
         )
-        limit = max(until.values()) if until else None
-        try:
-            if not follow and (await psub.consumer_info()).num_pending == 0:
-                return  # nothing there: do not wait out a fetch timeout
-            while True:
-                raise_if_cancelling()
-                try:
-                    batch = await psub.fetch(self.fetch_batch, timeout=1.0)
-                except (nats.errors.TimeoutError, asyncio.TimeoutError):
-                    if follow:
-                        continue
-                    return
-                for msg in batch:
-                    raw = self._raw(msg)
-                    if until is not None and raw.position > until.get(raw.partition, 0):
-                        if limit is not None and raw.position > limit:
-                            return
-                        continue
-                    yield raw
-                    if not follow and msg.metadata.num_pending == 0:
-                        return
-        finally:
-            try:
-                await psub.unsubscribe()
-            except Exception:
-                pass
 
     def _raw(self, msg: Msg) -> RawMessage:
         tokens = msg.subject.split(".")

@@ -1,0 +1,119 @@
+"""The broker goes away in the middle of a run and comes back.
+
+NATS (file storage): the server is stopped for 10 s right after a tick's
+samples are published — the services are handling them — and started again
+on the same port and store. Every service (its own process) reconnects by
+itself, nothing is restarted, and the run completes with nothing lost: the
+scenario's expectations, the kill tests' invariants (nobody lost or placed
+twice, each action decided once, every sample scored and answered).
+
+Tansu (the Kafka-protocol test broker) keeps its data in memory only (its
+build here has no file, SQLite or Postgres engine: `--storage-engine` takes
+`memory://` or `s3://`), so a restart loses every topic, offset and group:
+a run cannot survive it, and on real Kafka that is what persistent volumes
+are for. What can be shown is that the clients survive: a service keeps
+running through the restart, rejoins its group, and handles and publishes
+events on the topics the broker has again afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from conftest import make_bus, start_service, stop_service, wait_until
+from builders import metrics
+from test_faults_kill import check_invariants, simulate_on_stack, wait_until_async
+from tidal_bus import StartAt
+from tidal_bus.embedded import EmbeddedKafka, EmbeddedNats
+from tidal_scoring.service import ScoringService
+from tidal_scoring.settings import ScoringSettings
+
+OUTAGE_S = 10.0
+
+
+@pytest.fixture
+def own_nats(tmp_path):
+    server = EmbeddedNats(tmp_path / "nats").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def own_kafka(tmp_path):
+    server = EmbeddedKafka(tmp_path / "kafka").start()
+    yield server
+    server.stop()
+
+
+async def test_nats_down_for_10_s_mid_run_services_reconnect_and_nothing_is_lost(own_nats, tmp_path):
+    timings: dict[str, float] = {}
+
+    def outage(sim, stack, bus, run) -> None:
+        tick = sim.tick
+        pids = {s.name: s.process.pid for s in stack.services}
+
+        async def tick_then_outage() -> float:
+            t = await tick()
+            if t >= 60 and not timings:
+                own_nats.stop()  # while the services handle this tick's samples
+                run.killed_at = f"nats-server stopped with the samples of t={t:.0f} s just published"
+                await asyncio.sleep(OUTAGE_S)
+                started = time.monotonic()
+                own_nats.start()  # same port, same store
+                timings["restarted"] = time.monotonic() - started
+                async def all_ready() -> bool:
+                    states = await asyncio.gather(*(asyncio.to_thread(s.ready) for s in stack.services))
+                    return all(states) and bus.backend.connected
+
+                await wait_until_async(all_ready, 60, "every service ready again on the restarted server")
+                timings["ready"] = time.monotonic() - started
+                assert {s.name: s.process.pid for s in stack.services} == pids, "no service was restarted"
+            return t
+
+        sim.tick = tick_then_outage
+
+    run = await simulate_on_stack(own_nats.url, tmp_path / "stack", hook=outage)
+    assert timings, "the server was never stopped"
+    print(f"{run.killed_at}; back after {timings['restarted']:.1f} s, every service ready "
+          f"{timings['ready']:.1f} s after the start; run completed")
+    assert [e["expect"] for e in run.report["expectations"] if not e["ok"]] == []
+    check_invariants(run)
+
+
+async def test_kafka_clients_survive_a_tansu_restart(own_kafka, namespace):
+    settings = ScoringSettings(bus_url=own_kafka.url, namespace=namespace, cluster="c1", http_port=0,
+                               http_host="127.0.0.1")
+    async with make_bus(own_kafka.url, namespace) as bus, make_bus(own_kafka.url, namespace, "scoring") as own:
+        scoring = ScoringService(settings, bus=own)
+        task = await start_service(scoring, timeout=60)
+        await bus.publish(metrics("before", load=0.25))
+        await wait_until(lambda: "c1" in scoring.windows and scoring.windows["c1"].samples("before"), timeout=30,
+                         what="a sample handled before the restart")
+
+        own_kafka.stop()
+        await asyncio.sleep(3)
+        own_kafka.start()  # same port; memory storage: every topic, offset and group is gone
+        restarted = time.monotonic()
+        # What `tidal up` does at start: the streams exist, with their partition
+        # counts, before anything publishes (a producer would make a missing topic
+        # with the broker's default of 4 partitions).
+        async with make_bus(own_kafka.url, namespace) as admin:
+            await admin.ensure_streams()
+        assert not task.done(), "the service rides out the broker's absence"
+
+        for i in range(4):
+            await asyncio.wait_for(bus.publish(metrics(f"after-{i}", load=0.5)), 60)
+
+        async def all_scored() -> bool:
+            assert not task.done(), task.exception()
+            found = {e.payload.node async for _, e in bus.read("score.node", StartAt.earliest())}
+            assert "before" not in found, "memory storage: what was published before the restart is gone"
+            return {f"after-{i}" for i in range(4)} <= found
+
+        await wait_until_async(all_scored, 90, "the running service to handle and publish after the restart")
+        print(f"tansu restarted: the same service handled and published again "
+              f"{time.monotonic() - restarted:.1f} s after")
+        await stop_service(scoring, task)
