@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from tidal_schemas import NodeScore, NodeTopology, Resources
 
 from .cluster_arrays import GPU_ARRAYS, NUMA_ARRAYS, ROW_ARRAYS, GPU_MILLI, ClusterArrays
@@ -154,7 +156,31 @@ class ClusterState(ClusterArrays):
         reasons = self._blocked.setdefault(r, set())
         (reasons.add if blocked else reasons.discard)(reason)
         self.schedulable[r] = not reasons
+        if not reasons:
+            del self._blocked[r]
         return OK
+
+    def blocked(self, node: str) -> frozenset[str]:
+        """The reasons `node` takes no new pods (empty: it takes them)."""
+        r = self.rows.get(node)
+        return frozenset(self._blocked.get(r, ())) if r is not None else frozenset()
+
+    def blocked_masks(self, n: int) -> list[tuple[str, np.ndarray]]:
+        """Per reason some of the first `n` rows take no new pods, the mask of
+        the rows it leaves, by reason name: the filter's first stages, so a
+        decision counts nodes out by reason (a row blocked for several reasons
+        counts under the first)."""
+        rows: dict[str, list[int]] = {}
+        for r, reasons in self._blocked.items():
+            if r < n:
+                for reason in reasons:
+                    rows.setdefault(reason, []).append(r)
+        masks = []
+        for reason in sorted(rows):
+            mask = np.ones(n, dtype=bool)
+            mask[rows[reason]] = False
+            masks.append((reason, mask))
+        return masks
 
     def update_load(self, node: str, numa_load: Mapping[int, float], node_load: float | None = None) -> Outcome:
         """Set NUMA loads (by NUMA id) and the node load (default: their mean, §E)."""

@@ -1,11 +1,12 @@
 """One placement decision over the scheduler cache (SPEC §A, §B, §E).
 
 1. Filter nodes (vectorised; nodes counted out per reason): present and
-   schedulable, node CPU and memory free ≥ request (allocatable may be
-   oversold), the exclusive-CPU capability, GPU model, enough GPU room
-   (whole free devices, or one device with ≥ the share; per device when a
-   kind, a §B group mask or a mixed-model node is involved), then whether
-   the §A per-NUMA distribution is possible (exclusive pods).
+   not blocked (counted under the reason it takes no new pods: a taint,
+   "stale: no metrics for 30s"), node CPU and memory free ≥ request
+   (allocatable may be oversold), the exclusive-CPU capability, GPU model,
+   enough GPU room (whole free devices, or one device with ≥ the share; per
+   device when a kind, a §B group mask or a mixed-model node is involved),
+   then whether the §A per-NUMA distribution is possible (exclusive pods).
 2. Rank: a GPU pod (or any pod when the strategy scores CPU-only pods) by
    the GPU strategy's cost, then its tiebreaks; then the §E NUMA score
    (lowest first) — for exclusive pods the §A distribution's. Remaining
@@ -41,7 +42,7 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
     device columns, e.g. a §B group)."""
     n, shape = state.size, pod.shape
     present = state.present[:n]
-    stages = [("unschedulable", state.schedulable[:n]), ("cpu", state.cpu_free[:n] >= pod.cpu_milli),
+    stages = [*state.blocked_masks(n), ("cpu", state.cpu_free[:n] >= pod.cpu_milli),
               ("memory", state.mem_free[:n] >= pod.memory_mib)]
     if pod.exclusive_cpus:
         stages.append(("no-exclusive-cpus", state.exclusive_ok[:n]))

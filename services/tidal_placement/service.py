@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 from tidal_bus import Delivery
@@ -32,6 +33,7 @@ from .gpu_strategies import make_strategy
 from .gpu_workload import typical_workload
 from .queue import SchedulingQueue, resource_type
 from .settings import PlacementSettings
+from .staleness import stale_nodes, stale_reason
 from .tenancy import gpu_allowance, quota_problem, tenant_usage
 
 FOLLOWED = ("node.topology", "node.allocatable", "score.node", "score.user", "tenant.config", "node.action",
@@ -70,6 +72,9 @@ class PlacementService(Service):
         self.decisions = 0
         self.requested: dict[tuple[str, str], PodLifecycle] = {}  # pods we placed, as they asked
         self.tries: dict[tuple[str, str], int] = {}  # placements made per pod (rollbacks give new ids)
+        self.last_sample: dict[str, dict[str, datetime]] = {}  # cluster -> node -> time of its newest sample
+        self.stale: dict[str, frozenset[str]] = {}  # cluster -> nodes taken out as stale
+        self.clock = time.time  # "now" for staleness (injectable)
 
     # -- wiring ---------------------------------------------------------------
     def subscriptions(self) -> list[Subscription]:
@@ -78,7 +83,8 @@ class PlacementService(Service):
                              on_assign=self.on_leadership, replay_on_assign=False)]
 
     def loops(self):
-        return [*[self._follower(name) for name in FOLLOWED], self.schedule_loop, self.bind_timeouts]
+        return [*[self._follower(name) for name in FOLLOWED], self.schedule_loop, self.bind_timeouts,
+                self.watch_stale_nodes]
 
     async def _ignore(self, envelope: Envelope[Any], delivery: Delivery) -> None:
         return None
@@ -156,6 +162,7 @@ class PlacementService(Service):
             state.set_allocatable(p.node, p.allocatable)
         elif isinstance(p, NodeScore):
             state.apply_node_score(p)
+            self._sampled(cluster, p.node, p.sampled_at)
             return  # loads re-rank, they do not make a waiting pod fit
         elif isinstance(p, UserScore):
             self.scores[(cluster, p.user, p.resource_type)] = p.score
@@ -176,6 +183,38 @@ class PlacementService(Service):
         else:
             return
         self.wake.set()
+
+    def _sampled(self, cluster: str, node: str, at: datetime) -> None:
+        seen = self.last_sample.setdefault(cluster, {})
+        if node not in seen or at > seen[node]:
+            seen[node] = at
+        if node in self.stale.get(cluster, ()):  # it speaks again: back at once
+            self.check_stale(cluster)
+
+    def check_stale(self, cluster: str) -> None:
+        """Take out the nodes of `cluster` gone stale and put back those no
+        longer stale (the rule is `staleness.stale_nodes`)."""
+        after = self.settings.node_stale_after_s
+        now = datetime.fromtimestamp(self.clock(), timezone.utc)
+        stale = stale_nodes(self.last_sample.get(cluster, {}), now, after)
+        before, state, reason = self.stale.get(cluster, frozenset()), self._cluster(cluster), stale_reason(after)
+        for node in stale:  # again each time: a node may have been unknown to the cache before
+            state.set_blocked(node, reason)
+        for node in sorted(stale - before):
+            self.log.warning("node %s/%s: %s; it takes no new pods until it sends one", cluster, node, reason)
+        for node in sorted(before - stale):
+            state.set_blocked(node, reason, blocked=False)
+            self.log.info("node %s/%s: sampled again; it takes new pods", cluster, node)
+        if before - stale:
+            self.room_changed.add(cluster)
+            self.wake.set()
+        self.stale[cluster] = stale
+
+    async def watch_stale_nodes(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.node_stale_check_s)
+            for cluster in sorted(self.state):
+                self.check_stale(cluster)
 
     def _regroup(self, cluster: str) -> None:
         inventory = self.inventory.setdefault(cluster, {})
