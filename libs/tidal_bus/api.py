@@ -106,6 +106,12 @@ class GroupSubscription(abc.ABC):
     async def close(self) -> None:
         """Leave the group; unacknowledged messages go to other members."""
 
+    async def lag(self) -> dict[int, int]:
+        """Per partition owned now, the messages the group has not handled
+        yet: waiting on the broker plus handed out and not acknowledged.
+        Asks the broker; empty when the backend cannot tell."""
+        return {}
+
 
 AssignmentListener = Callable[["GroupSubscription", frozenset[int], frozenset[int]], Awaitable[None]]
 """Called with (subscription, gained, lost) before messages of gained partitions flow."""

@@ -230,6 +230,7 @@ class _KafkaGroupSubscription(GroupSubscription):
         )
         self._owned: frozenset[int] = frozenset()
         self._acked: dict[TopicPartition, int] = {}
+        self._handled: dict[TopicPartition, int] = {}  # next offset to handle, as far as this member knows
         self._deliveries: dict[tuple[int, int], int] = {}
         self._rewind: dict[TopicPartition, int] = {}
         self._joined = asyncio.Event()
@@ -250,6 +251,18 @@ class _KafkaGroupSubscription(GroupSubscription):
     async def committed(self, partition: int) -> int:
         offset = await self._consumer.committed(TopicPartition(self._topic, partition))
         return offset or 0
+
+    async def lag(self) -> dict[int, int]:
+        tps = sorted((tp for tp in self._consumer.assignment() if tp.partition in self._owned),
+                     key=lambda tp: tp.partition)
+        if not tps:
+            return {}
+        ends = await self._consumer.end_offsets(tps)
+        lags: dict[int, int] = {}
+        for tp in tps:
+            done = max(self._handled.get(tp, 0), await self._consumer.committed(tp) or 0)
+            lags[tp.partition] = max(ends[tp] - done, 0)
+        return lags
 
     async def messages(self) -> AsyncIterator[RawMessage]:
         while not self.stopping:
@@ -274,6 +287,7 @@ class _KafkaGroupSubscription(GroupSubscription):
     def _acker(self, tp: TopicPartition, offset: int):
         async def ack() -> None:
             self._acked[tp] = max(self._acked.get(tp, -1), offset)
+            self._handled[tp] = max(self._handled.get(tp, 0), offset + 1)
             self._deliveries.pop((tp.partition, offset), None)
         return ack
 

@@ -487,6 +487,18 @@ class _NatsGroupSubscription(GroupSubscription):
             return 0
         return info.ack_floor.stream_seq if info.ack_floor else 0
 
+    async def lag(self) -> dict[int, int]:
+        stream = nats_stream_name(self._backend.namespace, self._spec)
+        lags: dict[int, int] = {}
+        for partition in sorted(self._fetchers):
+            try:
+                info = await self._backend.js.consumer_info(stream, nats_consumer_name(self._group, self._spec,
+                                                                                       partition))
+            except NotFoundError:
+                continue
+            lags[partition] = info.num_pending + info.num_ack_pending
+        return lags
+
     async def messages(self) -> AsyncIterator[RawMessage]:
         while not self.stopping:
             raise_if_cancelling()

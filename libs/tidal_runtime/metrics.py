@@ -1,7 +1,9 @@
 """Prometheus metrics of one service: events in/out, handler latency, dead
-letters, duplicates and consumer lag, per stream."""
+letters and duplicates per stream; consumer lag per stream and partition."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -23,17 +25,29 @@ class ServiceMetrics:
                                     registry=self.registry)
         self.duplicates = Counter("tidal_duplicates_total", "Redelivered events skipped", labels,
                                   registry=self.registry)
-        self.lag = Gauge("tidal_consumer_lag", "Messages not yet delivered to this consumer", labels,
-                         registry=self.registry)
+        self.lag = Gauge("tidal_consumer_lag", "Messages of a partition this member owns that its group has not "
+                         "handled yet (waiting on the broker, or handed out and not acknowledged), as the broker "
+                         "said at the last measure", [*labels, "partition"], registry=self.registry)
+        self._lag_partitions: dict[str, set[str]] = {}
         self.handled_by_partition = Counter("tidal_partition_events_handled_total",
                                             "Events handled per partition (shows how replicas split the keys)",
                                             [*labels, "partition"], registry=self.registry)
 
     # ConsumerObserver
     def received(self, stream: str, pending: int | None) -> None:
+        # `pending` counts only what the broker has not handed out yet; the lag
+        # gauge comes from `lag_measured`, which also counts what is in hand.
         self.events_in.labels(self.service, stream).inc()
-        if pending is not None:
-            self.lag.labels(self.service, stream).set(pending)
+
+    def lag_measured(self, stream: str, lags: Mapping[int, int]) -> None:
+        """Set the lag of each partition of `stream` this member owns (from
+        `GroupSubscription.lag`); partitions no longer owned are dropped."""
+        owned = {str(p) for p in lags}
+        for partition in self._lag_partitions.get(stream, set()) - owned:
+            self.lag.remove(self.service, stream, partition)
+        for partition, count in lags.items():
+            self.lag.labels(self.service, stream, str(partition)).set(count)
+        self._lag_partitions[stream] = owned
 
     def handled(self, stream: str, seconds: float, partition: int | None = None) -> None:
         self.handler_seconds.labels(self.service, stream).observe(seconds)

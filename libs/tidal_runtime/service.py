@@ -134,7 +134,7 @@ class Service:
                 consumer_tasks = [group.create_task(c.run(), name=f"{self.name}:{c.spec.name}")
                                   for c in self.consumers]
                 loop_tasks = [group.create_task(loop(), name=f"{self.name}:{getattr(loop, '__name__', 'loop')}")
-                              for loop in self.loops()]
+                              for loop in [*self.loops(), self._measure_lag]]
                 group.create_task(self._drain_on_stop(consumer_tasks, loop_tasks), name=f"{self.name}:drain")
             await self.on_stop()
         finally:
@@ -142,6 +142,21 @@ class Service:
                 await self.http.stop()
             if self._owns_bus:
                 await self.bus.backend.close()
+
+    async def _measure_lag(self) -> None:
+        """Every `lag_interval_s`, each consumer's lag per partition, from the
+        broker, for /metrics: a stuck or paused handler shows its backlog."""
+        while True:
+            await asyncio.sleep(self.settings.lag_interval_s)
+            for consumer in self.consumers:
+                if consumer.subscription is None:
+                    continue
+                try:
+                    lags = await consumer.subscription.lag()
+                except Exception as exc:  # the broker away: keep the last figures
+                    self.log.debug("lag of %s not measured: %r", consumer.spec.name, exc)
+                    continue
+                self.metrics.lag_measured(consumer.spec.name, lags)
 
     async def _drain_on_stop(self, consumer_tasks: list[asyncio.Task], loop_tasks: list[asyncio.Task]) -> None:
         await self._stop_requested.wait()

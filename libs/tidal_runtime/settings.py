@@ -37,6 +37,8 @@ class ServiceSettings(BaseSettings):
     )
     all_clusters: bool = Field(False, description="handle events of every cluster on the bus")
     drain_timeout_s: float = Field(20.0, gt=0)
+    lag_interval_s: float = Field(5.0, gt=0, description="how often consumer lag is asked of the broker "
+                                  "(tidal_consumer_lag on /metrics)")
     bus_ack_wait_s: float = Field(30.0, gt=0, validation_alias=AliasChoices("TIDAL_BUS_ACK_WAIT_S", "bus_ack_wait_s"),
                                   description="NATS: a message handed out and not acknowledged is handed out again "
                                               "after this long (what a crashed member had in hand)")
