@@ -20,42 +20,17 @@ import json
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 import placement_policy  # noqa: E402  (the in-process benchmark beside this file)
+from _common import pods, topologies  # noqa: E402  (the synthetic cluster shared by the bus benchmarks)
 
 from tidal_bus import Bus, StartAt  # noqa: E402
 from tidal_cli.stack import Stack  # noqa: E402
-from tidal_placement.topology_builder import make_topology  # noqa: E402
-from tidal_schemas import GpuAsk, PodLifecycle, Resources  # noqa: E402
 from tidal_schemas.fence import DecisionFence  # noqa: E402
-
-MODELS = placement_policy.MODELS
-
-
-def topologies(n: int, rng: np.random.Generator):
-    for i in range(n):
-        numa = int(rng.choice([1, 2, 4, 8], p=[0.2, 0.4, 0.3, 0.1]))
-        per_numa = int(rng.choice([8, 16, 32])) if numa <= 2 else int(rng.choice([8, 16]))
-        gpus = int(rng.choice([0, 1, 2, 4, 8], p=[0.3, 0.1, 0.2, 0.2, 0.2]))
-        yield make_topology(f"node-{i:05d}", (per_numa,) * numa, gpus=gpus, model=MODELS[i % 3],
-                            memory_mib=8192 * numa * per_numa // 4, exclusive=bool(rng.random() < 0.8))
-
-
-def pods(count: int, rng: np.random.Generator) -> list[PodLifecycle]:
-    now = datetime.now(timezone.utc)
-    out = []
-    for i, r in enumerate(placement_policy.pod_mix(count, rng)):
-        out.append(PodLifecycle(
-            namespace="bench", name=f"p{i:06d}", phase="pending", created_at=now,
-            requests=Resources(cpu_milli=r.cpu_milli, memory_mib=r.memory_mib), exclusive_cpus=r.exclusive_cpus,
-            cpu_policy=r.cpu_policy if r.exclusive_cpus else None,
-            gpu=GpuAsk(count=r.gpu_count, milli=r.gpu_milli, models=list(r.gpu_models)) if r.gpu_count else GpuAsk()))
-    return out
 
 
 async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0) -> dict:
