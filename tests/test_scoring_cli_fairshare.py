@@ -102,6 +102,7 @@ BAD_FILES = [
     ("negative usage", "t,usage\n0,-1\n", ":2: usage must not be negative"),
     ("three fields", "t,usage\n0,1,2\n", ":2: expected 2 fields (t,usage), found 3"),
     ("t goes back", "t,usage\n0,1\n10,1\n10,2\n", ":4: t must increase, 10 follows 10"),
+    ("field over csv's limit", "t,usage\n0," + "9" * 200_000 + "\n", "cannot read usage file: field larger"),
 ]
 
 
@@ -169,3 +170,12 @@ def test_parse_duration_of_a_number_too_big_for_a_float_is_rejected():
 def test_cli_help_exits_0(capsys):
     assert main(["--help"]) == 0
     assert "--adjust-time" in capsys.readouterr().out
+
+
+def test_cli_refuses_a_trace_of_more_than_a_million_rows(tmp_path, capsys):
+    # 0 .. 1e18 s at 60 s a row would print for ever; the period is the mistake
+    usage = write_usage(tmp_path, "t,usage\n0,1\n1e18,2\n")
+    assert main(["--adjust-time", "1h", "--period", "60", "--usage", str(usage)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert "more than 1,000,000 rows; use a longer --period" in captured.err

@@ -26,6 +26,7 @@ from .durations import parse_duration
 from .fairshare import decay
 
 PROG = "tidal fairshare trace"
+MAX_STEPS = 1_000_000  # rows printed; a longer trace is a mistaken period, not a wish
 
 
 class UsageFileError(Exception):
@@ -67,7 +68,7 @@ def read_usage(path: str) -> UsageSeries:
     try:
         with open(path, newline="", encoding="utf-8") as handle:
             rows = list(csv.reader(handle))
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise UsageFileError(f"{path}: cannot read usage file: {exc}") from None
     if not rows or [cell.strip() for cell in rows[0]] != ["t", "usage"]:
         found = repr(",".join(rows[0])) if rows else "an empty file"
@@ -99,6 +100,9 @@ def trace(series: UsageSeries, adjust_time_s: float, period_s: float,
     start, end = series.times[0], series.times[-1]
     # Steps are counted, not accumulated, so float error cannot add a step.
     steps = math.floor((end - start) / period_s + 1e-9)
+    if steps > MAX_STEPS:
+        raise UsageFileError(f"{steps} periods from t={start:g} to t={end:g} with --period {period_s:g}s: "
+                             f"more than {MAX_STEPS:,} rows; use a longer --period")
     score = initial
     rows = [(start, series.at(start), score)]
     for k in range(1, steps + 1):
@@ -137,13 +141,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PROG}: --initial-score must be a non-negative number", file=sys.stderr)
         return 2
     try:
-        series = read_usage(args.usage)
+        rows = trace(read_usage(args.usage), args.adjust_time, args.period, args.initial_score)
     except UsageFileError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     out = csv.writer(sys.stdout, lineterminator="\n")
     out.writerow(["t", "usage", "score"])
-    for t, usage, score in trace(series, args.adjust_time, args.period, args.initial_score):
+    for t, usage, score in rows:
         out.writerow([_fmt(t), _fmt(usage), repr(score)])
     return 0
 
