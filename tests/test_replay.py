@@ -89,7 +89,8 @@ def test_arrivals_are_replayed_and_recorded_binds_become_the_answer():
     assert plan.arrivals == ["default/waiting", "default/p1", "default/p2"]
     assert plan.recorded["default/p1"].node == "n2" and plan.recorded["default/p1"].gpus == (("gpu0", 1000),)
     assert plan.recorded["default/waiting"].node is None and plan.recorded["default/p2"].node is None
-    timeline = [(e.type, e.key, getattr(e.payload, "phase", getattr(e.payload, "kind", ""))) for e in plan.timeline]
+    timeline = [(r.envelope.type, r.envelope.key, getattr(r.envelope.payload, "phase", getattr(r.envelope.payload, "kind", "")))
+                for r in plan.timeline]
     assert timeline == [
         ("pod.lifecycle", "default/waiting", "pending"),
         ("pod.lifecycle", "default/p1", "pending"),  # its recorded bind is dropped: the replay binds its own
@@ -282,12 +283,24 @@ def test_an_empty_window_is_one_line_and_exit_2(nats_server, recorded_run, capsy
 
 def test_pods_arriving_together_are_released_together():
     from tidal_simulator.replay_run import arrival_groups
-    events = [rec("pod.lifecycle", i, pod(f"p{i}"), t).envelope for i, t in enumerate((0, 0, 0.05, 0.2))]
+    events = [rec("pod.lifecycle", i, pod(f"p{i}"), t) for i, t in enumerate((0, 0, 0.05, 0.2))]
     taint = rec("node.action", 9, NodeAction(action_id="a", node="n1", kind="taint",
-                                             taint_key="tidal.dev/stop-scheduling", reason="x"), 0.21).envelope
-    late = rec("pod.lifecycle", 5, pod("p5"), 0.22).envelope
+                                             taint_key="tidal.dev/stop-scheduling", reason="x"), 0.21)
+    late = rec("pod.lifecycle", 5, pod("p5"), 0.22)
     groups = arrival_groups([*events, taint, late], 0.1)
     # within 0.1 s of the group's first pod: p0 p1 p2; p3 starts a new group; a taint stands alone
-    assert [[e.key for e in g] for g in groups] == [
+    assert [[r.envelope.key for r in g] for g in groups] == [
         ["default/p0", "default/p1", "default/p2"], ["default/p3"], ["n1"], ["default/p5"]]
     assert [len(g) for g in arrival_groups(events, 0)] == [2, 1, 1]
+
+
+def test_the_brokers_clock_orders_events_stamped_by_different_clocks():
+    # the simulator stamps simulated time (t=500 s) on a pod it played at broker time 2 s,
+    # scoring stamps wall time (t=1 s) on a score stored at broker time 3 s
+    from tidal_schemas import UserScore
+    played = Recorded("pod.lifecycle", 1, rec("pod.lifecycle", 1, pod("p"), 500).envelope, stored_at=at(2))
+    scored = Recorded("score.user", 1, rec("score.user", 1, UserScore(user="u", resource_type="cpu", score=0.5,
+                                                                      usage=1.0, updated_at=T0, adjust_time_s=60), 1).envelope, stored_at=at(3))
+    plan = build_plan([scored, played], Window(start=at(0)))
+    assert [r.envelope.type for r in plan.timeline] == ["pod.lifecycle", "score.user"]
+    assert plan.timeline[0].time == at(2)

@@ -77,6 +77,7 @@ class RawMessage:
     ack: Callable[[], Awaitable[None]] = field(repr=False)
     nak: Callable[[float], Awaitable[None]] = field(repr=False)
     pending: int | None = None  # messages after this one not yet delivered (lag)
+    stored_at: datetime | None = None  # when the broker stored it (NATS) or the producer sent it (Kafka)
 
 
 class GroupSubscription(abc.ABC):

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator
+from datetime import datetime, timezone
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -180,6 +181,7 @@ def _raw(record, *, deliveries: int, ack, nak, highwater: int | None = None) -> 
         ack=ack,
         nak=nak,
         pending=None if highwater is None else max(highwater - record.offset - 1, 0),
+        stored_at=None if record.timestamp is None else datetime.fromtimestamp(record.timestamp / 1000, timezone.utc),
     )
 
 

@@ -378,6 +378,7 @@ class NatsBackend(Backend):
             ack=ack,
             nak=nak,
             pending=meta.num_pending,
+            stored_at=meta.timestamp,
         )
 
     @staticmethod

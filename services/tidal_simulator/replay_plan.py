@@ -33,15 +33,20 @@ INPUT_STREAMS = ("node.topology", "node.allocatable", "node.action", "tenant.con
 
 @dataclass(frozen=True)
 class Recorded:
-    """One event read from a live stream, with where it was in that stream."""
+    """One event read from a live stream, with where it was in that stream
+    and when the broker stored it."""
 
     stream: str
     position: int
     envelope: Envelope[Any]
+    stored_at: datetime | None = None
 
     @property
     def time(self) -> datetime:
-        return self.envelope.time
+        """The broker's time when known: one clock for every producer (a
+        simulator stamps its own simulated time on what it plays), and the
+        order events really reached placement in."""
+        return self.stored_at or self.envelope.time
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,7 @@ class RecordedOutcome:
 @dataclass
 class ReplayPlan:
     initial: list[Envelope[Any]] = field(default_factory=list)
-    timeline: list[Envelope[Any]] = field(default_factory=list)
+    timeline: list[Recorded] = field(default_factory=list)
     arrivals: list[str] = field(default_factory=list)  # pod keys the replay decides, in arrival order
     recorded: dict[str, RecordedOutcome] = field(default_factory=dict)
     nodes: dict[str, NodeTopology] = field(default_factory=dict)  # latest inventory by the window end
@@ -100,7 +105,7 @@ def in_order(events: Iterable[Recorded]) -> list[Recorded]:
 def build_plan(events: Iterable[Recorded], window: Window) -> ReplayPlan:
     """Cut the recorded inputs at `window` (see the module docstring)."""
     plan = ReplayPlan()
-    latest: dict[tuple[str, str], Envelope[Any]] = {}
+    latest: dict[tuple[str, str], Recorded] = {}
     decided_by_replay: set[str] = set()
     started = False
     for r in in_order(events):
@@ -112,50 +117,49 @@ def build_plan(events: Iterable[Recorded], window: Window) -> ReplayPlan:
         if window.before(r.time):
             key = state_key(e)
             if key is not None:
-                latest[key] = e
+                latest[key] = r
             continue
         if not started:
             started = True
             _start(plan, latest, decided_by_replay)
         if isinstance(p, PodLifecycle):
-            _pod_in_window(plan, e, decided_by_replay)
+            _pod_in_window(plan, r, decided_by_replay)
         elif state_key(e) is not None:
-            plan.timeline.append(e)
+            plan.timeline.append(r)
     if not started:  # the window holds no event
         _start(plan, latest, decided_by_replay)
     return plan
 
 
-def _start(plan: ReplayPlan, latest: dict[tuple[str, str], Envelope[Any]], decided_by_replay: set[str]) -> None:
+def _start(plan: ReplayPlan, latest: dict[tuple[str, str], Recorded], decided_by_replay: set[str]) -> None:
     plan.initial = _initial_state(latest, plan)
     for pending in _pending_at_start(latest):
         _arrive(plan, pending, decided_by_replay)
 
 
-def _initial_state(latest: dict[tuple[str, str], Envelope[Any]], plan: ReplayPlan) -> list[Envelope[Any]]:
+def _initial_state(latest: dict[tuple[str, str], Recorded], plan: ReplayPlan) -> list[Envelope[Any]]:
     initial = []
-    for (kind, key), e in latest.items():
-        p = e.payload
+    for (kind, key), r in latest.items():
+        p = r.envelope.payload
         if isinstance(p, PodLifecycle):
             plan.pods[key] = p
             if p.phase in ("bound", "running"):
                 plan.bound_at_start[key] = p
-                initial.append(e)
+                initial.append(r)
         else:
-            initial.append(e)
-    return sorted(initial, key=lambda e: e.time)
+            initial.append(r)
+    return [r.envelope for r in in_order(initial)]
 
 
-def _pending_at_start(latest: dict[tuple[str, str], Envelope[Any]]) -> list[Envelope[Any]]:
-    return sorted((e for (kind, _), e in latest.items()
-                   if kind == "pod.lifecycle" and e.payload.phase == "pending" and not e.payload.node),
-                  key=lambda e: e.time)
+def _pending_at_start(latest: dict[tuple[str, str], Recorded]) -> list[Recorded]:
+    return in_order(r for (kind, _), r in latest.items()
+                    if kind == "pod.lifecycle" and r.envelope.payload.phase == "pending" and not r.envelope.payload.node)
 
 
-def _arrive(plan: ReplayPlan, e: Envelope[Any], decided_by_replay: set[str]) -> None:
-    key = e.payload.event_key()
-    plan.pods[key] = e.payload
-    plan.timeline.append(e)
+def _arrive(plan: ReplayPlan, r: Recorded, decided_by_replay: set[str]) -> None:
+    key = r.envelope.payload.event_key()
+    plan.pods[key] = r.envelope.payload
+    plan.timeline.append(r)
     if key in plan.deleted:  # the same name created again: a new pod
         plan.deleted.discard(key)
         plan.recorded.pop(key, None)
@@ -165,21 +169,21 @@ def _arrive(plan: ReplayPlan, e: Envelope[Any], decided_by_replay: set[str]) -> 
     plan.recorded.setdefault(key, RecordedOutcome(None, reason="never bound in the window"))
 
 
-def _pod_in_window(plan: ReplayPlan, e: Envelope[Any], decided_by_replay: set[str]) -> None:
-    pod: PodLifecycle = e.payload
+def _pod_in_window(plan: ReplayPlan, r: Recorded, decided_by_replay: set[str]) -> None:
+    pod: PodLifecycle = r.envelope.payload
     key = pod.event_key()
     if pod.phase == "pending" and not pod.node:
-        _arrive(plan, e, decided_by_replay)
+        _arrive(plan, r, decided_by_replay)
         return
     plan.pods[key] = pod
     if pod.phase == "deleted":
         plan.deleted.add(key)
-        plan.timeline.append(e)
+        plan.timeline.append(r)
         return
     if key in decided_by_replay:  # the recorded answer; the replay binds its own
         plan.recorded[key] = RecordedOutcome(pod.node, tuple((g.gpu, g.milli) for g in pod.gpus))
         return
-    plan.timeline.append(e)  # bound by someone else: part of the world
+    plan.timeline.append(r)  # bound by someone else: part of the world
 
 
 def recorded_reasons(decisions: Iterable[Recorded], plan: ReplayPlan, window: Window) -> None:

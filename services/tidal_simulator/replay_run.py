@@ -47,7 +47,7 @@ class LiveStreams:
 async def read_recorded(live: LiveStreams, cluster: str) -> tuple[list[Recorded], list[Recorded]]:
     """(placement's inputs, the decision log) of `cluster`, as recorded."""
     async def one(stream: str) -> list[Recorded]:
-        return [Recorded(stream, raw.position, event) async for raw, event in live.read(stream)
+        return [Recorded(stream, raw.position, event, raw.stored_at) async for raw, event in live.read(stream)
                 if not isinstance(event, SchemaError) and event.cluster == cluster]
     inputs = [r for stream in INPUT_STREAMS for r in await one(stream)]
     return inputs, await one("placement.decision")
@@ -122,10 +122,10 @@ async def drive(sandbox: Bus, plan: ReplayPlan, binder: SandboxBinder, *, decisi
         await sandbox.publish_envelope(envelope)
     released = 0
     for group in arrival_groups(plan.timeline, batch_window_s):
-        keys = [e.payload.event_key() for e in group if is_arrival(e)]
+        keys = [r.envelope.payload.event_key() for r in group if is_arrival(r)]
         waiters = {key: binder.expect(key) for key in keys}
-        for envelope in group:
-            await sandbox.publish_envelope(envelope)
+        for r in group:
+            await sandbox.publish_envelope(r.envelope)
         for key, waiter in waiters.items():
             if not await settled(waiter, binder, decision_timeout_s, lambda: held_back(key)):
                 binder.outcome.why.setdefault(key, f"no decision within {decision_timeout_s:g}s")
@@ -138,22 +138,21 @@ async def drive(sandbox: Bus, plan: ReplayPlan, binder: SandboxBinder, *, decisi
         await asyncio.sleep(0.05)
 
 
-def is_arrival(envelope: Envelope[Any]) -> bool:
-    p = envelope.payload
+def is_arrival(r: Recorded) -> bool:
+    p = r.envelope.payload
     return isinstance(p, PodLifecycle) and p.phase == "pending" and not p.node
 
 
-def arrival_groups(timeline: list[Envelope[Any]], window_s: float) -> list[list[Envelope[Any]]]:
+def arrival_groups(timeline: list[Recorded], window_s: float) -> list[list[Recorded]]:
     """The timeline in groups: a run of arrivals within `window_s` of the
     run's first is one group; any other event is a group of its own."""
-    groups: list[list[Envelope[Any]]] = []
-    for envelope in timeline:
+    groups: list[list[Recorded]] = []
+    for r in timeline:
         last = groups[-1] if groups else None
-        if (last and is_arrival(envelope) and is_arrival(last[0])
-                and (envelope.time - last[0].time).total_seconds() <= window_s):
-            last.append(envelope)
+        if last and is_arrival(r) and is_arrival(last[0]) and (r.time - last[0].time).total_seconds() <= window_s:
+            last.append(r)
         else:
-            groups.append([envelope])
+            groups.append([r])
     return groups
 
 
