@@ -20,10 +20,12 @@ $(STAMP): pyproject.toml $(PACKAGES) | $(BIN)/python
 install: $(STAMP)
 
 # The pipeline on a sample cluster, then the simulator on the bundled demo
-# scenario (a memory spike and a NUMA hotspot) with its reports.
+# scenario (a memory spike and a NUMA hotspot) with its reports, then a
+# what-if: that recorded run replayed with the best-fit GPU strategy.
 demo: $(STAMP)
 	$(BIN)/tidal demo
-	$(BIN)/tidal simulate --scenario examples/demo/scenario.yaml --report .tidal/demo-report.json --html .tidal/demo-report.html
+	$(BIN)/tidal simulate --scenario examples/demo/scenario.yaml --data-dir .tidal/simulate --report .tidal/demo-report.json --html .tidal/demo-report.html
+	$(BIN)/tidal replay --recording .tidal/simulate --namespace sim --cluster sim --from earliest --set placement.gpu-strategy=best-fit --show 5 --report .tidal/demo-replay.json
 
 # The HTML report test renders in Debian's headless Chromium; install it when we
 # can (root with apt). Without it that one test skips and says why.
