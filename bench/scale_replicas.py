@@ -18,8 +18,9 @@ broker acks, and the replicas' /metrics are polled until every event is
 handled. events/s = events / (first publish -> last handled). Each
 replica's row shows the partitions it owns (its log), the partitions it
 handled events of (tidal_partition_events_handled_total) and its CPU time.
-With 2+ replicas, replica 0 is then killed (SIGKILL) and one more round is
-published: the survivors' rows show its partitions handled by them.
+With 2+ replicas, the replica owning the most partitions is then killed
+(SIGKILL) and one more round is published: the survivors' rows show its
+partitions handled by them.
 
 The machine's cores bound the result: every replica, the publisher and the
 broker share them, so replicas beyond the core count add no throughput.
@@ -74,7 +75,7 @@ def run_agents(url: str, namespace: str, args: argparse.Namespace, count: int, l
         a.go()
     done = [a.result() for a in actors]
     return {"start": min(d["start"] for d in done), "end": max(d["end"] for d in done),
-            "events": sum(d["events"] for d in done)}
+            "events": sum(d["events"] for d in done), "cpu_s": round(sum(d["cpu_s"] for d in done), 1)}
 
 
 # -- the replicas ----------------------------------------------------------------------
@@ -180,11 +181,12 @@ def run_stage(stage: str, k: int, url: str, root: Path, args: argparse.Namespace
                  "handled_partitions": _parts(counts[i]), "events": sum(counts[i].values()),
                  "share": f"{sum(counts[i].values()) / max(events, 1):.0%}",
                  "cpu_s": round((cpu1[i] or 0) - (cpu0[i] or 0), 1),
-                 "cpu_ms_per_event": round(((cpu1[i] or 0) - (cpu0[i] or 0)) * 1000 / max(sum(counts[i].values()), 1),
-                                           2)} for i in sorted(counts)]
+                 "cpu_ms_per_event": round(((cpu1[i] or 0) - (cpu0[i] or 0)) * 1000 / sum(counts[i].values()), 2)
+                 if sum(counts[i].values()) else "-"} for i in sorted(counts)]
         result = {"bench": "scale_replicas", "bus": args.bus, "stage": stage, "service": service, "replicas": k,
                   "agent_processes": k if live else 1, "nodes": args.nodes, "events": events,
-                  "publish_s": round(published - start, 2), "drain_s": round(end - start, 2),
+                  "publish_s": round(published - start, 2), "publisher_cpu_s": sent["cpu_s"],
+                  "drain_s": round(end - start, 2),
                   "events_per_s": round(events / (end - start), 1), "split_settled_s": split_s,
                   "per_replica": rows}
         if k > 1 and args.kill:
@@ -193,15 +195,18 @@ def run_stage(stage: str, k: int, url: str, root: Path, args: argparse.Namespace
 
 
 def kill_one(replicas: Replicas, url: str, namespace: str, args: argparse.Namespace) -> dict:
-    """SIGKILL replica 0, wait for the survivors to cover its partitions, publish
-    one more round, and say which survivor handled which partitions of it."""
-    victim = replicas.services[0]
-    lost = owned_partitions(victim.log_path, "node.metrics") or frozenset()
+    """SIGKILL the replica owning the most partitions, wait for the survivors
+    to cover them, publish one more round, and say which survivor handled
+    which of its partitions."""
+    owned = replicas.owned()
+    index = max(owned, key=lambda i: len(owned[i] or ()))
+    victim, lost = replicas.services[index], owned[index] or frozenset()
     before = replicas.handled()
     victim.process.kill()
     victim.process.wait()
     killed = time.monotonic()
-    takeover_s = round(time.monotonic() - killed + replicas.wait_split(settle=0.0), 1)
+    replicas.wait_split(settle=0.0)
+    takeover_s = round(time.monotonic() - killed, 1)
     events = run_agents(url, namespace, args, 1, False, 1)["events"]
     _, counts = replicas.wait_handled(events, base={i: before[i] for i in replicas.alive()})
     owned = replicas.owned()
@@ -209,21 +214,21 @@ def kill_one(replicas: Replicas, url: str, namespace: str, args: argparse.Namesp
              "handled_partitions": _parts(counts[i] - before[i]),
              "took_over": _parts(Counter({p: n for p, n in (counts[i] - before[i]).items() if p in lost})),
              "events": sum((counts[i] - before[i]).values())} for i in sorted(counts)]
-    return {"killed": 0, "its_partitions": sorted(lost), "takeover_s": takeover_s, "events": events,
+    return {"killed": index, "its_partitions": sorted(lost), "takeover_s": takeover_s, "events": events,
             "survivors": rows}
 
 
 def report(result: dict) -> None:
     print(f"\n{result['stage']} x{result['replicas']} ({result['service']}, {result['agent_processes']} agent "
           f"process(es), {result['bus']}): {result['events']:,} events of {result['nodes']:,} nodes in "
-          f"{result['drain_s']} s = {result['events_per_s']:,} events/s (published in {result['publish_s']} s; "
-          f"split settled {result['split_settled_s']} s after all were ready)")
+          f"{result['drain_s']} s = {result['events_per_s']:,} events/s (published in {result['publish_s']} s, "
+          f"{result['publisher_cpu_s']} s of publisher CPU)")
     print(table(result["per_replica"], ["replica", "owns", "handled_partitions", "events", "share", "cpu_s",
                                         "cpu_ms_per_event"]))
     kill = result.get("after_kill")
     if kill:
-        print(f"killed replica 0 (partitions {kill['its_partitions']}); survivors own everything after "
-              f"{kill['takeover_s']} s; one more round of {kill['events']:,} events:")
+        print(f"killed replica {kill['killed']} (SIGKILL; partitions {kill['its_partitions']}); the survivors own "
+              f"them {kill['takeover_s']} s later; one more round of {kill['events']:,} events:")
         print(table(kill["survivors"], ["replica", "owns", "handled_partitions", "took_over", "events"]))
 
 
