@@ -138,3 +138,9 @@ def test_best_fit_quantised_normalises_like_kube_scheduler():
     assert scored.cost.tolist() == [-100, 0]
     exact = make_strategy("best-fit").score(candidates(state), Shape(1000, 1000, 1))
     assert exact.cost.tolist() == pytest.approx([0.02734375, 0.43359375])
+
+
+def test_the_typical_workload_is_relearnt_doubling_then_every_n_pods():
+    from tidal_placement.service import refresh_due
+    assert [k for k in range(1, 1600) if refresh_due(k, 500)] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 501, 1001, 1501]
+    assert [k for k in range(1, 6) if refresh_due(k, 1)] == [1, 2, 3, 4, 5]

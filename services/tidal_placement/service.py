@@ -41,6 +41,15 @@ FOLLOWED = ("node.topology", "node.allocatable", "score.node", "score.user", "te
 TAINT_KEY = "tidal.dev/stop-scheduling"
 
 
+def refresh_due(seen: int, every: int) -> bool:
+    """Rebuild the typical workload after the 1st, 2nd, 4th, 8th… pod seen,
+    then every `every` pods: a workload learnt from one pod and kept for the
+    next `every` decisions cost fgd-cpu 1.2 points of GPU allocation on the
+    openb trace (95.72 % with the whole trace's workload, 94.55 % learning it
+    every 500 pods, 95.73 % with the doubling start)."""
+    return (seen & (seen - 1) == 0 and seen < every) or seen % every == 1 or every == 1
+
+
 class PlacementService(Service):
     name = "placement"
     settings_class = PlacementSettings
@@ -230,7 +239,7 @@ class PlacementService(Service):
             if state.held(key) is None:
                 queue.add(pod, self._score(cluster, pod))
                 self.shapes.append(PodRequest.from_pod(pod).shape)
-                if len(self.shapes) % self.settings.workload_refresh == 1:
+                if refresh_due(len(self.shapes), self.settings.workload_refresh):
                     self._refresh_strategy()
         elif pod.phase in ("bound", "running"):
             self.pods[(cluster, key)] = pod

@@ -18,7 +18,8 @@ class PlacementSettings(ServiceSettings):
     bind_timeout_s: float = Field(60.0, gt=0, description="an assumed pod without a bind result is forgotten")
     takeover_settle_s: float = Field(3.0, ge=0, description="a replica that lost a fence waits this long "
                                      "(longer than a membership hand-over) before claiming again")
-    workload_refresh: int = Field(500, ge=1, description="rebuild the typical workload every N pods seen")
+    workload_refresh: int = Field(500, ge=1, description="rebuild the typical workload every N pods seen "
+                                  "(and after the 1st, 2nd, 4th… pod before that)")
     node_stale_after_s: float = Field(30.0, ge=0, description="a node without a usage sample for this long takes "
                                       "no new pods until it sends one (0 = never stale)")
     node_stale_check_s: float = Field(5.0, gt=0, description="how often nodes are checked for staleness")
