@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tidal_bus import Bus, Consumer, Delivery, Handler, StartAt
+from tidal_bus.membership import raise_if_cancelling
 from tidal_schemas import Envelope, Payload
 
 from .http import HealthServer
@@ -156,6 +157,8 @@ class Service:
                 except Exception as exc:  # the broker away: keep the last figures
                     self.log.debug("lag of %s not measured: %r", consumer.spec.name, exc)
                     continue
+                finally:
+                    raise_if_cancelling()  # a client's wait_for may have swallowed the stop
                 self.metrics.lag_measured(consumer.spec.name, lags)
 
     async def _drain_on_stop(self, consumer_tasks: list[asyncio.Task], loop_tasks: list[asyncio.Task]) -> None:
