@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -188,6 +189,7 @@ def run_stage(stage: str, k: int, url: str, root: Path, args: argparse.Namespace
                   "publish_s": round(published - start, 2), "publisher_cpu_s": sent["cpu_s"],
                   "drain_s": round(end - start, 2),
                   "events_per_s": round(events / (end - start), 1), "split_settled_s": split_s,
+                  "loadavg_1m": round(os.getloadavg()[0], 1),
                   "per_replica": rows}
         if k > 1 and args.kill:
             result["after_kill"] = kill_one(replicas, url, namespace, args)
@@ -222,7 +224,7 @@ def report(result: dict) -> None:
     print(f"\n{result['stage']} x{result['replicas']} ({result['service']}, {result['agent_processes']} agent "
           f"process(es), {result['bus']}): {result['events']:,} events of {result['nodes']:,} nodes in "
           f"{result['drain_s']} s = {result['events_per_s']:,} events/s (published in {result['publish_s']} s, "
-          f"{result['publisher_cpu_s']} s of publisher CPU)")
+          f"{result['publisher_cpu_s']} s of publisher CPU; load average {result['loadavg_1m']})")
     print(table(result["per_replica"], ["replica", "owns", "handled_partitions", "events", "share", "cpu_s",
                                         "cpu_ms_per_event"]))
     kill = result.get("after_kill")
@@ -253,12 +255,14 @@ def main() -> None:
                     report(result)
                     print(json.dumps(result), flush=True)
                     summary.append({"stage": stage, "replicas": k, "events/s": result["events_per_s"],
-                                    "drain_s": result["drain_s"],
+                                    "drain_s": result["drain_s"], "load": result["loadavg_1m"],
+                                    "cpu ms/event": round(1000 * sum(r["cpu_s"] for r in result["per_replica"])
+                                                          / result["events"], 2),
                                     "events per replica": " / ".join(str(r["events"]) for r in result["per_replica"])})
         finally:
             broker.stop()
     print("\nsummary")
-    print(table(summary, ["stage", "replicas", "events/s", "drain_s", "events per replica"]))
+    print(table(summary, ["stage", "replicas", "events/s", "drain_s", "cpu ms/event", "load", "events per replica"]))
 
 
 if __name__ == "__main__":
