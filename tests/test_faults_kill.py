@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, make_bus, wait_until
+from conftest import ROOT, make_bus
 from tidal_bus import StartAt
 from tidal_bus.subjects import encode_durable, nats_stream_name
 from tidal_cli import simulate_cmd
@@ -62,8 +62,8 @@ RECOVERY_TIMEOUT_S = 60.0
 
 @dataclass(frozen=True)
 class Kill:
-    """Kill `service` right after pod `pod` is released, or right after the
-    tick that reaches scenario time `tick_s`."""
+    """Kill `service` as pod `pod` arrives, or as the tick that reaches
+    scenario time `tick_s` is sampled (see `kill_hook`)."""
 
     service: str
     pod: str | None = None

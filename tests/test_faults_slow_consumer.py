@@ -117,7 +117,7 @@ async def test_a_stopped_stage_resumes_from_its_durable_position(bus_url, namesp
             await wait_for(all_scored, "the samples published while it was away")
             await wait_for(lambda: _zero(second), "lag back to 0")
             answers = await scored(bus)
-            assert sorted(answers) == sorted(e.id for e in first + later), "from its position: nothing twice, nothing lost"
+            assert sorted(answers) == sorted(e.id for e in first + later), "resumed where it was: none twice, none lost"
             await stop_service(second, task)
 
 
