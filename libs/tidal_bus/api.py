@@ -8,9 +8,10 @@ is shared, so both backends behave the same.
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Literal
 
 from tidal_schemas.streams import StreamSpec
@@ -57,12 +58,28 @@ class StartAt:
         if text.isdigit():
             return cls.at_sequence(int(text))
         try:
-            when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            raise ValueError(f"--from: expected earliest, latest, a sequence number or an ISO time, got {text!r}") from None
-        if when.tzinfo is None:
-            raise ValueError(f"--from: time {text!r} needs a timezone, e.g. {text}Z")
-        return cls.at_time(when)
+            return cls.at_time(parse_time(text))
+        except ValueError as exc:
+            raise ValueError(f"--from: expected earliest, latest, a sequence number or {exc}") from None
+
+
+_AGO = re.compile(r"^-(\d{1,9}(?:\.\d{1,6})?)([smhd])$")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_time(text: str, now: datetime | None = None) -> datetime:
+    """An ISO-8601 time with a zone, or `-30s` / `-15m` / `-2h` / `-1d`
+    before `now` (default: the current time). ValueError says what to give."""
+    ago = _AGO.match(text)
+    if ago:
+        return (now or datetime.now(timezone.utc)) - timedelta(seconds=float(ago.group(1)) * _SECONDS[ago.group(2)])
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"an ISO time or -30m, got {text!r}") from None
+    if when.tzinfo is None:
+        raise ValueError(f"a time with a timezone, e.g. {text}Z, got {text!r}")
+    return when
 
 
 @dataclass

@@ -7,20 +7,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 from pydantic import ValidationError
+
+from tidal_bus.api import parse_time
 
 from .errors import CliError
 from .options import add_bus_options
 
 SETTABLE = {"placement"}
 NOT_SETTABLE = {"bus_url", "namespace", "cluster", "clusters", "all_clusters", "http_host", "http_port", "log_level"}
-_RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhd])$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def add(subparsers) -> None:
@@ -60,16 +59,10 @@ def parse_point(text: str | None, now: datetime):
         return None
     if text.isdigit():
         return Point(sequence=int(text))
-    relative = _RELATIVE.match(text)
-    if relative:
-        return Point(time=now - timedelta(seconds=float(relative.group(1)) * _UNITS[relative.group(2)]))
     try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise CliError(f"expected an ISO time, -30m, a sequence number or 'earliest', got {text!r}") from None
-    if when.tzinfo is None:
-        raise CliError(f"time {text!r} needs a timezone, e.g. {text}Z")
-    return Point(time=when)
+        return Point(time=parse_time(text, now))
+    except ValueError as exc:
+        raise CliError(f"expected 'earliest', a sequence number, or {exc}") from None
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:
