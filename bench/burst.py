@@ -207,9 +207,10 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800.0, help="give up when the burst has not drained by then")
     parser.add_argument("--seed", type=int, default=0)
     result = run(parser.parse_args())
+    sampling = (f"agents sampling every node every {result['metrics_interval_s']:g}s: {result['metric_rounds']} "
+                f"rounds during the burst" if result["metrics_interval_s"] else "no agent samples during the burst")
     print(f"burst of {result['pods']:,} pods on {result['nodes']:,} nodes over {result['bus']} "
-          f"({result['gpu_strategy']}, agents sampling every {result['metrics_interval_s']:g}s: "
-          f"{result['metric_rounds']} rounds during the burst)")
+          f"({result['gpu_strategy']}, {sampling})")
     print(table([{"figure": k, "value": result[k]} for k in
                  ("publish_s", "drain_s", "decided_50pct_s", "decided_90pct_s", "decided_99pct_s", "decisions_per_s",
                   "p50_ms", "p99_ms", "max_ms", "observer_p50_ms", "observer_p99_ms", "placed", "pending", "setup_s",
