@@ -1,6 +1,6 @@
 """A Kafka partition assignor that gives partition p of every topic to the
-same process: rendezvous hashing over the members' process ids (sent as
-user data), the same rule the NATS membership uses. So a service reading
+same process: bounded-load rendezvous hashing over the members' process ids
+(sent as user data), the same rule the NATS membership uses. So a service reading
 several node-keyed streams holds all the streams of its nodes."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from aiokafka.cluster import ClusterMetadata
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
 
-from .membership import rendezvous_owner
+from .membership import partition_owners
 
 
 def rendezvous_assignor(process_id: str) -> type[AbstractPartitionAssignor]:
@@ -34,9 +34,8 @@ def rendezvous_assignor(process_id: str) -> type[AbstractPartitionAssignor]:
             for topic in topics:
                 subscribed = {m_id: (m.user_data or m_id.encode()).decode()
                               for m_id, m in members.items() if topic in m.subscription}
-                processes = sorted(set(subscribed.values()))
-                for partition in sorted(cluster.partitions_for_topic(topic) or ()):
-                    owner = rendezvous_owner(partition, processes)
+                owners = partition_owners(cluster.partitions_for_topic(topic) or (), subscribed.values())
+                for partition, owner in sorted(owners.items()):
                     member = min(m_id for m_id, proc in subscribed.items() if proc == owner)
                     assignment[member][topic].append(partition)
             return {m_id: ConsumerProtocolMemberAssignment(cls.version, sorted(assignment[m_id].items()), b"")

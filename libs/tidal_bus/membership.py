@@ -16,7 +16,7 @@ import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
@@ -35,16 +35,35 @@ def raise_if_cancelling() -> None:
         raise asyncio.CancelledError
 
 
-def rendezvous_owner(partition: int, members: list[str]) -> str:
-    """The member with the highest hash for this partition owns it."""
-    return max(members, key=lambda m: hashlib.blake2b(f"{m}/{partition}".encode(), digest_size=8).digest())
+def partition_owners(partitions: Iterable[int], members: Iterable[str]) -> dict[int, str]:
+    """Rendezvous hashing with bounded load: every (partition, member) pair
+    is ranked by hash; partitions go to their best-ranked member with room,
+    first up to floor(partitions / members) each, then the rest up to one
+    more. Every member computes the same answer from the same set; each
+    holds its share ±1, so none sits idle while another holds half the
+    stream (plain rendezvous over 8 partitions left one of 4 replicas empty
+    in 3 runs of 8); a member that leaves moves mostly its own partitions."""
+    partitions, members = sorted(set(partitions)), sorted(set(members))
+    if not members:
+        return {}
+    ranked = sorted(((hashlib.blake2b(f"{m}/{p}".encode(), digest_size=8).digest(), p, m)
+                     for p in partitions for m in members), reverse=True)
+    owners: dict[int, str] = {}
+    load = dict.fromkeys(members, 0)
+    share = len(partitions) // len(members)
+    for cap in (share, share + 1):
+        for _, partition, member in ranked:
+            if partition not in owners and load[member] < cap:
+                owners[partition] = member
+                load[member] += 1
+    return owners
 
 
 def assignment(member: str, members: list[str], partitions: int) -> frozenset[int]:
     """Partitions `member` owns among the live `members`."""
     if member not in members:
         return frozenset()
-    return frozenset(p for p in range(partitions) if rendezvous_owner(p, members) == member)
+    return frozenset(p for p, owner in partition_owners(range(partitions), members).items() if owner == member)
 
 
 class Membership:
