@@ -31,6 +31,21 @@ def kafka_server(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture
+def own_nats(tmp_path):
+    """A nats-server of the test's own, for tests that stop and restart it."""
+    server = EmbeddedNats(tmp_path / "nats").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def own_kafka(tmp_path):
+    """A Kafka-protocol broker of the test's own, for tests that restart it."""
+    server = EmbeddedKafka(tmp_path / "kafka").start()
+    yield server
+    server.stop()
+
+@pytest.fixture
 def namespace() -> str:
     return "t" + uuid.uuid4().hex[:12]
 

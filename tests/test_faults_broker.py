@@ -24,32 +24,16 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
 
 from conftest import make_bus, start_service, stop_service, wait_until
 from builders import metrics
 from test_faults_kill import check_invariants, simulate_on_stack, wait_until_async
 from tidal_bus import StartAt
-from tidal_bus.embedded import EmbeddedKafka, EmbeddedNats
 from tidal_scoring.service import ScoringService
 from tidal_scoring.settings import ScoringSettings
 from tidal_schemas.streams import stream
 
 OUTAGE_S = 10.0
-
-
-@pytest.fixture
-def own_nats(tmp_path):
-    server = EmbeddedNats(tmp_path / "nats").start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def own_kafka(tmp_path):
-    server = EmbeddedKafka(tmp_path / "kafka").start()
-    yield server
-    server.stop()
 
 
 async def test_nats_down_for_10_s_mid_run_services_reconnect_and_nothing_is_lost(own_nats, tmp_path):

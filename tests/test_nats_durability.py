@@ -5,18 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 
 from builders import metrics
 from conftest import make_bus, wait_until
-from tidal_bus.embedded import EmbeddedNats
-
-
-@pytest.fixture
-def own_nats(tmp_path):
-    server = EmbeddedNats(tmp_path / "nats").start()
-    yield server
-    server.stop()
 
 
 async def test_restart_with_file_storage_loses_nothing_acknowledged(own_nats, namespace):

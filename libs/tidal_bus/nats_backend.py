@@ -216,7 +216,7 @@ class NatsBackend(Backend):
                 await self.js.add_stream(config)
             elif not _same_stream_config(info.config, config):
                 await self.js.update_stream(config)
-        except (nats.errors.Error, asyncio.TimeoutError) as exc:
+        except (nats.errors.Error, asyncio.TimeoutError):
             denied = self.refused(api % "CREATE", api % "UPDATE")
             if denied is None:
                 raise

@@ -18,7 +18,7 @@ import numpy as np
 from tidal_placement.gpu_frag import FragModel
 from tidal_placement.gpu_workload import typical_workload
 from tidal_placement.pod_request import PodRequest
-from tidal_schemas import NodeTopology, PodLifecycle
+from tidal_schemas import NodeTopology
 
 from .replay_plan import ReplayPlan
 
