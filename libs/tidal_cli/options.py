@@ -19,9 +19,14 @@ def add_bus_options(parser: argparse.ArgumentParser) -> None:
                         help="cluster id for events this command writes (env TIDAL_CLUSTER)")
 
 
+def bus_options(args: argparse.Namespace) -> dict:
+    """Connection options of a CLI command's buses: fail fast when the broker is not there."""
+    return {"connect_deadline_s": args.connect_timeout} if args.bus.startswith(("nats", "tls")) else {}
+
+
 def bus_for(args: argparse.Namespace, source: str = "cli"):
     """A Bus for a CLI command, failing fast when the broker is not there."""
     from tidal_bus import Bus
 
-    options = {"connect_deadline_s": args.connect_timeout} if args.bus.startswith(("nats", "tls")) else {}
-    return Bus.from_url(args.bus, namespace=args.namespace, cluster=args.cluster, source=source, **options)
+    return Bus.from_url(args.bus, namespace=args.namespace, cluster=args.cluster, source=source,
+                        **bus_options(args))

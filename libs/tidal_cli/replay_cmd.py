@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from tidal_bus.api import parse_time
 
 from .errors import CliError
-from .options import add_bus_options
+from .options import add_bus_options, bus_for, bus_options
 
 SETTABLE = {"placement"}
 NOT_SETTABLE = {"bus_url", "namespace", "cluster", "clusters", "all_clusters", "http_host", "http_port", "log_level"}
@@ -129,15 +129,13 @@ def _replay_recording(args: argparse.Namespace, start, end, overrides: dict[str,
 
 
 async def _replay(args: argparse.Namespace, start, end, overrides: dict[str, str]):
-    from tidal_bus import Bus
     from tidal_simulator.replay_compare import compare
     from tidal_simulator.replay_plan import build_plan, recorded_reasons, resolve_window
     from tidal_simulator.replay_report import ReplayResult
     from tidal_simulator.replay_run import LiveStreams, read_recorded, run_sandbox, sandbox_namespace
 
-    options = {"connect_deadline_s": args.connect_timeout} if args.bus.startswith(("nats", "tls")) else {}
-    async with Bus.from_url(args.bus, namespace=args.namespace, cluster=args.cluster, source="replay",
-                            **options) as live_bus:
+    options = bus_options(args)
+    async with bus_for(args, source="replay") as live_bus:
         inputs, decisions = await read_recorded(LiveStreams(live_bus), args.cluster)
     try:
         window = resolve_window(start, end, inputs)

@@ -1,6 +1,6 @@
 """Tidal's shared event schemas: one versioned pydantic model per event."""
 
-from .actions import ActionResult, CpuAssignment, DeadLetter, NodeAction
+from .actions import STOP_SCHEDULING_TAINT, ActionResult, CpuAssignment, DeadLetter, NodeAction
 from .common import Resources, pod_key
 from .envelope import (
     Envelope,
@@ -20,7 +20,7 @@ from .pod import GpuAsk, GpuBinding, GpuGroup, PodLifecycle, TenantConfig, reque
 from .scores import NodeScore, PeakEstimate, UserScore
 
 __all__ = [
-    "ActionResult", "BindResult", "Cpu", "CpuAssignment", "DeadLetter", "Envelope", "Gpu",
+    "STOP_SCHEDULING_TAINT", "ActionResult", "BindResult", "Cpu", "CpuAssignment", "DeadLetter", "Envelope", "Gpu",
     "GpuAsk", "GpuBinding", "GpuGroup", "GpuShare", "NodeAction", "NodeAllocatable",
     "NodeCandidate", "NodeMetrics", "NodeScore", "NodeTopology", "NumaNode", "Payload",
     "PeakEstimate", "PlacementDecision", "PodLifecycle", "PodUsage", "Resources",

@@ -9,6 +9,10 @@ from pydantic import Field, model_validator
 from .common import Name, NonNegInt
 from .envelope import Payload, register
 
+# The taint oversell puts on a node that must take no new pods; placement and
+# the replay read it.
+STOP_SCHEDULING_TAINT = "tidal.dev/stop-scheduling"
+
 ActionKind = Literal["taint", "untaint", "evict", "freeze", "thaw", "set-cpuset"]
 _POD_ACTIONS = {"evict", "freeze", "thaw", "set-cpuset"}
 

@@ -8,13 +8,14 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from tidal_runtime import ServiceSettings
+from tidal_schemas import STOP_SCHEDULING_TAINT
 
 from .bounded import BoundedSettings
 from .factor import FactorSettings
 from .thresholds import ThresholdSettings
 
 Policy = Literal["factor", "bounded", "none"]
-TAINT_KEY = "tidal.dev/stop-scheduling"
+TAINT_KEY = STOP_SCHEDULING_TAINT
 
 
 class OversellSettings(ServiceSettings):

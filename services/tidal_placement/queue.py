@@ -79,19 +79,30 @@ class SchedulingQueue:
     def cycle(self) -> list[tuple[Entry, str | None]]:
         """One pass in priority order: each entry with None (try to place it)
         or the reason it is held back by a better pod of its type waiting."""
-        waiting_best: dict[str, tuple] = {}
+        waiting_best = self._waiting_best()
+        return [(entry, self._held_back(entry, waiting_best))
+                for entry in sorted(self.entries.values(), key=lambda e: e.order)]
+
+    def held_back(self, key: str) -> bool:
+        """Whether the queued pod `key` is held back behind a better waiting
+        pod of its type (it gets no decision until that one goes)."""
+        entry = self.entries.get(key)
+        return entry is not None and self._held_back(entry, self._waiting_best()) is not None
+
+    def _waiting_best(self) -> dict[str, tuple]:
+        """The best order among waiting pods, per resource type."""
+        best: dict[str, tuple] = {}
         for e in self.entries.values():
             if e.waiting_since is not None:
                 kind = resource_type(e.pod)
-                waiting_best[kind] = min(waiting_best.get(kind, e.order), e.order)
-        plan = []
-        for entry in sorted(self.entries.values(), key=lambda e: e.order):
-            best = waiting_best.get(resource_type(entry.pod))
-            if best is not None and best < entry.order:
-                plan.append((entry, f"waiting behind a higher-priority {resource_type(entry.pod)} pod"))
-            else:
-                plan.append((entry, None))
-        return plan
+                best[kind] = min(best.get(kind, e.order), e.order)
+        return best
+
+    @staticmethod
+    def _held_back(entry: Entry, waiting_best: dict[str, tuple]) -> str | None:
+        kind = resource_type(entry.pod)
+        best = waiting_best.get(kind)
+        return f"waiting behind a higher-priority {kind} pod" if best is not None and best < entry.order else None
 
     def wait(self, key: str, reason: str, filtered: dict[str, int], now: float) -> None:
         entry = self.entries[key]

@@ -17,7 +17,7 @@ from typing import Any
 
 from tidal_bus import Delivery
 from tidal_schemas import (
-    BindResult, Envelope, NodeAction, NodeAllocatable, NodeScore, NodeTopology, PlacementDecision,
+    STOP_SCHEDULING_TAINT, BindResult, Envelope, NodeAction, NodeAllocatable, NodeScore, NodeTopology, PlacementDecision,
     PodLifecycle, TenantConfig, UserScore, derived_id,
 )
 from tidal_schemas.fence import DecisionFence, fence_decision
@@ -38,7 +38,7 @@ from .tenancy import gpu_allowance, quota_problem, tenant_usage
 
 FOLLOWED = ("node.topology", "node.allocatable", "score.node", "score.user", "tenant.config", "node.action",
             "pod.lifecycle", "bind.result", "placement.decision")
-TAINT_KEY = "tidal.dev/stop-scheduling"
+TAINT_KEY = STOP_SCHEDULING_TAINT
 
 
 def refresh_due(seen: int, every: int) -> bool:
@@ -313,9 +313,7 @@ class PlacementService(Service):
         its type: no decision is published for it until that pod goes or its
         permit expires (tools that wait for decisions need to know)."""
         queue = self.queue.get(cluster)
-        if queue is None or key not in queue.entries:
-            return False
-        return any(entry.key == key and why is not None for entry, why in queue.cycle())
+        return queue is not None and queue.held_back(key)
 
     def _score(self, cluster: str, pod: PodLifecycle) -> float:
         return self.scores.get((cluster, pod.user, resource_type(pod)), 0.0)

@@ -20,12 +20,11 @@ from datetime import datetime
 from typing import Any
 
 from tidal_schemas import (
-    Envelope, NodeAction, NodeAllocatable, NodeScore, NodeTopology, PlacementDecision, PodLifecycle, TenantConfig,
+    STOP_SCHEDULING_TAINT, Envelope, NodeAction, NodeAllocatable, NodeScore, NodeTopology, PlacementDecision, PodLifecycle, TenantConfig,
     UserScore,
 )
 from tidal_schemas.fence import DecisionFence
 
-TAINT_KEY = "tidal.dev/stop-scheduling"
 # Placement's inputs, as the replay feeds them (the decision log is read apart).
 INPUT_STREAMS = ("node.topology", "node.allocatable", "node.action", "tenant.config", "score.user",
                  "score.node", "pod.lifecycle")
@@ -89,7 +88,7 @@ def state_key(envelope: Envelope[Any]) -> tuple[str, str] | None:
     state; None for events that are not state (non-taint node actions)."""
     p = envelope.payload
     if isinstance(p, NodeAction):
-        if p.kind not in ("taint", "untaint") or p.taint_key != TAINT_KEY or p.dry_run:
+        if p.kind not in ("taint", "untaint") or p.taint_key != STOP_SCHEDULING_TAINT or p.dry_run:
             return None
         return ("taint", p.node)
     if isinstance(p, (NodeTopology, NodeAllocatable, TenantConfig, UserScore, NodeScore, PodLifecycle)):

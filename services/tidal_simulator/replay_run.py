@@ -5,9 +5,9 @@ The live bus is only ever read, through `LiveStreams`, which has no way to
 publish. Everything the replay writes (the recorded inputs, the sandbox
 placement's decisions, the binds that answer them) goes to a namespace of
 its own on the same broker, removed at the end unless kept. Pods are
-released lock-step: each recorded arrival waits for the sandbox's decision
-(placed or pending) before the next input, so the order placement sees is
-the recorded order, whatever the machine's speed.
+released lock-step: each group of pods that arrived together waits for the
+sandbox's decisions (placed or pending) before the next input, so the order
+placement sees is the recorded order, whatever the machine's speed.
 """
 
 from __future__ import annotations
@@ -36,10 +36,6 @@ class LiveStreams:
     def __init__(self, bus: Bus) -> None:
         self._bus = bus
 
-    @property
-    def namespace(self) -> str:
-        return self._bus.backend.namespace
-
     def read(self, stream: str) -> AsyncIterator[tuple[Any, Envelope[Any] | SchemaError]]:
         return self._bus.read(stream, StartAt.earliest())
 
@@ -62,7 +58,6 @@ def sandbox_namespace(live_namespace: str) -> str:
 class ReplayOutcome:
     placed: dict[str, Placed] = field(default_factory=dict)
     why: dict[str, str] = field(default_factory=dict)  # pods left pending, with the reason
-    decisions: int = 0
 
 
 class SandboxBinder:
@@ -93,7 +88,6 @@ class SandboxBinder:
         pod = self.plan.pods.get(key)
         if pod is None or key not in self.plan.recorded:
             return
-        self.outcome.decisions += 1
         self.last_change = asyncio.get_running_loop().time()
         if d.outcome == "placed" and d.node:
             self.outcome.placed[key] = Placed(d.node, tuple((g.gpu, g.milli) for g in d.gpus))
