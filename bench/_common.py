@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import placement_policy  # noqa: E402  (the in-process pod mix beside this file)
 
 from tidal_bus import Bus  # noqa: E402
-from tidal_placement.topology_builder import make_topology  # noqa: E402
+from tidal_simulator.topology_builder import make_topology  # noqa: E402
 from tidal_schemas import (  # noqa: E402
     GpuAsk, NodeMetrics, NodeTopology, PodLifecycle, Resources, encode, make_envelope,
 )

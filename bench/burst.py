@@ -1,6 +1,6 @@
 """A burst of pending pods on a simulated cluster, through the real services.
 
-The stack is libs/tidal_cli/stack.py's: the embedded nats-server (or, with
+The stack is services/tidal_cli/stack.py's: the embedded nats-server (or, with
 `--bus kafka`, the embedded Tansu Kafka-protocol broker) and placement,
 scoring, oversell and remediation, each its own process. This script plays
 the cluster: it publishes every node's topology and a first round of node

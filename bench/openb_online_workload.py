@@ -14,16 +14,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from _paths import OPENB
+
 import numpy as np
 
-from tidal_placement import openb_replay as R
+from tidal_simulator import openb_replay as R
 from tidal_placement.decide import decide
 from tidal_placement.gpu_strategies import make_strategy
 from tidal_placement.gpu_workload import typical_workload
-from tidal_placement.openb import read_nodes, read_pods
+from tidal_simulator.openb import read_nodes, read_pods
 from tidal_placement.service import refresh_due
 
-DATA = Path("/work/shared/data/openb")
+DATA = OPENB
 NODES, PODS = DATA / "openb_node_list_gpu_node.csv", DATA / "openb_pod_list_default.csv"
 SCHEDULES = {
     "oracle": None,

@@ -1,5 +1,5 @@
 """GPU placement quality on the real openb trace, by the arrive-only protocol
-of the FGD paper's simulator (/work/shared/data/openb/METHOD.md §3).
+of the FGD paper's simulator (data/openb/METHOD.md §3).
 
 For each strategy and seed: pods sorted by name and shuffled with the seed,
 inflated by uniform sampling with replacement up to 1.3 × cluster GPU
@@ -31,15 +31,17 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from _paths import OPENB
+
 import numpy as np
 
 from tidal_placement.gpu_frag import FragModel
 from tidal_placement.gpu_strategies import make_strategy
 from tidal_placement.gpu_workload import typical_workload
-from tidal_placement.openb import read_nodes, read_pods
-from tidal_placement.openb_replay import alloc_curve, arrival_sequence, frag_curve, frag_ratio_curve, replay
+from tidal_simulator.openb import read_nodes, read_pods
+from tidal_simulator.openb_replay import alloc_curve, arrival_sequence, frag_curve, frag_ratio_curve, replay
 
-DATA = Path("/work/shared/data/openb")
+DATA = OPENB
 PUBLISHED_NAMES = {"best-fit": "05-BestFit", "fgd": "06-FGD"}
 # how the simulator's baselines score: BestFit's integer, min-max normalised score, CPU-only pods included
 OPTIONS = {"best-fit": {"quantised": True, "scores_cpu_pods": True}}

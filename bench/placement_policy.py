@@ -27,7 +27,7 @@ from tidal_placement.cluster_state import ClusterState
 from tidal_placement.decide import PodRequest, decide
 from tidal_placement.gpu_strategies import make_strategy
 from tidal_placement.gpu_workload import typical_workload
-from tidal_placement.topology_builder import make_topology
+from tidal_simulator.topology_builder import make_topology
 
 MODELS = ("A100", "T4", "V100")
 

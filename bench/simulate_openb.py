@@ -20,15 +20,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from _paths import OPENB
+
 import numpy as np
 
 from tidal_placement.gpu_frag import FragModel
 from tidal_placement.gpu_strategies import make_strategy
 from tidal_placement.gpu_workload import typical_workload
-from tidal_placement.openb import read_nodes, read_pods
-from tidal_placement.openb_replay import alloc_curve, arrival_sequence, replay
+from tidal_simulator.openb import read_nodes, read_pods
+from tidal_simulator.openb_replay import alloc_curve, arrival_sequence, replay
 
-DATA = Path("/work/shared/data/openb")
+DATA = OPENB
 NODES, PODS = DATA / "openb_node_list_gpu_node.csv", DATA / "openb_pod_list_default.csv"
 PUBLISHED = {"fgd": 95.23, "best-fit": 92.91}
 REPLAY_OPTIONS = {"best-fit": {"quantised": True, "scores_cpu_pods": True}}

@@ -23,7 +23,7 @@ from tidal_placement.decide import PodRequest, decide
 from tidal_placement.service import PlacementService
 from tidal_placement.settings import PlacementSettings
 from tidal_placement.staleness import stale_nodes, stale_reason
-from tidal_placement.topology_builder import make_topology
+from tidal_simulator.topology_builder import make_topology
 from tidal_schemas import NodeScore
 
 REASON = "stale: no metrics for 30s"

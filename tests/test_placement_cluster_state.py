@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tidal_placement.cluster_state import Allocation, ClusterState
-from tidal_placement.topology_builder import make_topology
+from tidal_simulator.topology_builder import make_topology
 from tidal_schemas import NodeScore, Resources
 
 from builders import T0

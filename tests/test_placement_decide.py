@@ -10,7 +10,7 @@ from tidal_placement.cluster_state import ClusterState
 from tidal_placement.decide import PodRequest, decide
 from tidal_placement.pod_request import placement_decision
 from tidal_placement.gpu_strategies import make_strategy
-from tidal_placement.topology_builder import make_topology
+from tidal_simulator.topology_builder import make_topology
 from tidal_schemas import Gpu, GpuAsk, Resources
 
 from builders import pod

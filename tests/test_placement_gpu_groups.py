@@ -9,7 +9,7 @@ import pytest
 from tidal_placement.cluster_state import Allocation, ClusterState
 from tidal_placement.gpu_groups import GroupRegistry, build_grouping
 from tidal_placement.group_placement import GroupAsk, can_take, choose_group, group_mask
-from tidal_placement.topology_builder import make_topology
+from tidal_simulator.topology_builder import make_topology
 from tidal_schemas import GpuBinding, GpuGroup, TenantConfig
 from tidal_schemas.pod import AutoGrouping, TenantPermissions
 

@@ -12,7 +12,7 @@ from tidal_placement.gpu_candidates import Candidates, sigmoid_score
 from tidal_placement.gpu_fgd_cpu import cpu_per_gpu
 from tidal_placement.gpu_strategies import GPU_STRATEGIES, make_strategy
 from tidal_placement.gpu_workload import Shape, TargetWorkload, typical_workload
-from tidal_placement.topology_builder import make_topology
+from tidal_simulator.topology_builder import make_topology
 
 A, B, C = Shape(1000, 500, 1), Shape(2000, 1000, 1), Shape(4000)
 WORKLOAD = TargetWorkload((A, B, C), np.array([0.5, 0.25, 0.25]))

@@ -13,7 +13,7 @@ from tidal_placement.cluster_state import Allocation, ClusterState
 from tidal_placement.cpu_distribution import distribute
 from tidal_placement.numa_lookup import exclusive_feasible, exclusive_scores, shared_numa_scores
 from tidal_placement.numa_score import numa_scores
-from tidal_placement.topology_builder import make_topology
+from tidal_simulator.topology_builder import make_topology
 
 
 def random_cluster(seed: int, nodes: int = 40) -> ClusterState:

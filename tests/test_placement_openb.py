@@ -12,8 +12,8 @@ import pytest
 from tidal_placement.gpu_frag import FragModel
 from tidal_placement.gpu_strategies import make_strategy
 from tidal_placement.gpu_workload import typical_workload
-from tidal_placement.openb import TraceNode, TracePod, node_topology, pod_request, read_nodes, read_pods
-from tidal_placement.openb_replay import alloc_curve, arrival_sequence, frag_curve, replay
+from tidal_simulator.openb import TraceNode, TracePod, node_topology, pod_request, read_nodes, read_pods
+from tidal_simulator.openb_replay import alloc_curve, arrival_sequence, frag_curve, replay
 
 SAMPLE = Path(__file__).resolve().parent / "fixtures" / "openb_sample"
 

@@ -30,7 +30,7 @@ from test_props_schemas import SAMPLES, huge_literals, json_values, paths, repla
 from tidal_cli import events_cmd, main as cli_main, simulate_cmd, tenants_cmd
 from tidal_cli.errors import CliError
 from tidal_schemas import decode, encode, make_envelope
-from tidal_placement.openb import TraceError, read_nodes, read_pods
+from tidal_simulator.openb import TraceError, read_nodes, read_pods
 from tidal_simulator.scenario import ScenarioError, load_scenario
 from tidal_simulator.trace import trace_workload
 from tidal_topology.cli_cpus import BadInput, load_topology

@@ -23,7 +23,7 @@ from tidal_cli import main as cli
 from tidal_cli import replay_cmd, simulate_cmd
 from tidal_placement.service import PlacementService
 from tidal_placement.settings import PlacementSettings
-from tidal_placement.topology_builder import make_topology
+from tidal_simulator.topology_builder import make_topology
 from tidal_schemas import GpuAsk, NodeAction, make_envelope
 from tidal_schemas.placement import GpuShare
 from tidal_schemas.streams import STREAMS

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from tidal_placement.topology_builder import make_topology
+from tidal_simulator.topology_builder import make_topology
 from tidal_schemas import ActionResult, BindResult, CpuAssignment, GpuAsk, GpuShare, NodeAction, PlacementDecision, \
     PodLifecycle, Resources
 from tidal_simulator.expectations import CountExpectation, Happening, NodeExpectation, OrderExpectation, \

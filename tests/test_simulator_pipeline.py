@@ -20,8 +20,8 @@ from test_simulator_support import double, waits_for_nodes
 from tidal_bus import StartAt
 from tidal_cli import main as cli
 from tidal_cli import simulate_cmd
-from tidal_placement.openb import read_nodes, read_pods
-from tidal_placement.openb_replay import arrival_sequence
+from tidal_simulator.openb import read_nodes, read_pods
+from tidal_simulator.openb_replay import arrival_sequence
 from tidal_remediation.service import RemediationService
 from tidal_remediation.settings import RemediationSettings
 from tidal_simulator.run import simulate

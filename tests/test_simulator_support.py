@@ -22,7 +22,7 @@ from tidal_placement.gpu_strategies import make_strategy
 from tidal_placement.pod_request import PodRequest, placement_decision
 from tidal_runtime import Service, ServiceSettings, Subscription
 from tidal_bus import StartAt
-from tidal_placement.topology_builder import make_topology
+from tidal_simulator.topology_builder import make_topology
 from tidal_schemas import BindResult, PodLifecycle
 from tidal_simulator.pods import pending_pod
 

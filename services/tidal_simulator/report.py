@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tidal_placement.openb_replay import LEVELS, ReplayLog, alloc_curve, frag_curve, frag_ratio_curve
+from tidal_simulator.openb_replay import LEVELS, ReplayLog, alloc_curve, frag_curve, frag_ratio_curve
 
 from .expectations import Verdict
 from .fairness import fairness

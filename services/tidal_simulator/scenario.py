@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from tidal_schemas import GpuAsk, TenantConfig
 from tidal_schemas.envelope import describe_validation_error
-from tidal_placement.topology_builder import make_topology
+from tidal_simulator.topology_builder import make_topology
 
 from .expectations import Expectation
 from .pods import pending_pod

@@ -1,5 +1,5 @@
 """An openb-format trace (node and pod CSVs) as a workload, read with the
-placement team's parser (`tidal_placement.openb`).
+placement team's parser (`tidal_simulator.openb`).
 
 - `arrive_only`: the FGD paper's protocol (`openb_replay.arrival_sequence`):
   pods sorted by name, shuffled with the seed, inflated by uniform sampling
@@ -20,8 +20,8 @@ import zlib
 from pathlib import Path
 
 from tidal_schemas import GpuAsk
-from tidal_placement.openb import TraceError, TracePod, node_topology, read_nodes, read_pods
-from tidal_placement.openb_replay import arrival_sequence
+from tidal_simulator.openb import TraceError, TracePod, node_topology, read_nodes, read_pods
+from tidal_simulator.openb_replay import arrival_sequence
 
 from .pods import pending_pod
 from .usage_curves import Constant, UsageSpec

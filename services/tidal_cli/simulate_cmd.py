@@ -140,7 +140,7 @@ def build_plan(args: argparse.Namespace):
 
 
 def _trace(args: argparse.Namespace):
-    from tidal_placement.openb import TraceError, read_pods
+    from tidal_simulator.openb import TraceError, read_pods
     from tidal_simulator.report import published_reference
     from tidal_simulator.trace import trace_workload
 
