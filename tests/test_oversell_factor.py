@@ -13,10 +13,9 @@ from tidal_oversell.factor import (
     decide_factor,
     next_factor,
     oversell_factor,
-    oversold_allocatable,
+    scaled,
     warming_up,
 )
-from tidal_schemas import Resources
 
 GIB = 1024  # MiB
 NOW = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
@@ -33,14 +32,14 @@ def test_worked_example_factor_and_allocatable_before_clamping():
     # 50 GiB requested / 20 GiB peak = 2.5; 128 GiB reserved × 2.5 = 320 GiB
     factor = oversell_factor(50 * GIB, 20 * GIB)
     assert factor == 2.5
-    assert oversold_allocatable(Resources(memory_mib=128 * GIB), factor).memory_mib == 320 * GIB
+    assert scaled(128 * GIB, factor) == 320 * GIB
 
 
 def test_worked_example_after_clamping_to_the_default_range():
     # 2.5 clamped to [1.0, 1.5] = 1.5; 128 GiB × 1.5 = 192 GiB
     factor = clamp_factor(oversell_factor(50 * GIB, 20 * GIB), 1.0, 1.5)
     assert factor == 1.5
-    assert oversold_allocatable(Resources(memory_mib=128 * GIB), factor).memory_mib == 192 * GIB
+    assert scaled(128 * GIB, factor) == 192 * GIB
 
 
 @pytest.mark.parametrize("requested, peak, expected", [
@@ -64,10 +63,9 @@ def test_clamp_factor(raw, expected):
     assert clamp_factor(raw, 1.0, 1.5) == expected
 
 
-def test_oversold_allocatable_rounds_down_and_never_oversells_gpu():
-    # cpu 3333 × 1.5 = 4999.5 → 4999; memory 1001 × 1.5 = 1501.5 → 1501; gpu unchanged
-    got = oversold_allocatable(Resources(cpu_milli=3333, memory_mib=1001, gpu_milli=2000), 1.5)
-    assert got == Resources(cpu_milli=4999, memory_mib=1501, gpu_milli=2000)
+def test_scaled_rounds_down():
+    # 3333 × 1.5 = 4999.5 → 4999: never grant a fraction that is not there
+    assert scaled(3333, 1.5) == 4999
 
 
 # --- smoothing: fall at once, rise slowly

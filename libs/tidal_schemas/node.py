@@ -121,7 +121,9 @@ class NodeAllocatable(Payload):
     policy: Literal["factor", "bounded", "none"]
     capacity: Resources
     allocatable: Resources
-    factor: float | None = Field(default=None, ge=0)
+    factor: float | None = Field(default=None, ge=0, description="the smallest of `factors`")
+    factors: dict[str, float] = Field(default_factory=dict, description="allocatable / the node's own, per resource "
+                                      "('cpu', 'memory'): each resource follows its own usage")
     inputs: dict[str, float] = Field(default_factory=dict)
     reason: str = ""
 

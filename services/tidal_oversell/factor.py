@@ -6,6 +6,9 @@
                                                         rises ≤ max_rise per update)
     allocatable = reserved × factor                    (128 GiB × 2.5 = 320 GiB)
 
+per resource: CPU by the CPU requests and peak, memory by the memory ones
+(`allocatable.factor_allocatable`).
+
 While any pod on the node is within its warm-up period, or when there is no
 peak estimate (too few samples), the factor is 1.0: requests are the
 prediction. GPUs are never oversold: a GPU share is a hard partition.
@@ -69,14 +72,9 @@ def warming_up(pod_started_at: Iterable[datetime | None], now: datetime, warmup_
     return max(recent) if recent else None
 
 
-def oversold_allocatable(reserved: Resources, factor: float) -> Resources:
-    """reserved × factor for CPU and memory (rounded down: never grant a
-    fraction that is not there); GPU unchanged."""
-    return Resources(
-        cpu_milli=math.floor(reserved.cpu_milli * factor),
-        memory_mib=math.floor(reserved.memory_mib * factor),
-        gpu_milli=reserved.gpu_milli,
-    )
+def scaled(amount: int, factor: float) -> int:
+    """amount × factor, rounded down: never grant a fraction that is not there."""
+    return math.floor(amount * factor)
 
 
 @dataclass(frozen=True)

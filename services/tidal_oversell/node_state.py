@@ -18,7 +18,7 @@ class NodeView:
 
     topology: NodeTopology | None = None
     peak: PeakEstimate | None = None
-    factor: float | None = None
+    factors: dict[str, float] = field(default_factory=dict)  # per resource, the last one granted
 
 
 @dataclass

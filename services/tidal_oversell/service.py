@@ -105,7 +105,7 @@ class OversellService(Service):
             return
         pods = self.pods_on(cluster, metrics.node)
         allocatable = self._allocatable(view, pods, metrics)
-        view.factor = allocatable.factor
+        view.factors = dict(allocatable.factors)
         await self.publish(allocatable, cause=envelope, delivery=delivery)
         if not delivery.replaying:
             await self.action_log_ready.wait()
@@ -115,9 +115,9 @@ class OversellService(Service):
         topology, s = view.topology, self.settings
         policy = s.policy_for(topology.pool)
         if policy == "factor":
-            return factor_allocatable(topology, pods, view.peak, view.factor, metrics.sampled_at, s.factor())
+            return factor_allocatable(topology, pods, view.peak, view.factors, metrics.sampled_at, s.factor())
         if policy == "bounded":
-            return bounded_allocatable_event(topology, pods, metrics, s.bounded())
+            return bounded_allocatable_event(topology, pods, metrics, view.peak, s.bounded(), s.warmup_s)
         return unchanged_allocatable(topology)
 
     async def _act(self, envelope: Envelope[NodeMetrics], topology: NodeTopology, pods: list[PodLifecycle]) -> None:
