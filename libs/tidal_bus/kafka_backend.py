@@ -81,7 +81,7 @@ class KafkaBackend(Backend):
             topic,
             num_partitions=spec.partitions,
             replication_factor=1,
-            topic_configs={"retention.ms": str(int(spec.max_age_s * 1000)), "retention.bytes": str(spec.max_bytes if spec.max_bytes is not None else -1)},
+            topic_configs=topic_configs(spec),
         )
         try:
             await self._admin.create_topics([new])
@@ -105,7 +105,7 @@ class KafkaBackend(Backend):
         headers = [("tidal-id", msg_id.encode()), ("tidal-cluster", cluster.encode())]
         try:
             meta = await self._producer.send_and_wait(
-                kafka_topic(self.namespace, spec), data, key=key.encode(),
+                kafka_topic(self.namespace, spec), data, key=record_key(cluster, key).encode(),
                 partition=partition_for(key, spec.partitions), headers=headers,
             )
         except MessageSizeTooLargeError as exc:  # the producer's or the broker's limit: retrying cannot help
@@ -163,6 +163,27 @@ async def _position(consumer: AIOKafkaConsumer, tps: list[TopicPartition], parti
     return await consumer.position(tp)
 
 
+def topic_configs(spec: StreamSpec) -> dict[str, str]:
+    """Retention of a topic: by age (and size), or compacted for a state
+    stream (the last record of every key is kept, whatever its age)."""
+    if spec.keep_last_per_key:
+        return {"cleanup.policy": "compact", "retention.ms": "-1", "retention.bytes": "-1"}
+    return {"retention.ms": str(int(spec.max_age_s * 1000)),
+            "retention.bytes": str(spec.max_bytes if spec.max_bytes is not None else -1)}
+
+
+def record_key(cluster: str, key: str) -> str:
+    """The Kafka record key: the cluster and the event key, as a NATS subject
+    carries both, so compaction keeps one record per key *per cluster* (two
+    clusters on one bus may have a tenant of the same name)."""
+    return f"{cluster}/{key}"
+
+
+def event_key(record_key_text: str) -> str:
+    """The event key back from a record key (cluster names hold no '/')."""
+    return record_key_text.partition("/")[2] if "/" in record_key_text else record_key_text
+
+
 async def _noop_ack() -> None:
     return None
 
@@ -174,7 +195,7 @@ async def _noop_nak(delay: float) -> None:
 def _raw(record, *, deliveries: int, ack, nak, highwater: int | None = None) -> RawMessage:
     return RawMessage(
         data=record.value or b"",
-        key=(record.key or b"").decode(errors="replace"),
+        key=event_key((record.key or b"").decode(errors="replace")),
         partition=record.partition,
         position=record.offset + 1,
         deliveries=deliveries,

@@ -199,7 +199,8 @@ class NatsBackend(Backend):
             subjects=[nats_partition_filter(self.namespace, spec, None)],
             retention=RetentionPolicy.LIMITS,
             storage=StorageType.FILE,
-            max_age=spec.max_age_s,
+            max_age=0 if spec.keep_last_per_key else spec.max_age_s,
+            max_msgs_per_subject=1 if spec.keep_last_per_key else -1,
             max_bytes=spec.max_bytes if spec.max_bytes is not None else -1,
             discard=DiscardPolicy.OLD,
             duplicate_window=DUPLICATE_WINDOW_S,
@@ -393,6 +394,7 @@ def _same_stream_config(have: StreamConfig, want: StreamConfig) -> bool:
     return (sorted(have.subjects or []) == sorted(want.subjects or []) and have.retention == want.retention
             and have.storage == want.storage and have.discard == want.discard
             and (have.max_bytes or -1) == (want.max_bytes or -1)
+            and (have.max_msgs_per_subject or -1) == (want.max_msgs_per_subject or -1)
             and close(have.max_age, want.max_age) and close(have.duplicate_window, want.duplicate_window))
 
 

@@ -114,7 +114,9 @@ class TenantPermissions(Record):
 
 @register
 class TenantConfig(Payload):
-    """A tenant's whole configuration: a new one replaces the previous one."""
+    """A tenant's whole configuration: a new one replaces the previous one.
+    `deleted` removes the tenant (its quota, permissions and groups); the
+    stream keeps each tenant's last event for as long as it is not replaced."""
 
     TYPE = "tenant.config"
 
@@ -126,6 +128,7 @@ class TenantConfig(Payload):
     )
     groups: list[GpuGroup] = Field(default_factory=list)
     auto_grouping: AutoGrouping | None = None
+    deleted: bool = False
 
     def event_key(self) -> str:
         return self.tenant
@@ -138,6 +141,9 @@ class TenantConfig(Payload):
             raise ValueError(f"group names must be unique, repeated: {', '.join(duplicates)}")
         if self.groups and self.auto_grouping:
             raise ValueError("give either groups (manual) or auto_grouping, not both")
+        if self.deleted and (self.quota or self.groups or self.auto_grouping or self.permissions.nodes
+                             or self.permissions.gpus):
+            raise ValueError("a deleted tenant carries no configuration")
         return self
 
 

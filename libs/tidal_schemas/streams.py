@@ -20,6 +20,10 @@ class StreamSpec:
     partitions: int = 8
     max_age_s: float = 7 * DAY
     max_bytes: int | None = None  # None: bounded by age only (NATS reserves storage for a byte cap)
+    keep_last_per_key: bool = False
+    """A state stream: the last event of every (cluster, key) is kept for as
+    long as it is not replaced, whatever its age (NATS: one message per
+    subject, no age limit; Kafka: a compacted topic). `max_age_s` is ignored."""
     producers: tuple[str, ...] = ()
     consumers: tuple[str, ...] = ()
 
@@ -45,7 +49,9 @@ _CATALOGUE = [
                consumers=("scoring", "oversell", "remediation")),
     StreamSpec("pod.lifecycle", producers=("bridge", "simulator"),
                consumers=("scoring", "placement", "oversell", "remediation")),
-    StreamSpec("tenant.config", partitions=1, max_age_s=365 * DAY, producers=("cli",),
+    # The last configuration of every tenant lives as long as the tenant: an
+    # unchanged tenant must not age out (deleting one is an explicit event).
+    StreamSpec("tenant.config", partitions=1, keep_last_per_key=True, producers=("cli",),
                consumers=("placement",)),
     StreamSpec("score.user", producers=("scoring",), consumers=("placement",)),
     StreamSpec("score.node", producers=("scoring",), consumers=("placement", "oversell")),

@@ -1,6 +1,7 @@
 """`tidal tenants apply FILE.yaml`: validate tenant configurations (GPU
 groups, quotas, permissions), then publish them; a tenant's new
-configuration replaces its previous one."""
+configuration replaces its previous one. `tidal tenants delete NAME…`
+removes tenants (their last configuration is otherwise kept for ever)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from .options import add_bus_options, bus_for
 
 def add(subparsers) -> None:
     tenants = subparsers.add_parser("tenants", help="tenant GPU groups, quotas and permissions")
-    verbs = tenants.add_subparsers(dest="verb", required=True, metavar="{apply}")
+    verbs = tenants.add_subparsers(dest="verb", required=True, metavar="{apply,delete}")
     apply = verbs.add_parser("apply", help="validate a YAML file of tenants, then publish it",
                              description="FILE holds one tenant mapping or a list of them (fields of the "
                                          "tenant.config event: tenant, permissions, quota, groups or "
@@ -28,6 +29,12 @@ def add(subparsers) -> None:
     apply.add_argument("file", type=Path)
     add_bus_options(apply)
     apply.set_defaults(func=run_apply)
+    delete = verbs.add_parser("delete", help="remove tenants: their quota, permissions and groups",
+                              description="Publishes a deletion for each NAME; placement drops the tenant's "
+                                          "configuration. Its pods stay where they are.")
+    delete.add_argument("names", nargs="+", metavar="NAME")
+    add_bus_options(delete)
+    delete.set_defaults(func=run_delete)
 
 
 def load_tenants(path: Path, cluster: str = "local") -> list[TenantConfig]:
@@ -53,12 +60,24 @@ def load_tenants(path: Path, cluster: str = "local") -> list[TenantConfig]:
 
 def run_apply(args: argparse.Namespace) -> int:
     tenants = load_tenants(args.file, args.cluster)
-
-    async def publish() -> None:
-        async with bus_for(args) as bus:
-            for config in tenants:
-                await bus.publish(config)
-
-    asyncio.run(publish())
+    asyncio.run(_publish(args, tenants))
     print(f"applied {len(tenants)} tenant(s): {', '.join(t.tenant for t in tenants)}")
     return 0
+
+
+def run_delete(args: argparse.Namespace) -> int:
+    deletions = []
+    for name in args.names:
+        try:
+            deletions.append(TenantConfig(tenant=name, deleted=True))
+        except ValidationError as exc:
+            raise CliError(f"tenant {name!r}: {describe_validation_error(exc)}") from None
+    asyncio.run(_publish(args, deletions))
+    print(f"deleted {len(deletions)} tenant(s): {', '.join(d.tenant for d in deletions)}")
+    return 0
+
+
+async def _publish(args: argparse.Namespace, configs: list[TenantConfig]) -> None:
+    async with bus_for(args) as bus:
+        for config in configs:
+            await bus.publish(config)
