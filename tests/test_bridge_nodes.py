@@ -10,7 +10,7 @@ import pytest
 
 from tidal_bridge.nodes import node_topology, with_taint, without_taint
 from tidal_bridge.objects import (
-    allocatable_annotations, annotations_patch, binding_body, clear_decision_patch, decision_annotations,
+    allocatable_annotations, annotations_patch, binding_body, clear_decision_patch,
     eviction_body, pod_event, taints_patch,
 )
 from tidal_schemas import GpuShare, NodeAllocatable, PlacementDecision, Resources
@@ -82,14 +82,7 @@ def test_without_taint(taints, expected):
     assert without_taint(taints, "tidal.dev/overloaded", "NoSchedule") == expected
 
 
-def test_decision_annotations_are_compact_json_sorted_by_numa():
-    decision = PlacementDecision(decision_id="d1", namespace="ns", name="p", outcome="placed", node="n1",
-                                 numa_cpus={1: 2, 0: 2}, gpus=[GpuShare(gpu="gpu-0", milli=500)])
-    annotations = decision_annotations(decision)
-    assert annotations == {"tidal.dev/decision-id": "d1", "tidal.dev/numa-cpus": '{"0":2,"1":2}',
-                           "tidal.dev/gpus": '[{"gpu":"gpu-0","milli":500}]'}
-    assert json.loads(annotations["tidal.dev/numa-cpus"]) == {"0": 2, "1": 2}
-    assert annotations_patch(annotations) == {"metadata": {"annotations": annotations}}
+def test_clearing_a_decision_removes_every_key_it_wrote():
     assert clear_decision_patch() == {"metadata": {"annotations": {
         "tidal.dev/decision-id": None, "tidal.dev/numa-cpus": None, "tidal.dev/gpus": None}}}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidal_placement.cluster_state import Allocation, ClusterState
+from tidal_placement.cluster_state import NONE_FLOATING, Allocation, ClusterState, Floating
 from tidal_simulator.topology_builder import make_topology
 from tidal_schemas import NodeScore, Resources
 
@@ -164,9 +164,50 @@ def test_reported_again_keeps_held_pods_by_id():
     assert free(state, "n1") == {"cpu": 6000, "mem": 65536, "numa": [4, 2], "gpu": [1000, 0]}
 
 
-def test_removing_a_node_drops_its_pods():
+def test_removing_a_node_parks_its_pods_until_it_comes_back():
     state = cluster(make_topology("n1", (4,)), make_topology("n2", (4,)))
     state.assume("a", Allocation.of("n1", 1000))
     state.assume("b", Allocation.of("n2", 1000))
     assert state.remove_node("n1") == ["a"]
-    assert state.held("a") is None and state.held("b") is not None
+    assert state.held("a") is not None and state.held("b") is not None
+    state.upsert_node(make_topology("n1", (4,)))
+    assert free(state, "n1")["cpu"] == 3000
+
+
+def test_a_recorded_pod_on_an_unknown_node_counts_once_the_node_arrives():
+    state = cluster()
+    outcome = state.record("p", Allocation.of("n1", 2000, 512, {1: 2}, {"gpu0": 500}))
+    assert outcome.ok and "not known yet" in outcome.reason
+    state.upsert_node(make_topology("n1", (8, 8), gpus=2, memory_mib=4096))
+    assert free(state, "n1") == {"cpu": 14000, "mem": 3584, "numa": [8, 6], "gpu": [500, 1000]}
+    assert state.release("p") is not None
+    assert free(state, "n1") == {"cpu": 16000, "mem": 4096, "numa": [8, 8], "gpu": [1000, 1000]}
+
+
+def test_record_is_unchecked_and_replaces_what_the_pod_held():
+    state = cluster(make_topology("n1", (2,), memory_mib=1024))
+    assert state.record("big", Allocation.of("n1", 5000, 4096, {0: 2})).ok  # the cluster runs it: it counts
+    assert free(state, "n1")["cpu"] == 0 and free(state, "n1")["numa"] == [0]
+    state.record("big", Allocation.of("n1", 1000))
+    assert free(state, "n1")["cpu"] == 1000 and free(state, "n1")["numa"] == [2]
+
+
+def test_floating_devices_are_counted_and_give_way_to_named_ones_in_any_order():
+    topology = make_topology("n1", (4, 4), gpus=4)
+    foreign = ("f", Allocation.of("n1", 500), Floating(gpus=(1000,), exclusive_cpus=0))
+    tidal = ("t", Allocation.of("n1", 1000, 0, {1: 2}, {"gpu3": 1000}), NONE_FLOATING)
+    lost = ("l", Allocation.of("n1", 2000), Floating(gpus=(300,), exclusive_cpus=3))
+    results = []
+    for order in ([foreign, tidal, lost], [lost, tidal, foreign], [tidal, lost, foreign]):
+        state = cluster(make_topology("n1", (4, 4), gpus=4)) if order[0] is not lost else cluster()
+        for key, allocation, floating in order:
+            state.record(key, allocation, floating)
+        if "n1" not in state.rows:
+            state.upsert_node(topology)
+        results.append(free(state, "n1"))
+    assert results[0] == results[1] == results[2]
+    # gpu3 named by t; the foreign whole GPU floats to gpu2, the share to gpu1;
+    # 3 exclusive CPUs from the NUMA node with most free (NUMA 0: 4), t holds 2 of NUMA 1
+    assert results[0] == {"cpu": 8000 - 3500, "mem": results[0]["mem"], "numa": [1, 2], "gpu": [1000, 700, 0, 0]}
+    state.release("f")
+    assert free(state, "n1")["gpu"] == [1000, 1000, 700, 0]  # the share moves up once room frees

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .common import Name, NonNegInt, Record
+from .common import Name, NonNegInt, Record, Resources
 from .envelope import Payload, register
 
 
@@ -44,6 +44,8 @@ class PlacementDecision(Payload):
     )
     numa_nodes: list[NonNegInt] = Field(default_factory=list)
     gpus: list[GpuShare] = Field(default_factory=list)
+    requests: Resources = Field(
+        default_factory=Resources, description="placed: the node-level CPU and memory booked for the pod")
     chosen: NodeCandidate | None = None
     runners_up: list[NodeCandidate] = Field(default_factory=list)
     filtered: dict[str, NonNegInt] = Field(

@@ -42,6 +42,12 @@ class PodLifecycle(Payload):
     `invalid_reason` is set when the pod's Tidal annotations could not be
     parsed: the pod is then unschedulable until fixed, never silently
     scheduled with defaults.
+
+    A bound or running pod carries what it holds (`numa_cpus`, `gpus`,
+    `decision_id`), read back from the decision written on it. One that
+    asks for GPUs or exclusive CPUs but carries none of them (a foreign pod,
+    or a Tidal pod whose decision annotations are gone or malformed) holds
+    them all the same: consumers account it by its requests.
     """
 
     TYPE = "pod.lifecycle"
@@ -68,6 +74,8 @@ class PodLifecycle(Payload):
     numa_cpus: dict[int, NonNegInt] = Field(
         default_factory=dict, description="bound pods: exclusive CPUs held on each NUMA node")
     gpus: list[GpuShare] = Field(default_factory=list, description="bound pods: the GPUs (or shares) held")
+    decision_id: str = Field("", max_length=253, description="bound pods: the placement decision they were bound by")
+    foreign: bool = Field(False, description="bound by another scheduler: counted against its node, never placed")
 
     def event_key(self) -> str:
         return pod_key(self.namespace, self.name)

@@ -17,13 +17,12 @@ Read from the pod:
 | `tidal.dev/qos` | label | `LS`, `BE` | Kubernetes QoS class Guaranteed → `LS`, else `BE` | `qos` |
 | `tidal.dev/evictable` | label | `true` / `false` | `false` | `evictable` |
 
-Written by the bridge (never read as asks):
+Written by the bridge (never read as asks): the decision a pod was bound
+by (`tidal.dev/decision-id`, `tidal.dev/numa-cpus`, `tidal.dev/gpus`, written
+and read back by `tidal_schemas.decision_codec`), and on nodes:
 
 | key | on | value |
 |---|---|---|
-| `tidal.dev/decision-id` | pod annotation | the `PlacementDecision.decision_id` the pod was bound by |
-| `tidal.dev/numa-cpus` | pod annotation | JSON `{"<numa id>": <exclusive CPUs>}` |
-| `tidal.dev/gpus` | pod annotation | JSON `[{"gpu": "<id>", "milli": <1..1000>}]` |
 | `tidal.dev/allocatable-cpu-milli` | node annotation | oversold allocatable CPU, milli-CPU |
 | `tidal.dev/allocatable-memory-mib` | node annotation | oversold allocatable memory, MiB |
 | `tidal.dev/oversell-policy` | node annotation | `factor`, `bounded` or `none` |
@@ -44,7 +43,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-PREFIX = "tidal.dev/"
+from tidal_schemas.decision_codec import DECISION_KEYS, PREFIX
+
 EXCLUSIVE_CPUS = PREFIX + "exclusive-cpus"
 CPU_POLICY = PREFIX + "cpu-policy"
 GPU_COUNT = PREFIX + "gpu-count"
@@ -56,14 +56,11 @@ TENANT = PREFIX + "tenant"
 USER = PREFIX + "user"
 QOS = PREFIX + "qos"
 EVICTABLE = PREFIX + "evictable"
-DECISION_ID = PREFIX + "decision-id"
-NUMA_CPUS = PREFIX + "numa-cpus"
-GPUS = PREFIX + "gpus"
 ALLOCATABLE_CPU = PREFIX + "allocatable-cpu-milli"
 ALLOCATABLE_MEMORY = PREFIX + "allocatable-memory-mib"
 OVERSELL_POLICY = PREFIX + "oversell-policy"
 
-WRITTEN_ON_PODS = frozenset({DECISION_ID, NUMA_CPUS, GPUS})
+WRITTEN_ON_PODS = frozenset(DECISION_KEYS)
 MAX_NAME = 253
 MAX_GPUS = 1024  # far above any node; bounds the number so the event stays a 64-bit integer
 _SHOWN = 64  # characters of a bad value quoted in a problem

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidal_schemas import PlacementDecision
+from tidal_schemas.decision_codec import DECISION_ID, write_decision
 
-from .annotations import DECISION_ID
 from .errors import BridgeError, KubeStatusError
 from .kube import Kube
-from .objects import annotations_patch, binding_body, clear_decision_patch, decision_annotations
+from .objects import annotations_patch, binding_body, clear_decision_patch
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class Binder:
         if node_problem:
             return BindOutcome(False, node_problem, pod)
         try:
-            pod = await self.kube.patch_pod(ns, name, annotations_patch(decision_annotations(decision)))
+            pod = await self.kube.patch_pod(ns, name, annotations_patch(write_decision(decision)))
         except KubeStatusError as exc:
             if exc.code == 404:
                 return BindOutcome(False, f"pod {ns}/{name} is gone")

@@ -10,29 +10,18 @@ since it was read, which makes read-modify-write of a list (taints) safe.
 from __future__ import annotations
 
 import hashlib
-import json
 from datetime import datetime
 from typing import Any
 
-from tidal_schemas import NodeAllocatable, PlacementDecision
+from tidal_schemas import NodeAllocatable
+from tidal_schemas.decision_codec import cleared_decision
 
-from .annotations import ALLOCATABLE_CPU, ALLOCATABLE_MEMORY, DECISION_ID, GPUS, NUMA_CPUS, OVERSELL_POLICY
+from .annotations import ALLOCATABLE_CPU, ALLOCATABLE_MEMORY, OVERSELL_POLICY
 
 INVALID_ANNOTATION = "TidalInvalidAnnotation"
+DECISION_UNREADABLE = "TidalDecisionUnreadable"
 SCHEDULED = "Scheduled"
 COMPONENT = "tidal-bridge"
-
-
-def decision_annotations(decision: PlacementDecision) -> dict[str, str]:
-    """The pod annotations that persist a decision (SPEC §A step 5):
-    numa-cpus `{"<numa>": cpus}` sorted by NUMA id, gpus `[{"gpu", "milli"}]`."""
-    numa = {str(k): v for k, v in sorted(decision.numa_cpus.items())}
-    gpus = [{"gpu": share.gpu, "milli": share.milli} for share in decision.gpus]
-    return {
-        DECISION_ID: decision.decision_id,
-        NUMA_CPUS: json.dumps(numa, separators=(",", ":")),
-        GPUS: json.dumps(gpus, separators=(",", ":")),
-    }
 
 
 def annotations_patch(annotations: dict[str, str | None], resource_version: str | None = None) -> dict[str, Any]:
@@ -44,8 +33,8 @@ def annotations_patch(annotations: dict[str, str | None], resource_version: str 
 
 
 def clear_decision_patch() -> dict[str, Any]:
-    """Remove a decision written by `decision_annotations` (binding failed)."""
-    return annotations_patch({DECISION_ID: None, NUMA_CPUS: None, GPUS: None})
+    """Remove a decision written on the pod (binding failed)."""
+    return annotations_patch(cleared_decision())
 
 
 def allocatable_annotations(allocatable: NodeAllocatable) -> dict[str, str]:

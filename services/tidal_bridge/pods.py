@@ -15,6 +15,11 @@ Requests, per resource r (what the API server itself uses, `PodRequests`):
 
 CPU in milli-CPU, memory in MiB (both rounded up), GPUs counted from the
 extended resource `nvidia.com/gpu` (configurable).
+
+Whose pods: every pod is read, Tidal's (spec.schedulerName is ours) and
+foreign ones (`foreign`: another scheduler's, a DaemonSet's, a static pod),
+because everything bound to a node consumes it. Foreign pods live in the
+shared CPU pool: they never hold exclusive CPUs, whatever they ask.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tidal_schemas import GpuAsk, PodLifecycle, Resources
+from tidal_schemas.decision_codec import read_decision
 from tidal_schemas.envelope import describe_validation_error
 
 from .annotations import EXCLUSIVE_CPUS, GPU_COUNT, GPU_MILLI, Asks, parse_asks
@@ -153,15 +159,23 @@ def _gpu(asks: Asks, from_resources: int, gpu_resource: str, problems: list[str]
         return GpuAsk()
 
 
-def pod_lifecycle(pod: Mapping[str, Any], *, deleted: bool = False,
-                  gpu_resource: str = GPU_RESOURCE) -> PodLifecycle:
-    """The `PodLifecycle` of a Pod object; malformed Tidal keys or quantities
-    set `invalid_reason` (all problems, '; '-joined) instead of raising."""
+def read_pod(pod: Mapping[str, Any], *, deleted: bool = False, gpu_resource: str = GPU_RESOURCE,
+             scheduler_name: str = "tidal") -> tuple[PodLifecycle, str | None]:
+    """The `PodLifecycle` of a Pod object, and why what a bound pod holds
+    could not be read back (None when it could, or it holds nothing that
+    needs its decision). Malformed Tidal keys or quantities set
+    `invalid_reason` (all problems, '; '-joined) instead of raising.
+
+    A pod of another scheduler is `foreign`: its Tidal keys are not read
+    (they are not asks to us), only its requests, which its node must count.
+    A bound Tidal pod carries what it holds, read back from the decision
+    written on it (`tidal_schemas.decision_codec`)."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-    asks = parse_asks(meta.get("annotations"), labels)
+    foreign = spec.get("schedulerName", "default-scheduler") != scheduler_name
+    asks = Asks() if foreign else parse_asks(meta.get("annotations"), labels)
     problems = list(asks.problems)
     requests, gpus, quantity_problems = pod_requests(spec, gpu_resource)
     problems += quantity_problems
@@ -181,11 +195,26 @@ def pod_lifecycle(pod: Mapping[str, Any], *, deleted: bool = False,
         qos=qos, priority=_int(spec.get("priority")),
         system_critical=spec.get("priorityClassName") in SYSTEM_CRITICAL, evictable=bool(asks.evictable),
         created_at=_time(meta.get("creationTimestamp")) or EPOCH, started_at=_time(status.get("startTime")),
-        labels=labels,
+        labels=labels, foreign=foreign,
     )
+    unread = None
+    if phase in ("bound", "running") and not foreign:
+        held, unread = read_decision(meta.get("annotations"))
+        if held is not None:
+            fields.update(decision_id=held.decision_id, numa_cpus=held.numa_cpus, gpus=list(held.gpus))
+        elif unread is None and (gpu.count or exclusive):
+            unread = "bound without a Tidal decision"
+        if unread:
+            unread += ": its GPUs and exclusive CPUs are accounted by its requests, on devices Tidal cannot name"
     try:
-        return PodLifecycle(**fields, invalid_reason="; ".join(problems) or None)
+        return PodLifecycle(**fields, invalid_reason="; ".join(problems) or None), unread
     except ValidationError as exc:  # the checks above should prevent this; never crash on input
         problems.append(describe_validation_error(exc))
-        fields.update(exclusive_cpus=False, gpu=GpuAsk(), priority=0)
-        return PodLifecycle(**fields, invalid_reason="; ".join(problems))
+        fields.update(exclusive_cpus=False, gpu=GpuAsk(), priority=0, numa_cpus={}, gpus=[], decision_id="")
+        return PodLifecycle(**fields, invalid_reason="; ".join(problems)), unread
+
+
+def pod_lifecycle(pod: Mapping[str, Any], *, deleted: bool = False, gpu_resource: str = GPU_RESOURCE,
+                  scheduler_name: str = "tidal") -> PodLifecycle:
+    """The `PodLifecycle` of a Pod object (see `read_pod`)."""
+    return read_pod(pod, deleted=deleted, gpu_resource=gpu_resource, scheduler_name=scheduler_name)[0]

@@ -2,7 +2,12 @@
 
 Publishes (in its own `settings.cluster`):
 - `pod.lifecycle` for every change of a pod whose spec.schedulerName is
-  ours. Event ids are derived from (cluster, uid, resourceVersion) — or
+  ours, and of every pod of another scheduler once it is bound to a node
+  (published `foreign`: placement, oversell and remediation count what it
+  requests against its node). A bound Tidal pod's event carries what it
+  holds, read back from the decision written on it; one whose decision
+  cannot be read is accounted by its requests and gets a Warning Event
+  `TidalDecisionUnreadable`. Event ids are derived from (cluster, uid, resourceVersion) — or
   (cluster, uid, "deleted") — so a relist, a reconnect or a second replica
   yields the same ids and the bus drops the repeats; a change that leaves the
   event unchanged (a status condition, our own annotations) is not published.
@@ -41,8 +46,8 @@ from .binder import Binder, BindOutcome
 from .errors import BridgeError, KubeStatusError
 from .kube import Kube
 from .nodes import node_topology
-from .objects import INVALID_ANNOTATION, SCHEDULED, allocatable_annotations, annotations_patch, pod_event
-from .pods import pod_lifecycle
+from .objects import DECISION_UNREADABLE, INVALID_ANNOTATION, SCHEDULED, allocatable_annotations, annotations_patch, pod_event
+from .pods import read_pod
 from .settings import BridgeSettings
 from .watch import Backoff, Change, Reflector
 
@@ -63,7 +68,7 @@ class BridgeService(Service):
         self.pods: Reflector | None = None
         self.nodes: Reflector | None = None
         self._published: dict[str, PodLifecycle] = {}  # uid -> last pod.lifecycle payload
-        self._reported: dict[str, str] = {}  # uid -> invalid_reason already reported as an Event
+        self._reported: dict[str, set[str]] = {}  # uid -> problems already reported as Events
         self._node_facts: dict[str, NodeTopology] = {}
 
     # -- wiring -----------------------------------------------------------------
@@ -99,9 +104,8 @@ class BridgeService(Service):
         self.binder = Binder(self.kube, scheduler_name=s.scheduler_name, attempts=s.bind_attempts,
                              retry_s=s.bind_retry_s)
         self.actuator = Actuator(self.kube, conflict_attempts=s.conflict_attempts)
-        self.pods = Reflector(self.kube, "pods", self._on_pod, field_selector=f"spec.schedulerName={s.scheduler_name}",
-                              accept=lambda pod: (pod.get("spec") or {}).get("schedulerName") == s.scheduler_name,
-                              timeout_s=s.watch_timeout_s, backoff=Backoff(s.backoff_initial_s, s.backoff_max_s))
+        # Every pod: a field selector cannot say "ours, or bound" (selectors only AND).
+        self.pods = Reflector(self.kube, "pods", self._on_pod, accept=self._counted, timeout_s=s.watch_timeout_s, backoff=Backoff(s.backoff_initial_s, s.backoff_max_s))
         if s.publish_node_facts:
             self.nodes = Reflector(self.kube, "nodes", self._on_node, timeout_s=s.watch_timeout_s,
                                    backoff=Backoff(s.backoff_initial_s, s.backoff_max_s))
@@ -120,13 +124,19 @@ class BridgeService(Service):
         return super().ready()
 
     # -- Kubernetes -> bus --------------------------------------------------------
+    def _counted(self, pod: dict[str, Any]) -> bool:
+        """Ours (to place and to count), or bound to a node (to count)."""
+        spec = pod.get("spec") or {}
+        return spec.get("schedulerName") == self.settings.scheduler_name or bool(spec.get("nodeName"))
+
     def _event_id(self, uid: str, event_type: str, version: str) -> str:
         return derived_id(f"kube:{self.settings.cluster}:{uid}", event_type, version)
 
     async def _on_pod(self, change: Change) -> None:
         obj = change.object
         gone = change.type == "DELETED"
-        pod = pod_lifecycle(obj, deleted=gone, gpu_resource=self.settings.gpu_resource)
+        pod, unread = read_pod(obj, deleted=gone, gpu_resource=self.settings.gpu_resource,
+                               scheduler_name=self.settings.scheduler_name)
         # A finished pod was published as deleted already; its DELETED then adds nothing.
         if self._published.get(pod.uid) != pod:
             version = "deleted" if pod.phase == "deleted" else str(obj["metadata"].get("resourceVersion"))
@@ -136,9 +146,15 @@ class BridgeService(Service):
             self._reported.pop(pod.uid, None)
             return
         self._published[pod.uid] = pod
-        if pod.phase != "deleted" and pod.invalid_reason and self._reported.get(pod.uid) != pod.invalid_reason:
-            if await self._pod_event(obj, INVALID_ANNOTATION, pod.invalid_reason):
-                self._reported[pod.uid] = pod.invalid_reason
+        if pod.phase == "deleted":
+            return
+        for reason, problem in ((INVALID_ANNOTATION, pod.invalid_reason), (DECISION_UNREADABLE, unread)):
+            reported = self._reported.setdefault(pod.uid, set())
+            if problem and problem not in reported:
+                if reason == DECISION_UNREADABLE:
+                    self.log.warning("pod %s: %s", pod.event_key(), problem)
+                if await self._pod_event(obj, reason, problem):
+                    reported.add(problem)
 
     async def _on_node(self, change: Change) -> None:
         meta = change.object.get("metadata") or {}

@@ -9,9 +9,20 @@ leaves a node full, never negative):
     numa_free[r, j]  = allocatable exclusive CPUs of NUMA j − Σ exclusive CPUs held there
     gpu_free[r, g]   = 1000 − Σ milli held on device g (0 for padding / unhealthy devices)
 
-`assume` deducts a decision at once, `forget` returns exactly what was
-assumed (bind failed), `confirm` marks it bound, `release` returns a bound
-pod's resources (pod deleted). Expected refusals are `Outcome` values.
+`assume` deducts a decision at once, refused when anything would go
+negative; `forget` returns exactly what was assumed (bind failed), `confirm`
+marks it bound, `release` returns a pod's resources (pod deleted). `record`
+takes what the cluster says a pod holds, unchecked (it holds it whether or
+not it fits), on a node not known yet too: such a pod is parked and counted
+the moment its node's topology arrives. Expected refusals are `Outcome` values.
+
+Devices the cluster cannot name: a pod bound by another scheduler that
+asked for GPUs, or a Tidal pod whose decision could not be read back, holds
+`Floating` devices: whole GPUs (or shares) and exclusive CPUs on its node,
+but not which ones. They are counted all the same, on devices chosen by
+`_settle` from the node's named holdings alone (GPUs from the highest index
+down, CPUs from the NUMA nodes with most free), so the cache is the same
+whatever order the holdings arrived in.
 Columns are padded: `numa_valid` / `gpu_valid` say which entries are real.
 """
 
@@ -27,7 +38,7 @@ from tidal_schemas import NodeScore, NodeTopology, Resources
 from .cluster_arrays import GPU_ARRAYS, NUMA_ARRAYS, ROW_ARRAYS, GPU_MILLI, ClusterArrays
 from .node_spec import NodeSpec, node_spec
 
-__all__ = ["GPU_MILLI", "Allocation", "ClusterState", "OK", "Outcome"]
+__all__ = ["GPU_MILLI", "NONE_FLOATING", "Allocation", "ClusterState", "Floating", "OK", "Outcome"]
 
 
 @dataclass(frozen=True)
@@ -61,10 +72,26 @@ class Allocation:
                           tuple(sorted((k, v) for k, v in (gpus or {}).items() if v)))
 
 
+@dataclass(frozen=True)
+class Floating:
+    """Devices a pod holds on its node without their names: milli-GPU per
+    GPU held (1000 = whole), exclusive CPUs."""
+
+    gpus: tuple[int, ...] = ()
+    exclusive_cpus: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.gpus or self.exclusive_cpus)
+
+
+NONE_FLOATING = Floating()
+
+
 @dataclass
 class _Held:
     allocation: Allocation
     confirmed: bool = False
+    floating: Floating = NONE_FLOATING
 
 
 class ClusterState(ClusterArrays):
@@ -78,7 +105,9 @@ class ClusterState(ClusterArrays):
         self.model_ids: dict[str, int] = {}
         self._spare: list[int] = []
         self._held: dict[str, _Held] = {}
-        self._pods_on: dict[int, set[str]] = {}
+        self._pods_on: dict[str, set[str]] = {}  # node name -> held pod keys (known node or not)
+        self._floating_on: dict[int, set[str]] = {}  # row -> keys holding floating devices there
+        self._charged: dict[int, list[tuple[str, int, int]]] = {}  # row -> floating charges ("numa"/"gpu", col, n)
         self._blocked: dict[int, set[str]] = {}
         self._numa_col: dict[int, dict[int, int]] = {}
         self._gpu_col: dict[int, dict[str, int]] = {}
@@ -91,7 +120,8 @@ class ClusterState(ClusterArrays):
         """Add or replace a node's inventory; pods already held on it stay held."""
         spec = node_spec(topology)
         r = self.rows.get(spec.name)
-        if r is None:
+        new = r is None
+        if new:
             r = self._new_row(spec.name)
         self._resize(len(self.names), max(self.numa_cols, len(spec.numa_ids)), max(self.gpu_cols, len(spec.gpu_ids)))
         self.specs[r] = spec
@@ -116,19 +146,29 @@ class ClusterState(ClusterArrays):
         (self.mixed_model_rows.add if len(set(spec.gpu_models)) > 1 else self.mixed_model_rows.discard)(r)
         self.gpu_count[r] = sum(spec.gpu_healthy)
         self._gpu_col[r] = {gpu: k for k, gpu in enumerate(spec.gpu_ids)}
+        self._charged.pop(r, None)  # device arrays were reset: floating charges are redone below
+        if new:  # pods parked until their node was known
+            for key in self._pods_on.get(spec.name, ()):
+                a = self._held[key].allocation
+                self.cpu_used[r] += a.cpu_milli
+                self.mem_used[r] += a.memory_mib
+                if self._held[key].floating:
+                    self._floating_on.setdefault(r, set()).add(key)
         self._reapply_devices(r)
         self.schedulable[r] = not self._blocked.get(r)
+        self._refresh_node(r)
         self._recount(r)
+        self._settle(r)
         self._order_numa(r)
 
     def remove_node(self, name: str) -> list[str]:
-        """Drop a node; returns the keys of the pods that were held on it."""
+        """Drop a node; its pods stay held, parked until it comes back or they
+        are released. Returns their keys."""
         r = self.rows.pop(name, None)
         if r is None:
             return []
-        dropped = sorted(self._pods_on.pop(r, set()))
-        for key in dropped:
-            del self._held[key]
+        for side in (self._floating_on, self._charged):
+            side.pop(r, None)
         for table in (ROW_ARRAYS, NUMA_ARRAYS, GPU_ARRAYS):
             for attr, (_, fill) in table.items():
                 getattr(self, attr)[r] = fill
@@ -137,7 +177,7 @@ class ClusterState(ClusterArrays):
         for side in (self.specs, self._blocked, self._numa_col, self._gpu_col):
             side.pop(r, None)
         self._spare.append(r)
-        return dropped
+        return sorted(self._pods_on.get(name, ()))
 
     def set_allocatable(self, node: str, resources: Resources) -> Outcome:
         """Replace node-level CPU/memory allocatable (e.g. oversold by §D)."""
@@ -212,9 +252,24 @@ class ClusterState(ClusterArrays):
         problem = self._check(r, allocation)
         if problem:
             return Outcome(False, problem)
-        self._apply(r, allocation, +1)
-        self._held[pod_key] = _Held(allocation)
-        self._pods_on.setdefault(r, set()).add(pod_key)
+        self._hold(pod_key, _Held(allocation))
+        return OK
+
+    def record(self, pod_key: str, allocation: Allocation, floating: Floating = NONE_FLOATING, *,
+               confirmed: bool = True) -> Outcome:
+        """Hold what the cluster (or the decision log) says the pod holds,
+        replacing what it held before. Unchecked: a pod the cluster runs is
+        counted even where it overbooks (the free figures then stay at 0).
+        On a node not known yet it is parked (the outcome says so)."""
+        held = self._held.get(pod_key)
+        if held is not None and (held.allocation, held.floating) == (allocation, floating):
+            held.confirmed = held.confirmed or confirmed
+            return OK
+        if held is not None:
+            self.release(pod_key)
+        self._hold(pod_key, _Held(allocation, confirmed, floating))
+        if allocation.node not in self.rows:
+            return Outcome(True, f"node {allocation.node} not known yet: held until its topology arrives")
         return OK
 
     def confirm(self, pod_key: str) -> Outcome:
@@ -237,15 +292,39 @@ class ClusterState(ClusterArrays):
         held = self._held.pop(pod_key, None)
         if held is None:
             return None
-        r = self.rows[held.allocation.node]
-        self._pods_on[r].discard(pod_key)
-        self._apply(r, held.allocation, -1)
+        node = held.allocation.node
+        self._pods_on[node].discard(pod_key)
+        if not self._pods_on[node]:
+            del self._pods_on[node]
+        r = self.rows.get(node)
+        if r is not None:
+            self._apply(r, held.allocation, -1)
+            if held.floating:
+                self._floating_on[r].discard(pod_key)
+            self._settle(r)
         return held.allocation
+
+    def holdings(self) -> dict[str, tuple[Allocation, Floating, bool]]:
+        """Every held pod: (allocation, floating devices, confirmed)."""
+        return {key: (h.allocation, h.floating, h.confirmed) for key, h in self._held.items()}
 
     def held(self, pod_key: str) -> Allocation | None:
         """The allocation a pod holds, if any."""
         entry = self._held.get(pod_key)
         return entry.allocation if entry else None
+
+    def free_by_node(self) -> dict[str, dict]:
+        """Every known node's free figures by name and id (plain data, for
+        comparing two caches and for operators)."""
+        figures = {}
+        for node, r in sorted(self.rows.items()):
+            spec = self.specs[r]
+            figures[node] = {
+                "cpu_milli": int(self.cpu_free[r]), "memory_mib": int(self.mem_free[r]),
+                "numa_cpus": {int(numa): int(self.numa_free[r, j]) for numa, j in self._numa_col[r].items()},
+                "gpu_milli": {gpu: int(self.gpu_free[r, k]) for gpu, k in self._gpu_col[r].items()},
+            }
+        return figures
 
     def gpu_id(self, row: int, col: int) -> str:
         """The GPU id stored in column `col` of `row`."""
@@ -290,10 +369,58 @@ class ClusterState(ClusterArrays):
                 self.gpu_used[r, self._gpu_col[r][gpu]] += sign * milli
             self._refresh_gpus(r)
 
+    def _hold(self, pod_key: str, held: _Held) -> None:
+        self._held[pod_key] = held
+        self._pods_on.setdefault(held.allocation.node, set()).add(pod_key)
+        r = self.rows.get(held.allocation.node)
+        if r is not None:
+            self._apply(r, held.allocation, +1)
+            if held.floating:
+                self._floating_on.setdefault(r, set()).add(pod_key)
+            self._settle(r)
+
+    def _settle(self, r: int) -> None:
+        """Place the row's floating devices again, from its named holdings
+        alone: GPUs from the highest index down (whole ones on fully free
+        GPUs, shares on the fullest GPU with room), exclusive CPUs from the
+        NUMA nodes with most free. What fits nowhere is still charged (on the
+        freest device), so it is never handed out."""
+        charged, keys = self._charged.pop(r, []), self._floating_on.get(r)
+        if not charged and not keys:
+            return
+        for kind, col, amount in charged:
+            (self.numa_used if kind == "numa" else self.gpu_used)[r, col] -= amount
+        charges: list[tuple[str, int, int]] = []
+        g = len(self.specs[r].gpu_ids) if r in self.specs else 0
+        for key in sorted(keys or ()):
+            floating = self._held[key].floating
+            for need in sorted(floating.gpus, reverse=True):
+                free = [(int(GPU_MILLI - self.gpu_used[r, k]) if self.gpu_valid[r, k] else -1, k) for k in range(g)]
+                if not free:
+                    break
+                fits = [(f, k) for f, k in free if f >= need]
+                # whole: the highest free GPU; share: the fullest with room (least free, highest index)
+                _, k = max(fits, key=lambda fk: (fk[1],) if need >= GPU_MILLI else (-fk[0], fk[1])) \
+                    if fits else max(free)
+                self.gpu_used[r, k] += need
+                charges.append(("gpu", k, need))
+            left = floating.exclusive_cpus
+            while left > 0 and self.numa_count[r]:
+                n = int(self.numa_count[r])
+                free_numa = (self.numa_alloc[r, :n] - self.numa_used[r, :n]).tolist()
+                j = max(range(n), key=lambda c: (free_numa[c], -c))
+                take = min(left, free_numa[j]) if free_numa[j] > 0 else left
+                self.numa_used[r, j] += take
+                charges.append(("numa", j, take))
+                left -= take
+        if charges:
+            self._charged[r] = charges
+        self._recount(r)
+
     def _reapply_devices(self, r: int) -> None:
         # A re-reported node keeps its pods: put their per-NUMA and per-GPU
         # holdings back by id; ids the node no longer reports are dropped.
-        for key in self._pods_on.get(r, ()):
+        for key in self._pods_on.get(self.names[r], ()):
             a = self._held[key].allocation
             for numa, count in a.numa_cpus:
                 if numa in self._numa_col[r]:

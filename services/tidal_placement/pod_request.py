@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from tidal_schemas import GpuShare, NodeCandidate, PlacementDecision, PodLifecycle, pod_key
+from tidal_schemas import GpuShare, NodeCandidate, PlacementDecision, PodLifecycle, Resources, pod_key
 
 from .cluster_state import GPU_MILLI, Allocation
 from .cpu_distribution import CpuPolicy
@@ -71,5 +71,6 @@ def placement_decision(pod: PodLifecycle, placement: Placement, decision_id: str
     runners_up = [NodeCandidate(node=node, score=score) for node, score in placement.runners_up()]
     return PlacementDecision(outcome="placed", node=placement.node, numa_cpus=dict(allocation.numa_cpus),
                              runners_up=runners_up,
+                             requests=Resources(cpu_milli=allocation.cpu_milli, memory_mib=allocation.memory_mib),
                              numa_nodes=list(placement.numa_nodes), chosen=chosen,
                              gpus=[GpuShare(gpu=gpu, milli=milli) for gpu, milli in allocation.gpus], **common)

@@ -25,8 +25,9 @@ from tidal_schemas.placement import GpuShare
 
 from tidal_runtime import Service, Subscription
 
-from .cluster_state import Allocation, ClusterState
+from .cluster_state import ClusterState
 from .decide import decide
+from .holdings import PodRecord
 from .pod_request import Placement, PodRequest, placement_decision
 from .gpu_groups import GroupRegistry
 from .gpu_strategies import make_strategy
@@ -39,6 +40,7 @@ from .tenancy import gpu_allowance, quota_problem, tenant_usage
 FOLLOWED = ("node.topology", "node.allocatable", "score.node", "score.user", "tenant.config", "node.action",
             "pod.lifecycle", "bind.result", "placement.decision")
 TAINT_KEY = STOP_SCHEDULING_TAINT
+GONE_KEPT = 100_000  # deleted pods remembered against late decisions (a rebuild reads them in any order)
 
 
 def refresh_due(seen: int, every: int) -> bool:
@@ -65,7 +67,8 @@ class PlacementService(Service):
         self.gpu_model: dict[str, str] = {}
         self.inventory: dict[str, dict[str, list]] = {}  # cluster -> node -> GPUs
         self.scores: dict[tuple[str, str, str], float] = {}
-        self.pods: dict[tuple[str, str], PodLifecycle] = {}
+        self.records: dict[tuple[str, str], PodRecord] = {}  # (cluster, pod key) -> what is known of it
+        self.gone: dict[tuple[str, str], None] = {}  # (cluster, uid) of deleted pods, oldest first
         self.awaiting_bind: dict[tuple[str, str], float] = {}
         self.fences: dict[str, DecisionFence] = {}
         self.claimed: dict[str, int] = {}  # cluster -> epoch we claimed
@@ -231,52 +234,77 @@ class PlacementService(Service):
             if c == cluster:
                 self.groups[cluster].apply(config, inventory)
 
+    def _record(self, cluster: str, key: str) -> PodRecord:
+        return self.records.setdefault((cluster, key), PodRecord())
+
     def _apply_pod(self, cluster: str, pod: PodLifecycle) -> None:
         key = pod.event_key()
-        queue, state = self.queue[cluster], self.state[cluster]
-        if pod.phase == "pending" and not pod.node:
-            self.pods.pop((cluster, key), None)
-            if state.held(key) is None:
-                queue.add(pod, self._score(cluster, pod))
-                self.shapes.append(PodRequest.from_pod(pod).shape)
-                if refresh_due(len(self.shapes), self.settings.workload_refresh):
-                    self._refresh_strategy()
-        elif pod.phase in ("bound", "running"):
-            self.pods[(cluster, key)] = pod
-            queue.remove(key)
-            held = state.held(key)
-            wanted = Allocation.of(pod.node, pod.requests.cpu_milli, pod.requests.memory_mib, pod.numa_cpus,
-                                   {g.gpu: g.milli for g in pod.gpus})
-            if held is None or held.node != pod.node:
-                if held is not None:  # bound elsewhere than we assumed: the cluster is right
-                    state.release(key)
-                state.assume(key, wanted)
-            state.confirm(key)
-            self.awaiting_bind.pop((cluster, key), None)
-        elif pod.phase == "deleted":
+        if pod.phase == "deleted":
             self.room_changed.add(cluster)
-            self.pods.pop((cluster, key), None)
+            self.records.pop((cluster, key), None)
             self.requested.pop((cluster, key), None)
-            queue.remove(key)
-            state.release(key)
+            self._bury(cluster, pod.uid)
+            self._reconcile(cluster, key)
+            return
+        record = self._record(cluster, key)
+        record.pod = pod
+        if record.waits():
+            self.shapes.append(PodRequest.from_pod(pod).shape)
+            if refresh_due(len(self.shapes), self.settings.workload_refresh):
+                self._refresh_strategy()
+        self._reconcile(cluster, key)
+
+    def _bury(self, cluster: str, uid: str) -> None:
+        # Decisions are another stream: one for a pod deleted since may be read
+        # after its deletion (a rebuild), and must not book anything then.
+        if uid:
+            self.gone[(cluster, uid)] = None
+            while len(self.gone) > GONE_KEPT:
+                del self.gone[next(iter(self.gone))]
+
+    def _reconcile(self, cluster: str, key: str) -> None:
+        """Make the cache and the queue say what the pod's record says
+        (`holdings.PodRecord`): the same whatever order the streams came in."""
+        record = self.records.get((cluster, key))
+        state, queue = self.state[cluster], self.queue[cluster]
+        holding = record.holding() if record is not None else None
+        if holding is None:
+            if state.release(key) is not None:
+                self.room_changed.add(cluster)
             self.awaiting_bind.pop((cluster, key), None)
+        else:
+            outcome = state.record(key, holding.allocation, holding.floating, confirmed=holding.bound)
+            if outcome.reason:
+                self.log.info("pod %s in %s: %s", key, cluster, outcome.reason)
+            if holding.bound:
+                self.awaiting_bind.pop((cluster, key), None)
+            else:
+                self.awaiting_bind.setdefault((cluster, key), time.monotonic())
+        if record is not None and record.waits():
+            queue.add(record.pod, self._score(cluster, record.pod))
+        else:
+            queue.remove(key)
 
     def _apply_bind(self, cluster: str, result: BindResult) -> None:
         key = f"{result.namespace}/{result.name}"
-        state = self.state[cluster]
-        self.awaiting_bind.pop((cluster, key), None)
         if result.ok:
-            state.confirm(key)
+            self.awaiting_bind.pop((cluster, key), None)
+            self.state[cluster].confirm(key)
             return
         self.log.info("bind of %s on %s failed (%s): rolling back", key, result.node, result.reason)
-        self._rollback(cluster, key)
+        self._record(cluster, key).failed.add(result.decision_id)  # also when read before its decision
+        self.room_changed.add(cluster)
+        self._reconcile(cluster, key)
 
     def _rollback(self, cluster: str, key: str) -> None:
+        """Give up the pod's live decision (bind timed out, fenced out): its
+        room returns to the cache and the pod to the queue."""
+        record = self.records.get((cluster, key))
+        decision = record.live_decision() if record is not None else None
+        if decision is not None:
+            record.failed.add(decision.decision_id)
         self.room_changed.add(cluster)
-        self.state[cluster].forget(key)
-        pod = self.requested.get((cluster, key)) or self.pods.get((cluster, key))
-        if pod is not None:
-            self.queue[cluster].add(pod, self._score(cluster, pod))
+        self._reconcile(cluster, key)
 
     async def _apply_decision(self, cluster: str, d: PlacementDecision) -> None:
         fence = self.fences.setdefault(cluster, DecisionFence())
@@ -294,19 +322,16 @@ class PlacementService(Service):
         if d.outcome != "placed":
             return
         key = d.event_key()
-        state = self.state.get(cluster) or self._cluster(cluster)
+        self._cluster(cluster)
+        record = self.records.get((cluster, key))
         if not admitted:
-            if d.leader == me and state.held(key) is not None:  # fenced out: undo our own assumption
-                self._rollback(cluster, key)
+            if d.leader == me and record is not None and record.live_decision() == d:
+                self._rollback(cluster, key)  # fenced out: undo our own assumption
             return
-        if state.held(key) is None:  # another replica's decision: mirror it
-            entry = self.queue[cluster].entries.get(key)
-            pod = entry.pod if entry else None
-            state.assume(key, Allocation.of(d.node, pod.requests.cpu_milli if pod else 0,
-                                            pod.requests.memory_mib if pod else 0, d.numa_cpus,
-                                            {g.gpu: g.milli for g in d.gpus}))
-            self.awaiting_bind[(cluster, key)] = time.monotonic()
-        self.queue[cluster].remove(key)
+        if (cluster, d.uid) in self.gone:
+            return
+        self._record(cluster, key).decision = d
+        self._reconcile(cluster, key)
 
     def held_back(self, cluster: str, key: str) -> bool:
         """Whether the queued pod `key` is held back behind a waiting pod of
@@ -391,7 +416,10 @@ class PlacementService(Service):
                 queue.wait(entry.key, placement.reason, dict(placement.filtered), now)
                 if not changed:
                     continue  # the same reasons: say it once, not every cycle
-            await self.publish(decision.model_copy(update=extra), cluster=cluster)
+            decision = decision.model_copy(update=extra)
+            if placement.ok:  # held by this decision from now on, whatever is read next
+                self._record(cluster, entry.key).decision = decision
+            await self.publish(decision, cluster=cluster)
 
     def requested_names(self) -> list[PodLifecycle]:
         """Pods this replica has placed (and not seen deleted)."""
@@ -401,13 +429,12 @@ class PlacementService(Service):
         self.requested[(cluster, pod.event_key())] = pod
 
     def _holdings(self, cluster: str):
-        for (c, key), pod in self.pods.items():
-            if c == cluster:
-                yield pod, {g.gpu: g.milli for g in pod.gpus}
-        for (c, key), pod in self.requested.items():
-            held = self.state[cluster].held(key) if c == cluster else None
-            if held is not None and (c, key) not in self.pods:
-                yield pod, dict(held.gpus)
+        """(pod, GPUs held by name) of every Tidal pod holding room in `cluster`."""
+        state = self.state[cluster]
+        for (c, key), record in self.records.items():
+            held = state.held(key) if c == cluster and record.pod is not None and not record.pod.foreign else None
+            if held is not None:
+                yield record.pod, dict(held.gpus)
 
     def _place(self, cluster: str, state: ClusterState, pod: PodLifecycle, usage):
         if pod.invalid_reason:

@@ -1,0 +1,88 @@
+"""What each pod holds, from everything placement knows of it (pure).
+
+Placement reads three streams about a pod — its lifecycle, the decisions
+taken for it and the bind results — each in its own task, so in any order
+relative to each other when it rebuilds after a restart. The holding is
+therefore a function of the latest of each, never of their arrival order:
+
+1. A bound or running pod holds what the cluster says (its event carries the
+   decision read back from the pod; devices it holds without their names
+   are `Floating`). The cluster is right even against a decision.
+2. Else a pending pod (or one not seen yet) holds its latest admitted
+   `placed` decision, unless that decision's bind failed or timed out, or it
+   was taken for an earlier pod of the same name (another uid).
+3. Else it holds nothing; a pending pod of Tidal's then waits in the queue.
+
+A decision carries the node-level requests it booked, so it is counted in
+full even when it is read before the pod's pending event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tidal_schemas import PlacementDecision, PodLifecycle
+
+from .cluster_state import NONE_FLOATING, Allocation, Floating
+
+HOLDING_PHASES = ("bound", "running")
+
+
+@dataclass(frozen=True)
+class Holding:
+    allocation: Allocation
+    floating: Floating = NONE_FLOATING
+    bound: bool = False  # the cluster says so (else: decided, awaiting its bind)
+
+
+@dataclass
+class PodRecord:
+    """The latest of each stream about one pod."""
+
+    pod: PodLifecycle | None = None
+    decision: PlacementDecision | None = None  # latest admitted `placed` decision
+    failed: set[str] = field(default_factory=set)  # decision ids whose bind failed or timed out
+
+    def live_decision(self) -> PlacementDecision | None:
+        d = self.decision
+        if d is None or d.decision_id in self.failed:
+            return None
+        if self.pod is not None and self.pod.uid and d.uid and d.uid != self.pod.uid:
+            return None
+        return d
+
+    def holding(self) -> Holding | None:
+        """What the pod holds now (rules 1–3 of the module docstring)."""
+        pod = self.pod
+        if pod is not None and pod.phase in HOLDING_PHASES:
+            return bound_holding(pod)
+        d = self.live_decision()
+        if d is None or (pod is not None and pod.phase != "pending"):
+            return None
+        return Holding(decided_allocation(d, pod))
+
+    def waits(self) -> bool:
+        """Whether the pod belongs in the scheduling queue."""
+        pod = self.pod
+        return pod is not None and pod.phase == "pending" and not pod.foreign and self.live_decision() is None
+
+
+def bound_holding(pod: PodLifecycle) -> Holding:
+    """A bound pod's holding: requests at node level, exclusive CPUs and GPUs
+    by name when its decision was read back, floating otherwise."""
+    floating = Floating(
+        gpus=(pod.gpu.milli,) * pod.gpu.count if pod.gpu.count and not pod.gpus else (),
+        exclusive_cpus=pod.requests.cpu_milli // 1000 if pod.exclusive_cpus and not pod.numa_cpus else 0)
+    allocation = Allocation.of(pod.node or "", pod.requests.cpu_milli, pod.requests.memory_mib, pod.numa_cpus,
+                               {share.gpu: share.milli for share in pod.gpus})
+    return Holding(allocation, floating, bound=True)
+
+
+def decided_allocation(decision: PlacementDecision, pod: PodLifecycle | None) -> Allocation:
+    """What a placed decision books (the requests it carries; a decision of an
+    older placement without them books the pod's requests when known)."""
+    requests = decision.requests
+    if pod is not None and not (requests.cpu_milli or requests.memory_mib):
+        requests = pod.requests
+    return Allocation.of(decision.node or "", requests.cpu_milli, requests.memory_mib, decision.numa_cpus,
+                         {share.gpu: share.milli for share in decision.gpus})

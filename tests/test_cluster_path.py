@@ -1,0 +1,294 @@
+"""Every guarantee on the path a real cluster takes: pods in the (fake, real
+wire protocol) Kubernetes API → the real bridge → the real placement (and
+scoring) services over a real NATS server → the bridge binds → the bridge
+reports the bound pods again. Nothing here publishes a pod event itself:
+what placement knows of pods, it knows from the bridge.
+
+The node agent's part (topology) is played by publishing `NodeTopology`
+events, and the kubelet's by the fake API server (a binding sets
+spec.nodeName; `run` marks a pod Running)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from typing import Any
+
+import pytest
+
+from conftest import bus_options, make_bus, start_service, wait_until
+from fake_kube_api import FakeKubeApi
+from tidal_bridge.service import BridgeService
+from tidal_bridge.settings import BridgeSettings
+from tidal_bus import Bus, StartAt
+from tidal_cli.sample import node
+from tidal_placement.service import PlacementService
+from tidal_placement.settings import PlacementSettings
+from tidal_placement.tenancy import tenant_usage
+from tidal_schemas import TenantConfig
+from tidal_schemas.fence import DecisionFence
+
+CLUSTER = "c1"
+A100 = [("A100", 40960)]
+
+
+class Path:
+    """A running cluster path: the fake API server, the bridge, placement."""
+
+    def __init__(self, kube: FakeKubeApi, bus, url: str, namespace: str) -> None:
+        self.kube, self.bus, self.url, self.namespace = kube, bus, url, namespace
+        self.services: list[tuple[Any, asyncio.Task]] = []
+        self.placement: PlacementService | None = None
+        self.buses: list[Bus] = []
+
+    async def start(self, service) -> Any:
+        self.services.append((service, await start_service(service, timeout=30)))
+        return service
+
+    async def own_bus(self, source: str) -> Bus:
+        """A connection of its own, closed with a short drain timeout: a NATS
+        group subscription sometimes fails to close (see test_bridge_service.running)."""
+        bus = Bus.from_url(self.url, namespace=self.namespace, cluster=CLUSTER, source=source,
+                           connect_options={"drain_timeout": 2}, **bus_options(self.url))
+        await bus.backend.connect()
+        self.buses.append(bus)
+        return bus
+
+    async def start_placement(self, **overrides) -> PlacementService:
+        values = dict(bus_url=self.url, namespace=self.namespace, cluster=CLUSTER, http_port=0,
+                      http_host="127.0.0.1", gpu_strategy="best-fit", bind_timeout_s=30, takeover_settle_s=0.5,
+                      drain_timeout_s=2)
+        values.update(overrides)
+        self.placement = await self.start(PlacementService(PlacementSettings(**values),
+                                                           bus=await self.own_bus("placement")))
+        await wait_until(lambda: CLUSTER in self.placement.active, 30, "placement leads")
+        return self.placement
+
+    def kill(self, service) -> None:
+        """As kill -9: the task is cancelled, nothing is drained or flushed."""
+        for entry in list(self.services):
+            if entry[0] is service:
+                entry[1].cancel()
+                self.services.remove(entry)
+
+    def pod(self, name: str, *, cpu: str = "1", memory: str = "1Gi", gpus: int = 0, annotations=None,
+            labels=None, **options) -> None:
+        limits = {"nvidia.com/gpu": str(gpus)} if gpus else None
+        self.kube.add_pod(name, cpu=cpu, memory=memory, limits=limits, annotations=annotations, labels=labels,
+                          **options)
+
+    def bound(self, name: str, namespace: str = "default") -> str | None:
+        pod = self.kube.pod(namespace, name) or {}
+        return (pod.get("spec") or {}).get("nodeName")
+
+    async def wait_bound(self, *names: str, timeout: float = 30) -> None:
+        await wait_until(lambda: all(self.bound(n) for n in names), timeout, f"{', '.join(names)} bound")
+        # ... and placement has read the bridge's report of each bound pod
+        await wait_until(lambda: all(self._seen_bound(n) for n in names), timeout, "bound pods seen by placement")
+
+    def _seen_bound(self, name: str) -> bool:
+        record = self.placement.records.get((CLUSTER, f"default/{name}"))
+        return record is not None and record.pod is not None and record.pod.phase in ("bound", "running")
+
+    async def pending_reason(self, name: str) -> str:
+        fence, reason = DecisionFence(), None
+        async for _, event in self.bus.read("placement.decision", StartAt.earliest()):
+            d = event.payload
+            if fence.admit(d) and d.name == name and d.outcome in ("placed", "pending"):
+                reason = d.reason if d.outcome == "pending" else "placed"
+        return reason or ""
+
+    async def wait_pending(self, name: str, says: str, timeout: float = 20) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            reason = await self.pending_reason(name)
+            if says in reason:
+                return
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"{name}: expected pending with {says!r}, last decision says {reason!r}")
+            await asyncio.sleep(0.1)
+
+    async def settle(self, seconds: float = 1.0) -> None:
+        """Let every stream go quiet (no decision is expected in this window)."""
+        await asyncio.sleep(seconds)
+
+
+@contextlib.asynccontextmanager
+async def cluster_path(nats_server, namespace, *topologies):
+    async with FakeKubeApi() as kube, make_bus(nats_server.url, namespace, cluster=CLUSTER) as bus:
+        await bus.ensure_streams()
+        for topology in topologies:
+            kube.add_node(topology.node, cpu=str(len(topology.cpus)), gpus=len(topology.gpus))
+            await bus.publish(topology)
+        path = Path(kube, bus, nats_server.url, namespace)
+        await path.start(BridgeService(BridgeSettings(
+            bus_url=nats_server.url, namespace=namespace, cluster=CLUSTER, http_port=0, http_host="127.0.0.1",
+            kube_api_url=kube.url, backoff_initial_s=0.05, backoff_max_s=0.5, api_retry_s=0.05, bind_retry_s=0.01,
+            request_timeout_s=5, drain_timeout_s=2), bus=await path.own_bus("bridge")))
+        try:
+            yield path
+        finally:
+            for service, task in reversed(path.services):
+                service.stop()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(task, 30)
+            for bus in path.buses:
+                await bus.backend.close()
+
+
+def gpu_node(name: str, gpus: int = 4, model: str = "A100", cpus_per_numa: int = 4):
+    """2 NUMA nodes × `cpus_per_numa` CPUs, 64 GiB, `gpus` GPUs."""
+    return node(name, 1, 2, cpus_per_numa, 1, 64 * 1024, gpus=[(model, 40960)] * gpus, reserved=0)
+
+
+def cpu_node(name: str, cpus_per_numa: int = 4):
+    return node(name, 1, 2, cpus_per_numa, 1, 64 * 1024, reserved=0)
+
+
+def cache(service: PlacementService) -> dict:
+    """Placement's cache, field by field: free figures per node, NUMA node
+    and GPU, and what each tenant holds."""
+    state = service.state[CLUSTER]
+    return {"free": state.free_by_node(),
+            "tenants": tenant_usage(service._holdings(CLUSTER), service.gpu_model)}
+
+
+# -- quota --------------------------------------------------------------------
+
+async def test_a_quota_holds_once_the_bridge_reports_the_pods_bound(nats_server, namespace):
+    async with cluster_path(nats_server, namespace, gpu_node("g1", 8)) as path:
+        await path.bus.publish(TenantConfig(tenant="team-a", quota={"A100": 4000}))
+        await path.start_placement()
+        two_gpus = {"tidal.dev/gpu-models": "A100"}
+        for name in ("p1", "p2"):
+            path.pod(name, gpus=2, annotations=two_gpus, labels={"tidal.dev/tenant": "team-a"})
+        await path.wait_bound("p1", "p2")
+        path.pod("p3", gpus=2, annotations=two_gpus, labels={"tidal.dev/tenant": "team-a"})
+        await path.wait_pending("p3", "quota")
+        assert path.bound("p3") is None
+
+
+# -- foreign pods ------------------------------------------------------------------
+
+async def test_a_daemonset_pods_cpu_and_gpu_are_never_handed_out_again(nats_server, namespace):
+    async with cluster_path(nats_server, namespace, gpu_node("g1", 2)) as path:
+        path.pod("gpu-agent", cpu="6", gpus=1, scheduler="default-scheduler", node="g1", phase="Running",
+                 spec={"priorityClassName": "system-node-critical"})
+        await path.start_placement()
+        await wait_until(lambda: path.placement.state[CLUSTER].held("default/gpu-agent") is not None, 20,
+                         "the foreign pod counted")
+        path.pod("cpu-hog", cpu="3")  # 8 CPUs − 6 held by the DaemonSet pod: does not fit
+        path.pod("t1", cpu="1", gpus=1)
+        path.pod("t2", cpu="1", gpus=1)  # one GPU of two is the DaemonSet pod's
+        await path.wait_pending("cpu-hog", "cpu")
+        await wait_until(lambda: sum(bool(path.bound(n)) for n in ("t1", "t2")) == 1, 20, "one GPU pod bound")
+        late = "t2" if path.bound("t1") else "t1"
+        await path.wait_pending(late, "gpu")
+        # and the DaemonSet pod going away frees its room
+        path.kube.delete_pod("default", "gpu-agent")
+        await path.wait_bound("cpu-hog", late)
+
+
+# -- restart ---------------------------------------------------------------------
+
+MIXED = [  # (name, cpu, gpus, annotations)
+    ("excl-spread", "4", 0, {"tidal.dev/exclusive-cpus": "true", "tidal.dev/cpu-policy": "spread"}),
+    ("excl-single", "2", 0, {"tidal.dev/exclusive-cpus": "true", "tidal.dev/cpu-policy": "single-numa"}),
+    ("whole-gpu", "1", 2, {}),
+    ("half-gpu", "1", 0, {"tidal.dev/gpu-milli": "500"}),
+    ("quarter-gpu", "1", 0, {"tidal.dev/gpu-milli": "250"}),
+    ("plain", "1", 0, {}),
+]
+
+
+async def test_the_cache_rebuilt_after_kill_9_equals_the_cache_before(nats_server, namespace):
+    async with cluster_path(nats_server, namespace, gpu_node("g1", 4, cpus_per_numa=8), cpu_node("n1", 8)) as path:
+        path.pod("ds-gpu", cpu="1", gpus=1, scheduler="default-scheduler", node="g1", phase="Running")
+        path.pod("ds-cpu", cpu="500m", scheduler="default-scheduler", node="n1", phase="Running")
+        await path.bus.publish(TenantConfig(tenant="default", quota={"A100": 100_000}))
+        before = await path.start_placement()
+        for name, cpu, gpus, annotations in MIXED:
+            path.pod(name, cpu=cpu, gpus=gpus, annotations=annotations, memory="2Gi")
+        await path.wait_bound(*(name for name, *_ in MIXED))
+        await path.settle()
+        expected = cache(before)
+        assert expected["tenants"]["default"]["A100"] == 2750  # 2 whole + a half + a quarter
+        g1 = expected["free"]["g1"]
+        assert sum(g1["gpu_milli"].values()) == 4000 - 2750 - 1000  # and the DaemonSet pod's GPU
+        assert sum(expected["free"]["n1"]["numa_cpus"].values()) + sum(g1["numa_cpus"].values()) == 32 - 6
+
+        path.kill(before)
+        after = await path.start_placement()
+        await path.settle()
+        assert cache(after) == expected
+
+
+async def _streams(bus) -> dict[str, list]:
+    names = ("node.topology", "tenant.config", "pod.lifecycle", "placement.decision", "bind.result")
+    return {name: [e async for _, e in bus.read(name, StartAt.earliest()) if not isinstance(e, Exception)]
+            for name in names}
+
+
+async def _rebuilt(path: Path, streams: dict[str, list], order: list[str], seed: int | None = None) -> dict:
+    """A fresh placement cache fed the streams, each in its own order (as
+    placement's per-stream tasks may read them), interleaved as `order` says
+    or at random."""
+    service = PlacementService(PlacementSettings(bus_url=path.url, namespace=path.namespace, cluster=CLUSTER),
+                               bus=path.bus)
+    if seed is None:
+        for name in order:
+            for envelope in streams[name]:
+                await service.apply(envelope)
+    else:
+        rng, cursors = random.Random(seed), {name: 0 for name in streams}
+        while any(cursors[n] < len(streams[n]) for n in streams):
+            name = rng.choice([n for n in streams if cursors[n] < len(streams[n])])
+            await service.apply(streams[name][cursors[name]])
+            cursors[name] += 1
+    return cache(service)
+
+
+async def test_the_rebuilt_cache_is_the_same_whatever_order_the_streams_are_read_in(nats_server, namespace):
+    async with cluster_path(nats_server, namespace, gpu_node("g1", 4, cpus_per_numa=8), cpu_node("n1", 8)) as path:
+        path.pod("ds-gpu", cpu="1", gpus=1, scheduler="default-scheduler", node="g1", phase="Running")
+        path.pod("ds-cpu", cpu="500m", scheduler="default-scheduler", node="n1", phase="Running")
+        placement = await path.start_placement()
+        for name, cpu, gpus, annotations in MIXED:
+            path.pod(name, cpu=cpu, gpus=gpus, annotations=annotations, memory="2Gi")
+        await path.wait_bound(*(name for name, *_ in MIXED))
+        path.pod("never-fits", cpu="64")  # pending for ever: holds nothing
+        await path.wait_pending("never-fits", "cpu")
+        await path.settle()
+        expected = cache(placement)
+        streams = await _streams(path.bus)
+        orders = [
+            # decisions before any pod event, bound pods before their node's topology
+            ["placement.decision", "bind.result", "pod.lifecycle", "tenant.config", "node.topology"],
+            ["pod.lifecycle", "bind.result", "placement.decision", "node.topology", "tenant.config"],
+            ["node.topology", "tenant.config", "pod.lifecycle", "placement.decision", "bind.result"],
+        ]
+        for order in orders:
+            assert await _rebuilt(path, streams, order) == expected, order
+        for seed in range(5):
+            assert await _rebuilt(path, streams, [], seed) == expected, seed
+
+
+@pytest.mark.parametrize("reads_decision_first", [True, False])
+async def test_a_decision_read_before_its_pods_pending_event_books_the_pods_requests(
+        nats_server, namespace, reads_decision_first):
+    async with cluster_path(nats_server, namespace, cpu_node("n1")) as path:
+        await path.start_placement()
+        path.pod("p", cpu="3", memory="3Gi")
+        await path.wait_bound("p")
+        streams = await _streams(path.bus)
+        # only the decision and the pending event: the bind not reported yet
+        pending = [e for e in streams["pod.lifecycle"] if e.payload.phase == "pending"]
+        streams = {"node.topology": streams["node.topology"], "placement.decision": streams["placement.decision"],
+                   "pod.lifecycle": pending}
+        order = ["node.topology", "placement.decision", "pod.lifecycle"]
+        if not reads_decision_first:
+            order = ["node.topology", "pod.lifecycle", "placement.decision"]
+        empty = (await _rebuilt(path, {"node.topology": streams["node.topology"]}, ["node.topology"]))["free"]["n1"]
+        free = (await _rebuilt(path, streams, order))["free"]["n1"]
+        assert (free["cpu_milli"], free["memory_mib"]) == (empty["cpu_milli"] - 3000, empty["memory_mib"] - 3072)
