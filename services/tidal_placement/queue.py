@@ -18,15 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tidal_schemas import PodLifecycle
-
-
-def resource_type(pod: PodLifecycle) -> str:
-    """What a pod competes for: its GPU model (the first allowed one, "gpu"
-    when any will do), else "cpu"."""
-    if pod.gpu.count:
-        return pod.gpu.models[0] if pod.gpu.models else "gpu"
-    return "cpu"
+from tidal_schemas import PodLifecycle, resource_type
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any
 from tidal_bus import Delivery
 from tidal_schemas import (
     STOP_SCHEDULING_TAINT, BindResult, Envelope, NodeAction, NodeAllocatable, NodeScore, NodeTopology, PlacementDecision,
-    PodLifecycle, TenantConfig, UserScore, derived_id,
+    PodLifecycle, TenantConfig, UserScore, derived_id, resource_type,
 )
 from tidal_schemas.fence import DecisionFence, fence_decision
 from tidal_schemas.placement import GpuShare
@@ -31,7 +31,7 @@ from .pod_request import Placement, PodRequest, placement_decision
 from .gpu_groups import GroupRegistry
 from .gpu_strategies import make_strategy
 from .gpu_workload import typical_workload
-from .queue import SchedulingQueue, resource_type
+from .queue import SchedulingQueue
 from .settings import PlacementSettings
 from .staleness import stale_nodes, stale_reason
 from .tenancy import gpu_allowance, quota_problem, tenant_usage
