@@ -1,6 +1,7 @@
 """§B tenant GPU groups: building (manual, automatic, permissions,
-replacement) and best-fit placement inside groups (quota, type,
-container id, overlapping groups, the two-node fragmentation example)."""
+replacement) and best-fit placement inside groups (type, container id,
+overlapping groups, the two-node fragmentation example). Quota, and the
+group choice under quota, permissions and node fit: test_tenancy_rules."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from tidal_placement.cluster_state import Allocation, ClusterState
 from tidal_placement.gpu_groups import GroupRegistry, build_grouping
-from tidal_placement.group_placement import GroupAsk, can_take, choose_group, group_mask
+from tidal_placement.group_placement import GroupAsk, choose_group, group_mask
 from tidal_simulator.topology_builder import make_topology
 from tidal_schemas import GpuBinding, GpuGroup, TenantConfig
 from tidal_schemas.pod import AutoGrouping, TenantPermissions
@@ -31,9 +32,9 @@ def config(groups=(), quota=None, nodes=(), gpus=(), auto=None, tenant="t1") -> 
                         permissions=TenantPermissions(nodes=list(nodes), gpus=list(gpus)))
 
 
-def place(state, grouping, ask, allocated=None):
+def place(state, grouping, ask):
     """Choose, then assume the chosen GPUs as the service would."""
-    choice = choose_group(state, grouping, ask, allocated or {})
+    choice = choose_group(state, grouping, ask)
     if choice.ok:
         gpus = {g: ask.milli for g in choice.gpus}
         assert state.assume(f"{choice.node}/{'-'.join(choice.gpus)}", Allocation.of(choice.node, gpus=gpus)).ok
@@ -87,49 +88,22 @@ def test_worked_example_groups_by_container_place_all_four():
     assert int(state.gpu_idle[: state.size].sum()) == 0
 
 
-# ---- best fit, quota, type, container id -------------------------------------
+# ---- best fit, type, container id -------------------------------------------
 
 def test_best_fit_picks_the_group_with_the_smallest_leftover():
     # ask 2: "small" (2 free) leaves 0, "big" (4 free) leaves 2 → small
     state, inventory = cluster(make_topology("n1", gpus=2), make_topology("n2", gpus=4))
     grouping = build_grouping(config([group("big", {"n2": ["gpu0", "gpu1", "gpu2", "gpu3"]}),
                                       group("small", {"n1": ["gpu0", "gpu1"]})]), inventory)
-    choice = choose_group(state, grouping, GroupAsk(2), {})
+    choice = choose_group(state, grouping, GroupAsk(2))
     assert (choice.group, choice.node, choice.gpus, choice.leftover) == ("small", "n1", ("gpu0", "gpu1"), 0)
-
-
-@pytest.mark.parametrize("limit, allocated, ask, ok", [
-    (4000, 1000, 3, True),    # can_take = 4000 − 1000 = 3000 ≥ 3 × 1000
-    (4000, 2000, 3, False),   # can_take = 2000 < 3000 → waits, reason "quota"
-    (4000, 5000, 1, False),   # over the limit already: can_take clamps to 0
-    (None, 9000, 3, True),    # no limit for the model: unlimited
-])
-def test_quota(limit, allocated, ask, ok):
-    state, inventory = cluster(make_topology("n1", gpus=4, model="A100"))
-    quota = {"A100": limit} if limit is not None else {}
-    grouping = build_grouping(config([group("g", {"n1": ["gpu0", "gpu1", "gpu2", "gpu3"]})], quota=quota), inventory)
-    choice = choose_group(state, grouping, GroupAsk(ask), {"A100": allocated})
-    assert choice.ok is ok
-    if not ok:
-        assert choice.reason == "quota"
-
-
-def test_can_take_formula():
-    assert (can_take(8000, 3000), can_take(1000, 3000)) == (5000, 0)
-
-
-def test_quota_on_one_model_leaves_another_model_usable():
-    state, inventory = cluster(make_topology("n1", gpus=2, model="A100"), make_topology("n2", gpus=2, model="T4"))
-    grouping = build_grouping(config(auto=AutoGrouping(by_model=True), quota={"A100": 1000}), inventory)
-    choice = choose_group(state, grouping, GroupAsk(1), {"A100": 1000})  # A100: can_take 0
-    assert (choice.ok, choice.model, choice.node) == (True, "T4", "n2")
 
 
 @pytest.mark.parametrize("models, node", [(("T4",), "n2"), (("A100",), "n1"), (("V100",), None)])
 def test_type_constraint(models, node):
     state, inventory = cluster(make_topology("n1", gpus=2, model="A100"), make_topology("n2", gpus=2, model="T4"))
     grouping = build_grouping(config(auto=AutoGrouping(by_model=True)), inventory)
-    choice = choose_group(state, grouping, GroupAsk(1, models=models), {})
+    choice = choose_group(state, grouping, GroupAsk(1, models=models))
     assert choice.node == node
     if node is None:
         assert "requested type" in choice.reason
@@ -139,9 +113,9 @@ def test_container_id_selects_the_group():
     state, inventory = cluster(make_topology("n1", gpus=2), make_topology("n2", gpus=2))
     grouping = build_grouping(config([group("g1", {"n1": ["gpu0", "gpu1"]}, container="train"),
                                       group("g2", {"n2": ["gpu0", "gpu1"]}, container="serve")]), inventory)
-    assert choose_group(state, grouping, GroupAsk(1, container="serve"), {}).node == "n2"
-    assert choose_group(state, grouping, GroupAsk(1, container="g1"), {}).node == "n1"  # by group name
-    assert not choose_group(state, grouping, GroupAsk(1, container="other"), {}).ok
+    assert choose_group(state, grouping, GroupAsk(1, container="serve")).node == "n2"
+    assert choose_group(state, grouping, GroupAsk(1, container="g1")).node == "n1"  # by group name
+    assert not choose_group(state, grouping, GroupAsk(1, container="other")).ok
 
 
 def test_shares_pack_inside_a_group():
@@ -149,7 +123,7 @@ def test_shares_pack_inside_a_group():
     state, inventory = cluster(make_topology("n1", gpus=2))
     state.assume("x", Allocation.of("n1", gpus={"gpu0": 600}))
     grouping = build_grouping(config([group("g", {"n1": ["gpu0", "gpu1"]})]), inventory)
-    assert choose_group(state, grouping, GroupAsk(1, milli=300), {}).gpus == ("gpu0",)
+    assert choose_group(state, grouping, GroupAsk(1, milli=300)).gpus == ("gpu0",)
 
 
 # ---- overlapping groups: accounting per GPU ------------------------------------
@@ -162,14 +136,14 @@ def test_overlapping_groups_never_double_count_a_gpu():
     first = place(state, grouping, GroupAsk(2, container="g1"))
     assert first.gpus == ("gpu0", "gpu1")
     # gpu1 is used through g1, so g2 has one free GPU, not two
-    assert not choose_group(state, grouping, GroupAsk(2, container="g2"), {}).ok
-    assert choose_group(state, grouping, GroupAsk(1, container="g2"), {}).gpus == ("gpu2",)
+    assert not choose_group(state, grouping, GroupAsk(2, container="g2")).ok
+    assert choose_group(state, grouping, GroupAsk(1, container="g2")).gpus == ("gpu2",)
 
 
 def test_group_mask_allows_only_the_chosen_gpus():
     state, inventory = cluster(make_topology("n1", gpus=3))
     grouping = build_grouping(config([group("g", {"n1": ["gpu1", "gpu2"]})]), inventory)
-    mask = group_mask(state, choose_group(state, grouping, GroupAsk(1), {}))
+    mask = group_mask(state, choose_group(state, grouping, GroupAsk(1)))
     assert mask[state.rows["n1"], :3].tolist() == [False, True, False]
 
 

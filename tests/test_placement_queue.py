@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 
 from builders import T0, pod
-from tidal_placement.queue import SchedulingQueue, resource_type
-from tidal_schemas import GpuAsk
+from tidal_placement.queue import SchedulingQueue
+from tidal_schemas import GpuAsk, resource_type
 
 
 def gpu_pod(name, model="A100", minutes=0):

@@ -125,17 +125,18 @@ def test_catch_up_after_restart(score, usage, gap_s, expected):
 
 # --- usage per resource type
 
-def test_usage_by_resource_type_groups_by_user_and_gpu_model():
+def test_usage_by_resource_type_groups_by_user_and_gpu_model_and_all_gpus():
     pods = [
-        RunningPod("alice", cpu_milli=2000, memory_mib=4096, gpu_model="A100", gpu_milli=2000),
-        RunningPod("alice", cpu_milli=500, memory_mib=1024, gpu_model="A100", gpu_milli=500),
-        RunningPod("alice", cpu_milli=1000, memory_mib=0, gpu_model="T4", gpu_milli=1000),
+        RunningPod("alice", cpu_milli=2000, memory_mib=4096, gpus={"A100": 2000}),
+        RunningPod("alice", cpu_milli=500, memory_mib=1024, gpus={"A100": 500}),
+        RunningPod("alice", cpu_milli=1000, memory_mib=0, gpus={"T4": 1000}),
         RunningPod("bob", cpu_milli=0, memory_mib=512),
-        RunningPod("bob", gpu_model="T4", gpu_milli=0),  # a model but no share: no GPU usage
+        RunningPod("bob", gpus={"T4": 0}),  # a model but no share: no GPU usage
     ]
     assert usage_by_resource_type(pods) == {
         ("alice", "A100"): 2500.0,     # 2000 + 500 milli-GPU
         ("alice", "T4"): 1000.0,
+        ("alice", "gpu"): 3500.0,      # every model together: 2500 + 1000
         ("alice", "cpu"): 3500.0,      # 2000 + 500 + 1000
         ("alice", "memory"): 5120.0,   # 4096 + 1024
         ("bob", "memory"): 512.0,      # bob's zero CPU is left out
@@ -153,7 +154,7 @@ def test_run_times_by_resource_type_uses_pod_start():
 def test_book_first_run_uses_pods_run_times():
     # alice's A100 pod has run T = 1 d: 1000·(1 − e^-1) = 632.12
     book = FairShareBook(adjust_time_s=DAY)
-    pods = [RunningPod("alice", gpu_model="A100", gpu_milli=1000, started_at=at(0))]
+    pods = [RunningPod("alice", gpus={"A100": 1000}, started_at=at(0))]
     scores = {(s.user, s.resource_type): s for s in book.advance_running(at(DAY), pods)}
     assert scores[("alice", "A100")].score == pytest.approx(632.12, abs=0.01)
     assert scores[("alice", "A100")].usage == 1000.0
@@ -205,7 +206,7 @@ def test_book_late_time_does_not_move_a_record_back():
 def test_two_replicas_fed_the_same_events_agree_exactly():
     events = [
         (at(0), [RunningPod("alice", cpu_milli=1000, started_at=at(-7200)),
-                 RunningPod("bob", gpu_model="A100", gpu_milli=500, started_at=at(-60))]),
+                 RunningPod("bob", gpus={"A100": 500}, started_at=at(-60))]),
         (at(600), [RunningPod("alice", cpu_milli=3000, started_at=at(-7200))]),
         (at(1800), [RunningPod("bob", memory_mib=2048, started_at=at(1500))]),
     ]

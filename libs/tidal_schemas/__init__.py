@@ -17,13 +17,15 @@ from .errors import SchemaError
 from .node import Cpu, Gpu, NodeAllocatable, NodeMetrics, NodeTopology, NumaNode, PodUsage
 from .placement import BindResult, GpuShare, NodeCandidate, PlacementDecision
 from .pod import GpuAsk, GpuBinding, GpuGroup, PodLifecycle, TenantConfig, requested
+from .resource_type import CPU_TYPE, GPU_TYPE, resource_type
 from .scores import NodeScore, PeakEstimate, UserScore
 
 __all__ = [
+    "CPU_TYPE", "GPU_TYPE",
     "STOP_SCHEDULING_TAINT", "ActionResult", "BindResult", "Cpu", "CpuAssignment", "DeadLetter", "Envelope", "Gpu",
     "GpuAsk", "GpuBinding", "GpuGroup", "GpuShare", "NodeAction", "NodeAllocatable",
     "NodeCandidate", "NodeMetrics", "NodeScore", "NodeTopology", "NumaNode", "Payload",
     "PeakEstimate", "PlacementDecision", "PodLifecycle", "PodUsage", "Resources",
     "SchemaError", "TenantConfig", "UserScore", "decode", "decode_obj", "derived_id",
-    "encode", "event_types", "make_envelope", "payload_model", "pod_key", "requested",
+    "encode", "event_types", "make_envelope", "payload_model", "pod_key", "requested", "resource_type",
 ]

@@ -7,7 +7,7 @@ import argparse
 import asyncio
 
 from tidal_bus import StartAt
-from tidal_schemas import PlacementDecision, SchemaError
+from tidal_schemas import PlacementDecision, PodLifecycle, SchemaError, resource_type
 from tidal_schemas.fence import DecisionFence
 
 from .errors import CliError
@@ -27,8 +27,8 @@ def run(args: argparse.Namespace) -> int:
     namespace, _, name = args.pod.rpartition("/")
     namespace = namespace or "default"
 
-    async def latest() -> PlacementDecision | None:
-        fence, found = DecisionFence(), None
+    async def latest() -> tuple[PlacementDecision | None, PodLifecycle | None]:
+        fence, found, pod = DecisionFence(), None, None
         async with bus_for(args) as bus:
             async for _, event in bus.read("placement.decision", StartAt.earliest()):
                 if isinstance(event, SchemaError) or event.cluster != args.cluster:
@@ -36,20 +36,28 @@ def run(args: argparse.Namespace) -> int:
                 d = event.payload
                 if fence.admit(d) and (d.namespace, d.name) == (namespace, name):
                     found = d
-        return found
+            if found is not None:  # the pod's own event says what it asked for
+                async for _, event in bus.read("pod.lifecycle", StartAt.earliest()):
+                    if not isinstance(event, SchemaError) and event.cluster == args.cluster \
+                            and (event.payload.namespace, event.payload.name) == (namespace, name):
+                        pod = event.payload
+        return found, pod
 
-    decision = asyncio.run(latest())
+    decision, pod = asyncio.run(latest())
     if decision is None:
         raise CliError(f"no decision for {namespace}/{name} in cluster {args.cluster} (is it pending on "
                        "a scheduler named tidal, and is placement running?)", exit_code=1)
-    print(describe(decision))
+    print(describe(decision, pod))
     return 0
 
 
-def describe(d: PlacementDecision) -> str:
-    """The decision as an operator reads it."""
+def describe(d: PlacementDecision, pod: PodLifecycle | None = None) -> str:
+    """The decision as an operator reads it; with the pod's event, also the
+    resource type it competes for (its fair-share score and waiting queue)."""
     lines = [f"pod {d.namespace}/{d.name}: {d.outcome.upper()}"
              + (f" on {d.node}" if d.node else "") + f"  (decision {d.decision_id}, leader epoch {d.epoch})"]
+    if pod is not None:
+        lines.append(f"  resource type: {resource_type(pod)}")
     if d.outcome == "placed":
         if d.numa_cpus:
             lines.append("  exclusive CPUs per NUMA node: "

@@ -30,27 +30,25 @@ from .gpu_workload import Shape
 from .numa_lookup import exclusive_feasible, exclusive_scores, shared_numa_scores
 from .pod_request import Placement, PodRequest
 
-__all__ = ["Placement", "PodRequest", "decide", "shared_numa_scores"]
+__all__ = ["Placement", "PodRequest", "decide", "eligible_gpus", "node_fit", "shared_numa_scores"]
 
 
 def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = None, *,
            rng: np.random.Generator | None = None, rank: np.ndarray | None = None,
-           allowed: np.ndarray | None = None) -> Placement:
+           allowed: np.ndarray | None = None, nodes: np.ndarray | None = None) -> Placement:
     """Choose a node, NUMA CPUs and GPUs for `pod`. Final ties go to the
     lowest `rank[row]` (default: the row), or uniformly at random with
     `rng`. `allowed` optionally limits the GPU devices usable (rows ×
-    device columns, e.g. a §B group)."""
+    device columns, e.g. a §B group), `nodes` the rows (a tenant's
+    permitted nodes)."""
     n, shape = state.size, pod.shape
     present = state.present[:n]
-    stages = [*state.blocked_masks(n), ("cpu", state.cpu_free[:n] >= pod.cpu_milli),
-              ("memory", state.mem_free[:n] >= pod.memory_mib)]
-    if pod.exclusive_cpus:
-        stages.append(("no-exclusive-cpus", state.exclusive_ok[:n]))
+    stages = _host_stages(state, pod, n, nodes)
     eligible = None
     if pod.gpu_count:
         need = pod.gpu_milli if is_share(shape) else GPU_MILLI
         if pod.gpu_kind or allowed is not None or (pod.gpu_models and state.mixed_model_rows):
-            eligible = _eligible(state, pod, allowed, n)  # per device
+            eligible = eligible_gpus(state, pod, allowed, n)  # per device
             room = np.count_nonzero(eligible & (state.gpu_free[:n] >= need), axis=1)
             stages.append(("gpu", room >= pod.gpu_count))
         else:  # every node's GPUs share its model: node-level figures suffice
@@ -157,7 +155,37 @@ def _gpus(state: ClusterState, r: int, pod: PodRequest, shape: Shape, eligible: 
     return {state.gpu_id(r, g): pod.gpu_milli for g in picks}
 
 
-def _eligible(state: ClusterState, pod: PodRequest, allowed: np.ndarray | None, n: int) -> np.ndarray:
+def _host_stages(state: ClusterState, pod: PodRequest, n: int,
+                 nodes: np.ndarray | None) -> list[tuple[str, np.ndarray]]:
+    """The filter stages on everything but GPUs, as (reason, rows kept)."""
+    stages = [] if nodes is None else [("not-permitted", nodes[:n])]
+    stages += [*state.blocked_masks(n), ("cpu", state.cpu_free[:n] >= pod.cpu_milli),
+               ("memory", state.mem_free[:n] >= pod.memory_mib)]
+    if pod.exclusive_cpus:
+        stages.append(("no-exclusive-cpus", state.exclusive_ok[:n]))
+    return stages
+
+
+def node_fit(state: ClusterState, pod: PodRequest, nodes: np.ndarray | None = None) -> np.ndarray:
+    """The rows (of `state.size`) that fit `pod` but for its GPUs: present,
+    taking pods, in `nodes` if given, CPU and memory free, and for
+    exclusive pods a possible §A distribution. `decide` filters the same
+    way; a §B group choice uses this to pick only nodes that fit the pod."""
+    n = state.size
+    keep = state.present[:n].copy()
+    for _, mask in _host_stages(state, pod, n, nodes):
+        keep &= mask
+    if pod.exclusive_cpus:
+        rows = np.flatnonzero(keep)
+        keep[rows] = exclusive_feasible(state, pod.cpu_policy, pod.cpu_milli // 1000, rows)
+    return keep
+
+
+def eligible_gpus(state: ClusterState, pod: PodRequest, allowed: np.ndarray | None = None,
+                  n: int | None = None) -> np.ndarray:
+    """The GPU devices (first `n` rows × device columns) `pod` may use:
+    healthy, of one of its models and its kind, and in `allowed` if given."""
+    n = state.size if n is None else n
     ok = state.gpu_valid[:n].copy()
     if pod.gpu_models:
         table = np.array([m in pod.gpu_models for m in state.models] + [False])

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tidal_schemas import Gpu, TenantConfig
+from tidal_schemas.pod import TenantPermissions
 
 Inventory = Mapping[str, Sequence[Gpu]]
 """node name → its GPUs, from the nodes' `NodeTopology`."""
@@ -43,22 +44,31 @@ class Group:
 
 @dataclass(frozen=True)
 class Grouping:
-    """A tenant's groups and quota, plus what was dropped from its config."""
+    """A tenant's groups, plus what was dropped from its config."""
 
     tenant: str
     groups: tuple[Group, ...]
-    quota: Mapping[str, int]
     dropped: tuple[str, ...] = ()
+
+    def matching(self, container: str | None) -> list[Group]:
+        """The groups a pod naming `container` (a group name or a group's
+        `container_id`; None: any) may use."""
+        return [g for g in self.groups if container is None or container in (g.name, g.container_id)]
+
+
+def permits(permissions: TenantPermissions, node: str, gpu: str | None = None) -> bool:
+    """Whether the tenant may use `node` (and the GPU with id `gpu` there):
+    the permission rule, for groups and for every placement. An empty list
+    restricts nothing."""
+    return (not permissions.nodes or node in permissions.nodes) and (
+        gpu is None or not permissions.gpus or gpu in permissions.gpus)
 
 
 def permitted_gpus(config: TenantConfig, inventory: Inventory) -> dict[str, list[Gpu]]:
     """The GPUs, per node, the tenant may group (healthy ones only)."""
-    nodes, gpus = set(config.permissions.nodes), set(config.permissions.gpus)
     out: dict[str, list[Gpu]] = {}
     for node in sorted(inventory):
-        if nodes and node not in nodes:
-            continue
-        usable = [g for g in inventory[node] if g.healthy and (not gpus or g.id in gpus)]
+        usable = [g for g in inventory[node] if g.healthy and permits(config.permissions, node, g.id)]
         if usable:
             out[node] = usable
     return out
@@ -72,7 +82,7 @@ def build_grouping(config: TenantConfig, inventory: Inventory) -> Grouping:
                                        config.auto_grouping.gpus_per_container), []
     else:
         groups, dropped = _manual_groups(config, inventory, allowed)
-    return Grouping(config.tenant, tuple(groups), dict(config.quota), tuple(dropped))
+    return Grouping(config.tenant, tuple(groups), tuple(dropped))
 
 
 def _manual_groups(config: TenantConfig, inventory: Inventory,

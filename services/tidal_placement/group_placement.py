@@ -1,15 +1,14 @@
 """§B scheduling a container that needs d GPUs inside its tenant's groups.
 
-1. Quota per resource type (a GPU model, in milli-GPU):
-   `can_take = limit − allocated`; a type without a limit is unlimited. A
-   model whose `can_take` is below the ask is not offered; when that
-   leaves nothing the pod waits with reason "quota".
-2. Candidate groups: the tenant's, matching the container identifier if
+1. Candidate groups: the tenant's, matching the container identifier if
    the pod names one (group name or `container_id`), holding GPUs of an
-   allowed model / kind.
-3. Keep (group, node) pairs where the group has ≥ d usable GPUs free on
-   that single node (whole GPUs: fully free; a share: ≥ its milli free).
-4. Best fit: the smallest group leftover (free GPUs of the group on all
+   allowed model / kind. Quota and permissions are decided before (see
+   `tenancy`) and arrive as `allowed`, the GPUs they leave the pod.
+2. Keep (group, node) pairs where the node fits the rest of the pod (CPU,
+   memory, exclusive CPUs: `fits`, from `decide.node_fit`, the filter
+   `decide` itself applies) and the group has ≥ d usable GPUs free on that
+   single node (whole GPUs: fully free; a share: ≥ its milli free).
+3. Best fit: the smallest group leftover (free GPUs of the group on all
    nodes after the placement), then the smallest leftover on the node,
    then group and node name. The result names the node and GPU ids.
 Free figures are read per GPU from the scheduler cache, so GPUs shared by
@@ -18,7 +17,6 @@ overlapping groups are never counted twice.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,49 +54,43 @@ class GroupChoice:
     leftover: int = 0
 
 
-def can_take(limit: int, allocated: int) -> int:
-    """How much more of a resource type the tenant may get (never below 0)."""
-    return max(limit - allocated, 0)
-
-
-def choose_group(state: ClusterState, grouping: Grouping, ask: GroupAsk,
-                 allocated: Mapping[str, int]) -> GroupChoice:
-    """Best-fit group placement for one container (see the module docstring);
-    `allocated` is the tenant's milli-GPU held per model."""
-    need = ask.count * ask.milli
-    groups = [g for g in grouping.groups if ask.container is None or ask.container in (g.name, g.container_id)]
+def choose_group(state: ClusterState, grouping: Grouping, ask: GroupAsk, fits: np.ndarray | None = None,
+                 allowed: np.ndarray | None = None) -> GroupChoice:
+    """Best-fit group placement for one container (see the module
+    docstring). `fits` (per row) are the nodes that fit the pod but for its
+    GPUs, `allowed` (rows × device columns) the GPUs quota and permissions
+    leave it; None restricts nothing."""
+    groups = grouping.matching(ask.container)
     if not groups:
         return GroupChoice(False, f"no group of tenant {grouping.tenant} matches {ask.container or 'the pod'}")
+    wanted = 1 if ask.share else ask.count  # devices on one node
+    unit = ask.milli if ask.share else 1
     best: tuple | None = None
-    quota_blocked = typed = False
+    typed = unfit = False
     for group in groups:
-        usable = _usable(state, group, ask)
-        if not usable:
-            continue
-        typed = True
-        room = {m: can_take(grouping.quota[m], allocated.get(m, 0)) if m in grouping.quota else need
-                for m in {model for _, _, model, _ in usable}}
-        fresh = [u for u in usable if room[u[2]] >= need]
-        quota_blocked |= len(fresh) < len(usable)
+        usable = _usable(state, group, ask, allowed)
+        typed |= bool(usable)
         per_node: dict[tuple[str, str], list[tuple[int, str, int]]] = {}
-        for node, col, model, free in fresh:  # one container's GPUs: one node, one model
+        for node, col, model, free in usable:  # one container's GPUs: one node, one model
             per_node.setdefault((node, model), []).append((col, model, free))
-        unit = ask.milli if ask.share else 1
-        total = sum(free if ask.share else 1 for *_, free in fresh)
+        total = sum(free if ask.share else 1 for *_, free in usable)
         for (node, _), devices in sorted(per_node.items()):
-            if len(devices) < (1 if ask.share else ask.count):
+            if len(devices) < wanted:
+                continue
+            if fits is not None and not fits[state.rows[node]]:
+                unfit = True  # the GPUs are there, the node's CPU or memory is not
                 continue
             picked = _pick(devices, ask)
             node_free = sum(free if ask.share else 1 for *_, free in devices)
-            key = (total - (unit if ask.share else ask.count), node_free - (unit if ask.share else ask.count),
-                   group.name, node)
+            key = (total - unit * wanted, node_free - unit * wanted, group.name, node)
             if best is None or key < best[0]:
                 best = (key, group.name, node, picked)
     if best is None:
-        if quota_blocked:
-            return GroupChoice(False, "quota")
         if not typed:
             return GroupChoice(False, "no group holds a usable GPU of the requested type")
+        if unfit:
+            return GroupChoice(False, f"no group has {ask.count} free GPU(s) on a node that fits the pod's "
+                                      "CPU and memory")
         return GroupChoice(False, f"no group has {ask.count} free GPU(s) on one node")
     (leftover, *_), name, node, picked = best
     r = state.rows[node]
@@ -106,7 +98,8 @@ def choose_group(state: ClusterState, grouping: Grouping, ask: GroupAsk,
                        model=picked[0][1], leftover=leftover)
 
 
-def _usable(state: ClusterState, group: Group, ask: GroupAsk) -> list[tuple[str, int, str, int]]:
+def _usable(state: ClusterState, group: Group, ask: GroupAsk,
+            allowed: np.ndarray | None) -> list[tuple[str, int, str, int]]:
     """(node, device column, model, milli free) of the group's GPUs this
     ask may use and that have room for it."""
     out = []
@@ -116,7 +109,7 @@ def _usable(state: ClusterState, group: Group, ask: GroupAsk) -> list[tuple[str,
             continue
         ids = group.on_node(node)
         for col, gpu in enumerate(state.specs[r].gpu_ids):
-            if gpu not in ids or not state.gpu_valid[r, col]:
+            if gpu not in ids or not state.gpu_valid[r, col] or (allowed is not None and not allowed[r, col]):
                 continue
             model = state.models[state.gpu_dev_model[r, col]]
             if ask.models and model not in ask.models:
@@ -134,6 +127,17 @@ def _pick(devices: list[tuple[int, str, int]], ask: GroupAsk) -> list[tuple[int,
         col, model, _ = min(devices, key=lambda d: (d[2], d[0]))
         return [(col, model)]
     return [(col, model) for col, model, _ in sorted(devices)[:ask.count]]
+
+
+def groups_mask(state: ClusterState, groups: list[Group]) -> np.ndarray:
+    """(rows × device columns) mask of the GPUs of `groups`."""
+    mask = np.zeros((state.size, state.gpu_cols), dtype=bool)
+    for group in groups:
+        for node, gpu in group.gpus:
+            r = state.rows.get(node)
+            if r is not None and gpu in state.specs[r].gpu_ids:
+                mask[r, state.specs[r].gpu_ids.index(gpu)] = True
+    return mask
 
 
 def group_mask(state: ClusterState, choice: GroupChoice) -> np.ndarray:

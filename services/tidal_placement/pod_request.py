@@ -42,10 +42,13 @@ class PodRequest:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where the pod goes and what it takes, or why nowhere (`ok` False)."""
+    """Where the pod goes and what it takes, or why nowhere (`ok` False).
+    `refused`: not for want of room but by a rule (quota, permission, an
+    invalid pod) that room freeing up does not lift."""
 
     ok: bool
     reason: str = ""
+    refused: bool = False
     node: str | None = None
     row: int = -1
     allocation: Allocation | None = None

@@ -9,6 +9,10 @@ score for the pod's resource type, and a waiting queue per resource type.
   are never held back by it.
 - Permit timeout: a pod waiting longer than the timeout goes back to the sort
   queue and stops holding others back; it is retried with them.
+- Only a pod blocked for room waits. A pod refused by a rule (quota,
+  permission, an invalid pod) keeps its reason in the sort queue
+  (`refused`): it holds no one back, and it is tried again when room or the
+  tenant's configuration may have changed, or when the pod itself does.
 - Nothing is ever dropped: a pod leaves the queue only when it is placed or
   deleted.
 """
@@ -18,15 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tidal_schemas import PodLifecycle
-
-
-def resource_type(pod: PodLifecycle) -> str:
-    """What a pod competes for: its GPU model (the first allowed one, "gpu"
-    when any will do), else "cpu"."""
-    if pod.gpu.count:
-        return pod.gpu.models[0] if pod.gpu.models else "gpu"
-    return "cpu"
+from tidal_schemas import PodLifecycle, resource_type
 
 
 @dataclass
@@ -35,6 +31,7 @@ class Entry:
     score: float = 0.0
     waiting_since: float | None = None  # monotonic seconds; None = in the sort queue
     reason: str = ""
+    refused: bool = False  # by a rule, not for room: see `refuse`
     attempts: int = 0
     filtered: dict[str, int] = field(default_factory=dict)
 
@@ -57,8 +54,8 @@ class SchedulingQueue:
         entry = self.entries.get(pod.event_key())
         if entry is None:
             self.entries[pod.event_key()] = Entry(pod, score)
-        else:
-            entry.pod, entry.score = pod, score
+        else:  # a changed pod (a fixed annotation…) may no longer be refused: try it again
+            entry.pod, entry.score, entry.refused = pod, score, False
 
     def remove(self, key: str) -> Entry | None:
         return self.entries.pop(key, None)
@@ -105,11 +102,21 @@ class SchedulingQueue:
         return f"waiting behind a higher-priority {kind} pod" if best is not None and best < entry.order else None
 
     def wait(self, key: str, reason: str, filtered: dict[str, int], now: float) -> None:
+        """The pod fits nowhere for want of room: it waits, holding back
+        worse pods of its type."""
         entry = self.entries[key]
-        entry.reason, entry.filtered = reason, filtered
+        entry.reason, entry.filtered, entry.refused = reason, filtered, False
         entry.attempts += 1
         if entry.waiting_since is None:
             entry.waiting_since = now
+
+    def refuse(self, key: str, reason: str, filtered: dict[str, int]) -> None:
+        """The pod is refused by a rule (quota, permission, invalid): it stays
+        in the sort queue with its reason and holds no one back."""
+        entry = self.entries[key]
+        entry.reason, entry.filtered, entry.refused = reason, filtered, True
+        entry.attempts += 1
+        entry.waiting_since = None
 
     def position(self, key: str) -> int | None:
         ordered = sorted(self.entries.values(), key=lambda e: e.order)

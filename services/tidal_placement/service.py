@@ -18,7 +18,7 @@ from typing import Any
 from tidal_bus import Delivery
 from tidal_schemas import (
     STOP_SCHEDULING_TAINT, BindResult, Envelope, NodeAction, NodeAllocatable, NodeScore, NodeTopology, PlacementDecision,
-    PodLifecycle, TenantConfig, UserScore, derived_id,
+    PodLifecycle, TenantConfig, UserScore, derived_id, resource_type,
 )
 from tidal_schemas.fence import DecisionFence, fence_decision
 from tidal_schemas.placement import GpuShare
@@ -32,10 +32,10 @@ from .pod_request import Placement, PodRequest, placement_decision
 from .gpu_groups import GroupRegistry
 from .gpu_strategies import make_strategy
 from .gpu_workload import typical_workload
-from .queue import SchedulingQueue, resource_type
+from .queue import SchedulingQueue
 from .settings import PlacementSettings
 from .staleness import stale_nodes, stale_reason
-from .tenancy import gpu_allowance, quota_problem, tenant_usage
+from .tenancy import allowance, charge, tenant_usage
 
 FOLLOWED = ("node.topology", "node.allocatable", "score.node", "score.user", "tenant.config", "node.action",
             "pod.lifecycle", "bind.result", "placement.decision")
@@ -369,8 +369,9 @@ class PlacementService(Service):
         state, queue = self.state[cluster], self.queue[cluster]
         now = time.monotonic()
         queue.expire_waits(now)
-        # Waiting pods are tried again only when room may have appeared (or their
-        # permit expired above); a new pending pod alone frees nothing.
+        # Waiting and refused pods are tried again only when room, holdings or a
+        # tenant's configuration may have changed (or a permit expired above); a
+        # new pending pod alone changes none of these.
         retry_waiting = cluster in self.room_changed
         self.room_changed.discard(cluster)
         queue.rescore({e.key: self._score(cluster, e.pod) for e in queue.entries.values()})
@@ -383,7 +384,7 @@ class PlacementService(Service):
             if held_back is not None:
                 entry.reason = held_back
                 continue
-            if entry.waiting_since is not None and not retry_waiting:
+            if (entry.waiting_since is not None or entry.refused) and not retry_waiting:
                 continue
             pod = entry.pod
             placement = self._place(cluster, state, pod, usage)
@@ -405,15 +406,14 @@ class PlacementService(Service):
                 self.tries[(cluster, entry.key)] = tries + 1
                 self._remember_request(cluster, pod)
                 self.awaiting_bind[(cluster, entry.key)] = now
-                held = usage.setdefault(pod.tenant, {})
-                held["cpu"] = held.get("cpu", 0) + pod.requests.cpu_milli
-                held["memory"] = held.get("memory", 0) + pod.requests.memory_mib
-                for g in extra["gpus"]:
-                    held[g.model or "gpu"] = held.get(g.model or "gpu", 0) + g.milli
+                charge(usage.setdefault(pod.tenant, {}), pod, ((g.model, g.milli) for g in extra["gpus"]))
                 self.decisions += 1
             else:
                 changed = placement.reason != entry.reason
-                queue.wait(entry.key, placement.reason, dict(placement.filtered), now)
+                if placement.refused:  # a rule, not room: no wait, no pod held back behind it
+                    queue.refuse(entry.key, placement.reason, dict(placement.filtered))
+                else:
+                    queue.wait(entry.key, placement.reason, dict(placement.filtered), now)
                 if not changed:
                     continue  # the same reasons: say it once, not every cycle
             decision = decision.model_copy(update=extra)
@@ -438,16 +438,12 @@ class PlacementService(Service):
 
     def _place(self, cluster: str, state: ClusterState, pod: PodLifecycle, usage):
         if pod.invalid_reason:
-            return Placement(False, reason=f"invalid pod: {pod.invalid_reason}")
+            return Placement(False, reason=f"invalid pod: {pod.invalid_reason}", refused=True)
         config = self.tenants.get((cluster, pod.tenant))
-        held = usage.get(pod.tenant, {})
-        problem = quota_problem(pod, config, held)
-        if problem:
-            return Placement(False, reason=problem)
-        allowed, why = gpu_allowance(state, pod, config, self.groups[cluster].get(pod.tenant), held)
-        if why:
-            return Placement(False, reason=why)
-        return decide(state, PodRequest.from_pod(pod), self.strategy, allowed=allowed)
+        allowed = allowance(state, pod, config, self.groups[cluster].get(pod.tenant), usage.get(pod.tenant, {}))
+        if allowed.reason:
+            return Placement(False, reason=allowed.reason, refused=allowed.refused)
+        return decide(state, PodRequest.from_pod(pod), self.strategy, allowed=allowed.gpus, nodes=allowed.nodes)
 
     async def bind_timeouts(self) -> None:
         while True:

@@ -12,18 +12,22 @@ in g the tracking error |s − g| / |step| is e^(−k) after k·T: 36.8 % after 
 which history no longer matters, default 7 days), so settings carry 4T and
 `adjust_time_from_settle_time` converts.
 
-Resource types are GPU model names plus "cpu" and "memory"; usage is in the
-Tidal units of each (milli-GPU, milli-CPU, MiB), and so is the score.
+Resource types are GPU model names, the generic GPU type "gpu" (all models
+together), "cpu" and "memory"; usage is in the Tidal units of each
+(milli-GPU, milli-CPU, MiB), and so is the score. A pod's GPUs count both
+under their model and under "gpu": a pod asking for one model is ordered by
+its user's usage of that model, a pod that takes any model by the user's
+usage of all GPUs (the key is `tidal_schemas.resource_type`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
-from tidal_schemas import UserScore
+from tidal_schemas import GPU_TYPE, UserScore
 
 DEFAULT_SETTLE_TIME_S = 7 * 86400.0
 """Default 4T: history older than a week weighs under 2 %."""
@@ -78,28 +82,30 @@ def catch_up(score: float, usage: float, last_update: datetime, now: datetime, a
 
 @dataclass(frozen=True)
 class RunningPod:
-    """What a running pod holds, for fair share: GPU by the model of the GPU
-    it was given (None when it has none)."""
+    """What a running pod holds, for fair share: milli-GPU per model of the
+    GPUs it was given (`GPU_TYPE` for GPUs of unknown model)."""
 
     user: str
     cpu_milli: int = 0
     memory_mib: int = 0
-    gpu_model: str | None = None
-    gpu_milli: int = 0
+    gpus: Mapping[str, int] = field(default_factory=dict)
     started_at: datetime | None = None
 
 
 def _pod_usage(pod: RunningPod) -> dict[str, float]:
+    """The pod's usage per resource type. GPUs are charged to their model
+    and to the generic "gpu" as well (once when the model is unknown)."""
     usage = {CPU: float(pod.cpu_milli), MEMORY: float(pod.memory_mib)}
-    if pod.gpu_model is not None and pod.gpu_milli:
-        usage[pod.gpu_model] = float(pod.gpu_milli)
+    for model, milli in pod.gpus.items():
+        for kind in {model, GPU_TYPE}:
+            usage[kind] = usage.get(kind, 0.0) + float(milli)
     return {kind: amount for kind, amount in usage.items() if amount > 0}
 
 
 def usage_by_resource_type(running_pods: Iterable[RunningPod]) -> dict[Key, float]:
     """Per (user, resource type), what the user's running pods hold: GPU
-    milli by model, "cpu" in milli-CPU, "memory" in MiB. Zero amounts are
-    left out (a missing key means no usage)."""
+    milli by model and in all under "gpu", "cpu" in milli-CPU, "memory" in
+    MiB. Zero amounts are left out (a missing key means no usage)."""
     totals: dict[Key, float] = {}
     for pod in running_pods:
         for kind, amount in _pod_usage(pod).items():

@@ -3,7 +3,7 @@ events: what fair share charges each user for."""
 
 from __future__ import annotations
 
-from tidal_schemas import PodLifecycle
+from tidal_schemas import GPU_TYPE, PodLifecycle, resource_type
 
 from .fairshare import RunningPod
 
@@ -11,13 +11,21 @@ HOLDING_PHASES = ("bound", "running")
 
 
 def running_pod(pod: PodLifecycle) -> RunningPod:
-    """What a bound or running pod holds. GPU usage is charged to the model
-    of the GPUs it was given; a pod with a GPU ask but no model known yet is
-    charged to the generic type "gpu"."""
-    gpu_milli = sum(share.milli for share in pod.gpus) or pod.gpu.total_milli
-    model = next((share.model for share in pod.gpus if share.model), None) or ("gpu" if gpu_milli else None)
+    """What a bound or running pod holds: milli-GPU per model of the GPUs it
+    was given. A GPU whose event names no model is of the one model the pod
+    asked for, if it asked for exactly one (the same rule as the queue's
+    `resource_type`), else of unknown model ("gpu"); a pod with a GPU ask
+    but no GPUs named yet is charged its ask the same way. Fair share then
+    charges every GPU to its model and to "gpu" (`fairshare._pod_usage`)."""
+    fallback = resource_type(pod) if pod.gpu.count else GPU_TYPE
+    gpus: dict[str, int] = {}
+    for share in pod.gpus:
+        model = share.model or fallback
+        gpus[model] = gpus.get(model, 0) + share.milli
+    if not gpus and pod.gpu.total_milli:
+        gpus[fallback] = pod.gpu.total_milli
     return RunningPod(user=pod.user, cpu_milli=pod.requests.cpu_milli, memory_mib=pod.requests.memory_mib,
-                      gpu_model=model, gpu_milli=gpu_milli, started_at=pod.started_at or pod.created_at)
+                      gpus=gpus, started_at=pod.started_at or pod.created_at)
 
 
 class RunningPods:
