@@ -16,7 +16,7 @@ from .envelope import (
 from .errors import SchemaError
 from .node import Cpu, Gpu, NodeAllocatable, NodeMetrics, NodeTopology, NumaNode, PodUsage
 from .placement import BindResult, GpuShare, NodeCandidate, PlacementDecision
-from .pod import GpuAsk, GpuBinding, GpuGroup, PodLifecycle, TenantConfig, requested
+from .pod import HOLDING_PHASES, GpuAsk, GpuBinding, GpuGroup, PodLifecycle, TenantConfig, requested
 from .resource_type import CPU_TYPE, GPU_TYPE, resource_type
 from .scores import NodeScore, PeakEstimate, UserScore
 

@@ -12,6 +12,8 @@ from .envelope import Payload, register
 from .placement import GpuShare
 
 PodPhase = Literal["pending", "bound", "running", "deleted"]
+HOLDING_PHASES = ("bound", "running")
+"""Phases in which a pod holds room on its node."""
 
 
 class GpuAsk(Record):
@@ -84,7 +86,7 @@ class PodLifecycle(Payload):
     def _exclusive_needs_whole_cpus(self) -> "PodLifecycle":
         if self.exclusive_cpus and (self.requests.cpu_milli == 0 or self.requests.cpu_milli % 1000):
             raise ValueError("exclusive_cpus needs a whole, non-zero number of CPUs in requests.cpu_milli")
-        if self.phase in ("bound", "running") and not self.node:
+        if self.phase in HOLDING_PHASES and not self.node:
             raise ValueError(f"a {self.phase} pod must name its node")
         return self
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tidal_schemas import GpuAsk, PodLifecycle, Resources
+from tidal_schemas import HOLDING_PHASES, GpuAsk, PodLifecycle, Resources
 from tidal_schemas.decision_codec import read_decision
 from tidal_schemas.envelope import describe_validation_error
 
@@ -198,7 +198,7 @@ def read_pod(pod: Mapping[str, Any], *, deleted: bool = False, gpu_resource: str
         labels=labels, foreign=foreign,
     )
     unread = None
-    if phase in ("bound", "running") and not foreign:
+    if phase in HOLDING_PHASES and not foreign:
         held, unread = read_decision(meta.get("annotations"))
         if held is not None:
             fields.update(decision_id=held.decision_id, numa_cpus=held.numa_cpus, gpus=list(held.gpus))

@@ -13,7 +13,7 @@ from typing import Any
 
 from tidal_bus import Delivery
 from tidal_schemas import (
-    ActionResult, Envelope, NodeAction, NodeMetrics, NodeScore, NodeTopology, PodLifecycle, derived_id,
+    HOLDING_PHASES, ActionResult, Envelope, NodeAction, NodeMetrics, NodeScore, NodeTopology, PodLifecycle, derived_id,
 )
 
 from tidal_runtime import Service, Subscription
@@ -60,7 +60,7 @@ class OversellService(Service):
             pod = envelope.payload
             if isinstance(pod, PodLifecycle):
                 key = (envelope.cluster, pod.event_key())
-                if pod.phase in ("bound", "running"):
+                if pod.phase in HOLDING_PHASES:
                     self.pods[key] = pod
                 else:
                     self.pods.pop(key, None)

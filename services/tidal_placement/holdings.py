@@ -21,11 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tidal_schemas import PlacementDecision, PodLifecycle
+from tidal_schemas import HOLDING_PHASES, PlacementDecision, PodLifecycle
 
 from .cluster_state import NONE_FLOATING, Allocation, Floating
-
-HOLDING_PHASES = ("bound", "running")
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,9 @@ events: what fair share charges each user for."""
 
 from __future__ import annotations
 
-from tidal_schemas import GPU_TYPE, PodLifecycle, resource_type
+from tidal_schemas import HOLDING_PHASES, GPU_TYPE, PodLifecycle, resource_type
 
 from .fairshare import RunningPod
-
-HOLDING_PHASES = ("bound", "running")
 
 
 def running_pod(pod: PodLifecycle) -> RunningPod:
@@ -29,14 +27,16 @@ def running_pod(pod: PodLifecycle) -> RunningPod:
 
 
 class RunningPods:
-    """Pods holding resources, keyed by (cluster, namespace/name)."""
+    """Pods holding resources, keyed by (cluster, namespace/name). Foreign
+    pods (another scheduler's) are left out: their users do not compete in
+    Tidal's queue, so fair share has nothing to order for them."""
 
     def __init__(self) -> None:
         self._pods: dict[tuple[str, str], RunningPod] = {}
 
     def apply(self, cluster: str, pod: PodLifecycle) -> None:
         key = (cluster, pod.event_key())
-        if pod.phase in HOLDING_PHASES:
+        if pod.phase in HOLDING_PHASES and not pod.foreign:
             self._pods[key] = running_pod(pod)
         else:
             self._pods.pop(key, None)

@@ -18,7 +18,7 @@ import numpy as np
 from tidal_placement.gpu_frag import FragModel
 from tidal_placement.gpu_workload import typical_workload
 from tidal_placement.pod_request import PodRequest
-from tidal_schemas import NodeTopology
+from tidal_schemas import HOLDING_PHASES, NodeTopology
 
 from .replay_plan import ReplayPlan
 
@@ -88,7 +88,7 @@ def held_at_end(plan: ReplayPlan, decided: Mapping[str, Placed]) -> dict[str, Pl
     not decide as recorded, plus one side's decisions, less deletions."""
     held = {k: Placed(p.node, tuple((g.gpu, g.milli) for g in p.gpus))
             for k, p in plan.pods.items()
-            if p.phase in ("bound", "running") and p.node and k not in plan.recorded}
+            if p.phase in HOLDING_PHASES and p.node and k not in plan.recorded}
     held.update({k: v for k, v in decided.items() if k not in plan.deleted})
     return held
 

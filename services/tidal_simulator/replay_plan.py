@@ -20,8 +20,8 @@ from datetime import datetime
 from typing import Any
 
 from tidal_schemas import (
-    STOP_SCHEDULING_TAINT, Envelope, NodeAction, NodeAllocatable, NodeScore, NodeTopology, PlacementDecision, PodLifecycle, TenantConfig,
-    UserScore,
+    HOLDING_PHASES, STOP_SCHEDULING_TAINT, Envelope, NodeAction, NodeAllocatable, NodeScore, NodeTopology,
+    PlacementDecision, PodLifecycle, TenantConfig, UserScore,
 )
 from tidal_schemas.fence import DecisionFence
 
@@ -142,7 +142,7 @@ def _initial_state(latest: dict[tuple[str, str], Recorded], plan: ReplayPlan) ->
         p = r.envelope.payload
         if isinstance(p, PodLifecycle):
             plan.pods[key] = p
-            if p.phase in ("bound", "running"):
+            if p.phase in HOLDING_PHASES:
                 plan.bound_at_start[key] = p
                 initial.append(r)
         else:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from tidal_schemas import PodLifecycle
+from tidal_schemas import HOLDING_PHASES, PodLifecycle
 
 from .cgroup_paths import check_uid
 
@@ -37,7 +37,7 @@ class NodePods:
 
     def here(self) -> list[PodLifecycle]:
         """Pods bound to or running on this node."""
-        return [p for p in self._pods.values() if p.node == self.node and p.phase in ("bound", "running")]
+        return [p for p in self._pods.values() if p.node == self.node and p.phase in HOLDING_PHASES]
 
     def by_uid(self) -> dict[str, PodLifecycle]:
         return {p.uid: p for p in self.here() if p.uid}
@@ -52,7 +52,7 @@ class NodePods:
         if pod.node != self.node:
             where = f"runs on {pod.node}" if pod.node else "is not placed on any node"
             return None, "refused", f"pod {shown(key)} {where}, not on {self.node}"
-        if pod.phase not in ("bound", "running"):
+        if pod.phase not in HOLDING_PHASES:
             return None, "refused", f"pod {shown(key)} is {pod.phase}, not bound or running here"
         problem = check_uid(pod.uid)
         if problem:
