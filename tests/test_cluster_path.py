@@ -26,6 +26,8 @@ from tidal_cli.sample import node
 from tidal_placement.service import PlacementService
 from tidal_placement.settings import PlacementSettings
 from tidal_placement.tenancy import tenant_usage
+from tidal_scoring.service import ScoringService
+from tidal_scoring.settings import ScoringSettings
 from tidal_schemas import TenantConfig
 from tidal_schemas.fence import DecisionFence
 
@@ -292,3 +294,83 @@ async def test_a_decision_read_before_its_pods_pending_event_books_the_pods_requ
         empty = (await _rebuilt(path, {"node.topology": streams["node.topology"]}, ["node.topology"]))["free"]["n1"]
         free = (await _rebuilt(path, streams, order))["free"]["n1"]
         assert (free["cpu_milli"], free["memory_mib"]) == (empty["cpu_milli"] - 3000, empty["memory_mib"] - 3072)
+
+
+# -- fair share per GPU model ----------------------------------------------------
+
+async def test_fair_share_orders_two_users_a100_pods_by_their_a100_usage(nats_server, namespace):
+    async with cluster_path(nats_server, namespace, gpu_node("g1", 2)) as path:
+        await path.start(ScoringService(ScoringSettings(
+            bus_url=nats_server.url, namespace=namespace, cluster=CLUSTER, http_port=0, http_host="127.0.0.1",
+            period_s=0.2, settle_time="8s", drain_timeout_s=2), bus=await path.own_bus("scoring")))
+        placement = await path.start_placement()
+        a100 = {"tidal.dev/gpu-models": "A100"}
+        path.pod("alice-run", gpus=1, annotations=a100, labels={"tidal.dev/user": "alice"})
+        path.pod("holder", gpus=1, labels={"tidal.dev/user": "carol"})
+        await path.wait_bound("alice-run", "holder")
+        await wait_until(lambda: placement.scores.get((CLUSTER, "alice", "A100"), 0) > 0, 20,
+                         "alice charged for her A100")
+        # alice asks first (and sorts first by name): only fair share can put bob ahead
+        path.pod("a-next", gpus=1, annotations=a100, labels={"tidal.dev/user": "alice"})
+        path.pod("b-next", gpus=1, annotations=a100, labels={"tidal.dev/user": "bob"})
+        await path.wait_pending("a-next", "gpu")
+        await path.wait_pending("b-next", "gpu")
+        path.kube.delete_pod("default", "holder")  # one A100 frees: the lower A100 score takes it
+        await path.wait_bound("b-next")
+        assert path.bound("a-next") is None
+
+
+# -- tenants: permissions, quota per model, refusals -------------------------------
+
+async def test_a_tenant_allowed_one_gpu_uses_that_gpu_only(nats_server, namespace):
+    async with cluster_path(nats_server, namespace, gpu_node("g1", 4)) as path:
+        await path.bus.publish(TenantConfig(tenant="team-a", permissions={"gpus": ["g1-gpu0"]},
+                                            groups=[{"name": "other", "bindings": [{"node": "g1",
+                                                                                   "gpus": ["g1-gpu3"]}]}]))
+        await path.start_placement()
+        team_a = {"tidal.dev/tenant": "team-a"}
+        path.pod("first", gpus=1, labels=team_a)
+        await path.wait_bound("first")
+        path.pod("second", gpus=1, labels=team_a)
+        await path.wait_pending("second", "")
+        await path.settle(0.5)
+        assert path.bound("second") is None
+        pod = path.kube.pod("default", "first")
+        assert '"gpu":"g1-gpu0"' in pod["metadata"]["annotations"]["tidal.dev/gpus"]
+
+
+async def test_a_pod_naming_no_model_takes_a_model_whose_quota_has_room(nats_server, namespace):
+    async with cluster_path(nats_server, namespace, gpu_node("a1", 2, "A100"), gpu_node("v1", 2, "V100")) as path:
+        await path.bus.publish(TenantConfig(tenant="team-a", quota={"A100": 1000}))
+        await path.start_placement()
+        team_a = {"tidal.dev/tenant": "team-a"}
+        path.pod("on-a100", gpus=1, labels=team_a, annotations={"tidal.dev/gpu-models": "A100"})
+        await path.wait_bound("on-a100")
+        path.pod("any-model", gpus=1, labels=team_a)
+        await path.wait_bound("any-model")
+        assert path.bound("any-model") == "v1"
+
+
+async def test_a_pod_refused_by_quota_does_not_hold_back_another_tenants_pod(nats_server, namespace):
+    async with cluster_path(nats_server, namespace, gpu_node("g1", 2)) as path:
+        await path.bus.publish(TenantConfig(tenant="team-a", quota={"A100": 0}))
+        await path.start_placement(permit_timeout_s=120)
+        a100 = {"tidal.dev/gpu-models": "A100"}
+        path.pod("a-over-quota", gpus=1, annotations=a100, labels={"tidal.dev/tenant": "team-a"})
+        await path.wait_pending("a-over-quota", "quota")
+        path.pod("b-fits", gpus=1, annotations=a100, labels={"tidal.dev/tenant": "team-b"})
+        await path.wait_bound("b-fits", timeout=10)  # well inside the permit timeout
+
+
+async def test_the_group_chosen_is_one_whose_node_fits_the_whole_pod(nats_server, namespace):
+    small = gpu_node("small", 4, cpus_per_numa=1)  # 2 CPUs: GPUs free but too few CPUs
+    large = gpu_node("large", 2, cpus_per_numa=8)
+    async with cluster_path(nats_server, namespace, small, large) as path:
+        # best fit on GPUs alone is "tight" (nothing left over), whose node lacks the CPUs
+        groups = [{"name": "tight", "bindings": [{"node": "small", "gpus": ["small-gpu0"]}]},
+                  {"name": "roomy", "bindings": [{"node": "large", "gpus": ["large-gpu0", "large-gpu1"]}]}]
+        await path.bus.publish(TenantConfig(tenant="team-a", groups=groups))
+        await path.start_placement()
+        path.pod("needs-cpus", cpu="6", gpus=1, labels={"tidal.dev/tenant": "team-a"})
+        await path.wait_bound("needs-cpus")
+        assert path.bound("needs-cpus") == "large"
