@@ -1,7 +1,11 @@
 """`tidal simulate`: run the real services (placement, scoring, oversell,
-remediation) on an embedded NATS, or over `--bus`, against the simulator
-(a stand-in cluster in this process) fed by an openb trace, a scenario file
-or the synthetic generator; write a JSON report and an HTML page.
+remediation and the bridge) on an embedded NATS, or over `--bus`, against
+the simulator — a stand-in cluster in this process, behind a Kubernetes API
+server on localhost that the real bridge connects to through the kubeconfig
+written to DATA_DIR/kubeconfig (`kubectl --kubeconfig DATA_DIR/kubeconfig
+get pods -o wide` shows the cluster while it runs) — fed by an openb trace,
+a scenario file or the synthetic generator; write a JSON report and an HTML
+page. With `--bus`, the bridge runs in this process.
 
 Exit codes: 0 done (every expectation met), 1 a failure or an expectation
 not met, 2 bad input (one line naming the file, flag or field)."""
@@ -134,7 +138,8 @@ def build_plan(args: argparse.Namespace):
         batch=args.batch, autorun=False, log_level="WARNING",
         # the protocol's thousands of nodes: sample a node when its pods change, not every tick
         metrics_heartbeat_s=3600.0 if args.arrive_only else None,
-        expect_allocatable=not args.arrive_only and not args.bus and "oversell" in _services(args))
+        expect_allocatable=not args.arrive_only and not args.bus and "oversell" in _services(args),
+        kubeconfig="" if args.bus else str(args.data_dir / "kubeconfig"))
     return RunPlan(workload, settings, arrive_only=args.arrive_only, order=order, shapes=shapes,
                    reference=reference, progress_every=max(args.progress, 0), extra=extra)
 
@@ -202,6 +207,8 @@ def stack_env(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _run_embedded(args: argparse.Namespace, plan, simulate):
+    from tidal_simulator.bridge import stack_bridge
+
     from .services import available
     from .stack import Stack
 
@@ -216,13 +223,16 @@ def _run_embedded(args: argparse.Namespace, plan, simulate):
     env = stack_env(args)
     shutil.rmtree(args.data_dir, ignore_errors=True)
     stack = Stack(args.data_dir, nats_port=0, namespace=args.namespace, cluster=args.cluster,
-                  services=[s for s in wanted if s in known], extra_env=env)
+                  services=[s for s in wanted if s in known and s != "bridge"], extra_env=env)
     with stack:
         stack.wait_ready()
         print(f"simulate: services {', '.join(s.name for s in stack.services)} on {redact_url(stack.bus_url)} "
               f"(logs in {args.data_dir}/logs)", file=sys.stderr, flush=True)
         plan.settings = plan.settings.model_copy(update={"bus_url": stack.bus_url})
-        result = asyncio.run(simulate(plan, warmup=_metrics_warmup(stack, len(plan.workload.nodes))))
+        print(f"simulate: the cluster's API server: kubectl --kubeconfig {plan.settings.kubeconfig} get pods -o wide",
+              file=sys.stderr, flush=True)
+        result = asyncio.run(simulate(plan, warmup=_metrics_warmup(stack, len(plan.workload.nodes)),
+                                      bridge=stack_bridge(stack)))
         stack.check_alive()
     return result
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidal_bus.auth import redact_url
@@ -25,6 +25,7 @@ class RunningService:
     process: subprocess.Popen
     http_port: int
     log_path: Path
+    env: dict[str, str] = field(default_factory=dict)  # its own settings, kept for a restart
 
     @property
     def url(self) -> str:
@@ -77,8 +78,18 @@ class Stack:
             self.services.append(self._spawn(name, logs))
         return self
 
-    def _spawn(self, name: str, logs: Path, port: int | None = None) -> RunningService:
+    def add(self, name: str, env: dict[str, str] | None = None) -> RunningService:
+        """Start one more service (with settings of its own) on the running stack."""
+        if name not in available():
+            raise CliError(f"unknown service {name}; available: {', '.join(available())}")
+        service = self._spawn(name, self.data_dir / "logs", env=env)
+        self.services.append(service)
+        return service
+
+    def _spawn(self, name: str, logs: Path, port: int | None = None, env: dict[str, str] | None = None
+               ) -> RunningService:
         port = port or free_port()
+        own = dict(env or {})
         env = dict(os.environ)
         env.update({
             "TIDAL_BUS_URL": self.bus_url, "TIDAL_NAMESPACE": self.namespace, "TIDAL_CLUSTER": self.cluster,
@@ -88,16 +99,17 @@ class Stack:
         # not in /var/lib/tidal (the DaemonSet's host path).
         env.setdefault("TIDAL_TOPOLOGY_STATE_FILE", str((self.data_dir / "cpu-state.json").resolve()))
         env.update(self.extra_env)
+        env.update(own)
         log_path = logs / f"{name}.log"
         with open(log_path, "ab") as log:
             process = subprocess.Popen([sys.executable, "-m", "tidal_cli.main", "run", name], env=env,
                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                        preexec_fn=_die_with_parent)
-        return RunningService(name, process, port, log_path)
+        return RunningService(name, process, port, log_path, own)
 
-    def wait_ready(self, timeout: float = 60.0) -> None:
+    def wait_ready(self, timeout: float = 60.0, services: list[RunningService] | None = None) -> None:
         deadline = time.monotonic() + timeout
-        pending = list(self.services)
+        pending = list(self.services if services is None else services)
         while pending:
             self.check_alive()
             pending = [s for s in pending if not s.ready()]
@@ -127,7 +139,7 @@ class Stack:
         old = self.service(name)
         if old.process.poll() is None:
             raise CliError(f"service {name} is still running (pid {old.process.pid}); kill it first", exit_code=1)
-        new = self._spawn(name, old.log_path.parent, port=old.http_port)
+        new = self._spawn(name, old.log_path.parent, port=old.http_port, env=old.env)
         self.services[self.services.index(old)] = new
         return new
 

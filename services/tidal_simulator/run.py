@@ -1,5 +1,6 @@
 """One simulation run end to end, over a bus where the real services run:
-start the simulator in this process, let the services take in the cluster,
+start the simulator in this process and the real bridge against its API
+server (`bridge.py`), let the services take in the cluster,
 drive the pods, check the expectations, collect the fair-share scores the
 scoring service published, and build the report (and the HTML page)."""
 
@@ -15,6 +16,7 @@ from typing import Any
 from tidal_bus import StartAt
 from tidal_schemas import SchemaError, UserScore
 
+from .bridge import BridgeStarter, in_process_bridge
 from .driver import attach_ledger, run_arrive_only, run_timed, stderr_progress
 from .expectations import check
 from .html_report import render_html
@@ -50,17 +52,20 @@ class RunResult:
 
 
 async def simulate(plan: RunPlan, *, warmup: Callable[[SimulatorService], Awaitable[None]] | None = None,
-                   progress: Callable[[str], None] = stderr_progress) -> RunResult:
+                   progress: Callable[[str], None] = stderr_progress,
+                   bridge: BridgeStarter = in_process_bridge) -> RunResult:
     """Run `plan` (see the module docstring)."""
     started, started_utc = time.monotonic(), datetime.now(timezone.utc)
     sim = SimulatorService(plan.settings, workload=plan.workload)
     task = asyncio.create_task(sim.run(), name="simulator")
+    stop_bridge = None
     try:
         while not sim.ready()[0]:
             if task.done():
                 task.result()  # raises the reason it stopped
                 raise RuntimeError("the simulator stopped before it was ready")
             await asyncio.sleep(0.02)
+        stop_bridge = await bridge(sim)
         if warmup is not None:
             await warmup(sim)
         attach_ledger(sim, plan.shapes)
@@ -85,6 +90,8 @@ async def simulate(plan: RunPlan, *, warmup: Callable[[SimulatorService], Awaita
         html = render_html(report, sim.record, scores, plan.reference)
         return RunResult(report, html, sum(1 for v in verdicts if not v.ok))
     finally:
+        if stop_bridge is not None:
+            await stop_bridge()
         sim.stop()
         try:
             await asyncio.wait_for(task, 30)

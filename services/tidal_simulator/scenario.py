@@ -29,7 +29,7 @@ from tidal_schemas.envelope import describe_validation_error
 from tidal_simulator.topology_builder import make_topology
 
 from .expectations import Expectation
-from .pods import pending_pod
+from .pods import sim_pod
 from .usage_curves import UsageSpec
 from .workload import SimNode, SimPodSpec, Workload
 
@@ -187,7 +187,7 @@ def scenario_workload(scenario: Scenario, where: str = "scenario") -> Workload:
             raise ScenarioError(f"{where}: field 'pods.{i}.numa': needs `node` and NUMA ids of that node")
         for r, name in enumerate(spec.names()):
             try:
-                pod = pending_pod(spec.namespace or spec.tenant, name, cpu_milli=spec.cpu_milli,
+                pod = sim_pod(spec.namespace or spec.tenant, name, cpu_milli=spec.cpu_milli,
                                   memory_mib=spec.memory_mib, gpu=GpuAsk(**spec.gpu.model_dump()),
                                   tenant=spec.tenant, user=spec.user, qos=spec.qos, priority=spec.priority,
                                   evictable=spec.evictable, exclusive_cpus=spec.exclusive_cpus,

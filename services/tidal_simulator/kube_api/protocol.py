@@ -18,9 +18,13 @@ FIELDS = {"pods": {"metadata.name", "metadata.namespace", "spec.nodeName", "spec
 KINDS = {"pods": "Pod", "nodes": "Node", "events": "Event"}
 
 
+def stamp(when: datetime) -> str:
+    """A time as the API server writes it (RFC 3339, whole seconds, UTC)."""
+    return when.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
 def now_stamp() -> str:
-    """The time now as the API server writes it (RFC 3339, seconds, UTC)."""
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return stamp(datetime.now(timezone.utc))
 
 
 def status_body(code: int, reason: str, message: str, **details: Any) -> dict[str, Any]:

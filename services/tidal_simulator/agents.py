@@ -1,0 +1,72 @@
+"""The node agents of the simulated machines: the seam where each
+simulated node's agent plugs in.
+
+A `NodeAgent` is what the cluster model asks of a node's agent: give a pod
+exclusive CPUs per NUMA node as decided (or say why not), take them back,
+and name the shared pool. `BookAgent`, the one plugged in today, keeps the
+books with the node agent's own code — `tidal_topology.checkpoint.CpuState`
+(assign / release / shared pool) and `tidal_topology.cpu_allocator`
+(kubelet-exact CPU choice) — over no machine: its "cgroups" are the model's
+fields (cpuset, frozen). An in-process agent core with an in-memory cgroup
+tree (the node agent's own service logic, once it can run without sysfs)
+replaces it per node through `make_agent`, without touching the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from tidal_schemas import NodeTopology
+from tidal_topology import checkpoint
+from tidal_topology.cpu_allocator import pick_cpus, pick_per_numa
+
+
+class NodeAgent(Protocol):
+    def assign(self, pod: str, numa_cpus: Mapping[int, int]) -> tuple[tuple[int, ...], str]:
+        """Exclusive CPUs for `pod`, so many per NUMA node; ((), why) when not possible."""
+
+    def assign_count(self, pod: str, count: int) -> tuple[tuple[int, ...], str]:
+        """`count` exclusive CPUs wherever the agent packs them (a pod running before the start)."""
+
+    def release(self, pod: str) -> tuple[int, ...]:
+        """The CPUs `pod` held, now back in the shared pool."""
+
+    def shared_pool(self) -> list[int]:
+        """CPUs neither reserved nor held exclusively."""
+
+
+class BookAgent:
+    """A node agent's CPU books, by the agent's own functions (see the module docstring)."""
+
+    def __init__(self, topology: NodeTopology) -> None:
+        self.cpus = topology.cpus
+        self.state = checkpoint.new_state([c.cpu for c in topology.cpus], topology.reserved_cpus)
+
+    def _take(self, pod: str, picked) -> tuple[tuple[int, ...], str]:
+        if picked.cpus is None:
+            return (), picked.reason
+        change = checkpoint.assign(self.state, pod, "", picked.cpus)
+        if not change.ok:
+            return (), change.reason
+        self.state = change.state
+        return tuple(sorted(change.cpus)), ""
+
+    def assign(self, pod: str, numa_cpus: Mapping[int, int]) -> tuple[tuple[int, ...], str]:
+        return self._take(pod, pick_per_numa(self.cpus, self.state.shared_pool, numa_cpus))
+
+    def assign_count(self, pod: str, count: int) -> tuple[tuple[int, ...], str]:
+        return self._take(pod, pick_cpus(self.cpus, self.state.shared_pool, count))
+
+    def release(self, pod: str) -> tuple[int, ...]:
+        change = checkpoint.release(self.state, pod)
+        self.state = change.state
+        return tuple(sorted(change.cpus))
+
+    def shared_pool(self) -> list[int]:
+        return sorted(self.state.shared_pool)
+
+
+def make_agent(topology: NodeTopology) -> NodeAgent:
+    """The agent of one simulated node."""
+    return BookAgent(topology)
