@@ -7,6 +7,7 @@ A starter takes the running simulator and returns how to stop what it started.""
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Awaitable, Callable
 
@@ -50,7 +51,8 @@ def stack_bridge(stack) -> BridgeStarter:
         service = await asyncio.to_thread(stack.add, "bridge", {"TIDAL_BRIDGE_KUBECONFIG": str(sim.kubeconfig)})
         await asyncio.to_thread(stack.wait_ready, READY_TIMEOUT_S, [service])
 
-        async def stop() -> None:
-            return None  # the stack stops it with the other services
+        async def stop() -> None:  # before the API server goes: no failed watch to log
+            await asyncio.to_thread(stack.kill, "bridge", signal.SIGTERM)
+            stack.services.remove(service)  # stopped on purpose: not a service that died
         return stop
     return start
