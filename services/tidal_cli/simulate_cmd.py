@@ -7,8 +7,8 @@ get pods -o wide` shows the cluster while it runs) — fed by an openb trace,
 a scenario file or the synthetic generator; write a JSON report and an HTML
 page. With `--bus`, the bridge runs in this process.
 
-Exit codes: 0 done (every expectation met), 1 a failure or an expectation
-not met, 2 bad input (one line naming the file, flag or field)."""
+Exit codes: 0 done (every expectation met, no invariant violated), 1 a
+failure, an expectation not met or an invariant violated, 2 bad input (one line naming the file, flag or field)."""
 
 from __future__ import annotations
 
@@ -82,6 +82,9 @@ def run(args: argparse.Namespace) -> int:
         result = _run_embedded(args, plan, simulate)
     _write(args, result)
     print(summary(result.report, time.monotonic() - started))
+    if result.violations:
+        print(f"tidal: {result.violations} invariant violation(s); `tidal audit` lists them", file=sys.stderr)
+        return 1
     if result.failed_expectations:
         failed = [e["expect"] for e in result.report["expectations"] if not e["ok"]]
         print(f"tidal: {len(failed)} of {len(result.report['expectations'])} expectations not met: "
@@ -300,6 +303,8 @@ def summary(report: dict, seconds: float) -> str:
     if actions:
         lines.append("actions: " + "; ".join(f"{by}: {', '.join(f'{k} {n}' for k, n in kinds.items())}"
                                             for by, kinds in actions.items()))
+    lines.append(f"invariant violations: {report['invariants']['violations']}")
+    lines += [f"  {line}" for line in report["invariants"]["lines"][:10]]
     for e in report["expectations"]:
         lines.append(f"  [{'ok' if e['ok'] else 'FAIL'}] {e['expect']} — {e['seen']}")
     lines.append(f"took {seconds:.1f} s")
