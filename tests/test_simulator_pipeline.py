@@ -161,7 +161,7 @@ async def test_scenario_expectations_met_and_not_met(nats_server, namespace, tmp
     verdicts = {e["expect"]: e["ok"] for e in result.report["expectations"]}
     assert verdicts == {"pod hot-a is frozen before pod hot-b": True, "pod web is placed": True,
                         "node n2 gets tainted": False}
-    assert result.failed_expectations == 1 and result.violations == 0
+    assert result.failed_expectations == 1 and result.violations == 0, result.report["invariants"]
     assert result.report["actions"]["requested"]["remediation"]["freeze"] >= 1
     assert result.report["actions"]["results"]["freeze/done"] >= 1
     assert "FAIL" in result.html and "node n2 gets tainted" in result.html

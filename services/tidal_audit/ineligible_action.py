@@ -6,7 +6,9 @@
   the node's other held, not system-critical pods not already being
   evicted, that use memory in the node's last sample (§D never picks a pod
   that frees nothing);
-- freeze (§E): the pod is held on that node, best-effort, not
+  A pod the node's last usage sample shows there counts as there (the node
+  agent can report a pod before the bridge does);
+- freeze (§E): the pod is on that node, best-effort, not
   system-critical and not frozen already;
 - move (set-cpuset, asked by remediation, §E): the pod is latency-sensitive;
 - once: the same action kind on the same pod is not asked again under a new
@@ -22,7 +24,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from tidal_schemas import ActionResult, Envelope, NodeAction, NodeMetrics, PodLifecycle
+from tidal_schemas import ActionResult, Envelope, NodeAction, NodeMetrics, PodLifecycle, PodUsage
 
 from .holdings import holding
 from .violation import Violation, cite
@@ -35,7 +37,7 @@ class IneligibleAction:
     def __init__(self) -> None:
         self.pods: dict[str, PodLifecycle] = {}
         self.on_node: dict[str, set[str]] = defaultdict(set)
-        self.memory_used: dict[str, dict[str, int]] = {}  # node -> pod -> MiB in its last sample
+        self.sampled: dict[str, dict[str, PodUsage]] = {}  # node -> pod -> its usage in the node's last sample
         self.asked: dict[tuple[str, str], tuple[str, Envelope[Any]]] = {}  # (kind, pod) -> standing action id
         self.frozen: set[str] = set()
 
@@ -44,7 +46,7 @@ class IneligibleAction:
         if isinstance(p, PodLifecycle):
             self._pod(p)
         elif isinstance(p, NodeMetrics):
-            self.memory_used[p.node] = {u.pod: u.memory_mib for u in p.pods}
+            self.sampled[p.node] = {u.pod: u for u in p.pods}
         elif isinstance(p, ActionResult):
             self._result(p)
         elif isinstance(p, NodeAction) and p.kind in CHECKED and p.pod and not p.dry_run:
@@ -85,16 +87,20 @@ class IneligibleAction:
                               (cite(standing[1], standing[0]), cite(envelope, action.action_id)))]
         self.asked[(action.kind, key)] = (action.action_id, envelope)
         pod = self.pods.get(key)
-        if pod is None or pod.node != action.node:
-            found.append(f"pod {key} is not held on node {action.node}")
+        sample = self.sampled.get(action.node, {}).get(key)
+        if pod is not None and pod.node != action.node:
+            pod = None
+        qos, critical = (pod.qos, pod.system_critical) if pod else (sample.qos if sample else "", False)
+        if pod is None and sample is None:
+            found.append(f"pod {key} is not on node {action.node}")
         elif action.kind == "evict":
-            found += self._evict_problems(pod)
+            found += self._evict_problems(pod) if pod is not None else []
         elif action.kind == "freeze":
-            if pod.qos != "BE" or pod.system_critical or key in self.frozen:
-                found.append(f"pod {key} is {pod.qos}{', system-critical' if pod.system_critical else ''}"
+            if qos != "BE" or critical or key in self.frozen:
+                found.append(f"pod {key} is {qos}{', system-critical' if critical else ''}"
                              f"{', frozen already' if key in self.frozen else ''}: §E freezes unfrozen BE pods only")
-        elif action.requested_by == "remediation" and pod.qos != "LS":
-            found.append(f"pod {key} is {pod.qos}: §E moves latency-sensitive pods only")
+        elif action.requested_by == "remediation" and qos != "LS":
+            found.append(f"pod {key} is {qos}: §E moves latency-sensitive pods only")
         return [Violation(NAME, f"{action.kind} by {action.requested_by or envelope.source}: {problem}",
                           (cite(envelope, action.reason[:80]),)) for problem in found]
 
@@ -103,7 +109,7 @@ class IneligibleAction:
             return [f"pod {pod.event_key()} is system-critical: never evicted"]
         if pod.evictable:
             return []
-        used = self.memory_used.get(pod.node or "")
+        used = {k: u.memory_mib for k, u in self.sampled[pod.node].items()} if pod.node in self.sampled else None
         others = [self.pods[k] for k in self.on_node[pod.node or ""] if k != pod.event_key()]
         left = [o for o in others if not o.system_critical and ("evict", o.event_key()) not in self.asked
                 and (used is None or used.get(o.event_key(), 0) > 0)]
