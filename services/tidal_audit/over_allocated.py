@@ -59,27 +59,35 @@ class OverAllocated:
         if not grew(before, after) or after.node not in self.topology:
             return []
         return [Violation(NAME, f"node {after.node}: {problem} once pod {key} holds its share", (cite(envelope, pod.phase),))
-                for problem in self._problems(after)]
+                for problem in self._problems(after, before if before is not None and before.node == after.node
+                                              else None)]
 
-    def _problems(self, new: Holding) -> list[str]:
+    def _problems(self, new: Holding, old: Holding | None) -> list[str]:
+        """What is over on `new`'s node, in what `new` took more of than `old` (what it held there before)."""
+        old = old or Holding(new.node, 0, 0)
         node, topology = new.node, self.topology[new.node]
         pods = [self.held[k] for k in self.on_node[node]]
         limit = self.allocatable(node)
         then = self.at_decision.get(new.decision_id)
         problems = []
-        for what, total, allowed in (
-                ("cpu", sum(h.cpu_milli for h in pods), max(limit.cpu_milli, then.cpu_milli if then else 0)),
-                ("memory", sum(h.memory_mib for h in pods), max(limit.memory_mib, then.memory_mib if then else 0))):
-            if total > allowed:
+        for what, took, had, total, allowed in (
+                ("cpu", new.cpu_milli, old.cpu_milli, sum(h.cpu_milli for h in pods),
+                 max(limit.cpu_milli, then.cpu_milli if then else 0)),
+                ("memory", new.memory_mib, old.memory_mib, sum(h.memory_mib for h in pods),
+                 max(limit.memory_mib, then.memory_mib if then else 0))):
+            if took > had and total > allowed:
                 problems.append(f"{what} held {total} > allocatable {allowed}")
         numa_held: dict[int, int] = defaultdict(int)
         for h in pods:
             for numa, cpus in h.numa_cpus.items():
                 numa_held[numa] += cpus
         for numa in topology.numa_nodes:
-            if numa.allocatable_cpus is not None and numa_held.get(numa.id, 0) > numa.allocatable_cpus:
+            if numa.allocatable_cpus is not None and numa_held.get(numa.id, 0) > numa.allocatable_cpus \
+                    and new.numa_cpus.get(numa.id, 0) > old.numa_cpus.get(numa.id, 0):
                 problems.append(f"NUMA {numa.id}: {numa_held[numa.id]} exclusive CPUs held > "
                                 f"{numa.allocatable_cpus} allocatable")
+        if new.gpus.items() <= old.gpus.items() and new.floating_gpus <= old.floating_gpus:
+            return problems
         physical = {g.id: g.parent or g.id for g in topology.gpus}
         per_device: dict[str, int] = defaultdict(int)
         for h in pods:
