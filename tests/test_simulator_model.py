@@ -307,3 +307,21 @@ def test_bundled_demo_is_what_its_script_writes_and_has_its_situations():
     assert any(p.usage.memory.kind == "spike" and p.node == "spike-node" for p in committed.pods)
     assert sum(1 for p in committed.pods if p.node == "hot-node" and p.pin_numa == (1,)) == 3
     assert {e.kind for e in committed.expectations} >= {"tainted", "frozen-before"}
+
+
+# -- the simulator plays the cluster, never the bridge ------------------------------------
+def test_the_simulator_has_no_code_path_that_builds_pod_events_or_bind_results():
+    """Only the bridge publishes `pod.lifecycle` and `bind.result` in a simulated
+    run (the `replay_*` files re-publish a recording into a sandbox: not a run)."""
+    from pathlib import Path
+
+    from tidal_simulator.service import SimulatorService
+
+    root = Path(__file__).resolve().parents[1] / "services" / "tidal_simulator"
+    offending = [f"{path.relative_to(root)}:{n}" for path in sorted(root.rglob("*.py"))
+                 if not path.name.startswith("replay_")
+                 for n, line in enumerate(path.read_text().splitlines(), 1)
+                 if any(word in line for word in ("PodLifecycle(", "BindResult(", "PodLifecycle.model_",
+                                                  "BindResult.model_"))]
+    assert offending == []
+    assert not {"pod.lifecycle", "bind.result"} & set(SimulatorService.produces)
