@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-GPU_MILLI = 1000
+from tidal_schemas.common import GPU_MILLI
 
 # name: (dtype, fill value) — per node row, per (row, NUMA column), per (row, GPU column)
 ROW_ARRAYS = {
