@@ -76,6 +76,7 @@ class Kubelets:
         if pod is None or pod.phase in ("waiting", "deleted"):
             return
         node, was_running = pod.node, pod.phase == "running"
+        # The eviction endpoint records the eviction, then deletes: this call is that deletion.
         evicted = (meta["namespace"], meta["name"]) in sim.api.evictions[-1:]
         released = sim.model.delete(key)
         if evicted:
