@@ -37,9 +37,7 @@ connection, end the stream, or tear a line in half first),
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import json
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -49,12 +47,14 @@ from aiohttp import web
 from . import tables
 from .objects import node_object, pod_object
 from .protocol import KINDS, MERGE_TYPES, Watcher, merge_patch, now_stamp, parse_selector, status
+from .faults import FaultInjection
 from .store import Store
+from .watch import serve_watch
 
 BindingAdmission = Callable[[dict[str, Any], str], "str | None"]
 
 
-class KubeApiServer:
+class KubeApiServer(FaultInjection):
     """`await start()` (or `async with`), then point a client at `url`."""
 
     def __init__(self, *, bookmark_interval_s: float | None = None, history_limit: int | None = None,
@@ -68,9 +68,7 @@ class KubeApiServer:
         self.admit_binding: BindingAdmission | None = None
         self.evictions: list[tuple[str, str]] = []
         self.bindings: list[tuple[str, str, str]] = []
-        self._blocked: dict[tuple[str, str], int] = {}
-        self._conflicts: dict[tuple[str, str], int] = {}
-        self._failures: list[list[Any]] = []
+        FaultInjection.__init__(self)
         self.bookmark_interval_s = bookmark_interval_s
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -167,41 +165,6 @@ class KubeApiServer:
     def node(self, name: str) -> dict[str, Any] | None:
         return self.objects["nodes"].get(("", name))
 
-    # -- fault injection ----------------------------------------------------------------
-    def compact(self) -> None:
-        """Forget history: a watch from any older resourceVersion gets 410."""
-        self.store.compact()
-
-    def break_watches(self, mode: str = "abort") -> int:
-        """Break every open watch after what it was sent so far: `abort` the
-        connection, end the stream (`eof`), or send half a line then abort
-        (`partial`). Returns how many were broken."""
-        for watcher in self.watchers:
-            watcher.queue.put_nowait(("END", mode))
-        return len(self.watchers)
-
-    def send_bookmarks(self) -> None:
-        for watcher in self.watchers:
-            if watcher.bookmarks:
-                watcher.queue.put_nowait(self.store.bookmark(watcher.resource))
-
-    def block_eviction(self, namespace: str, name: str, times: int) -> None:
-        """Answer the next `times` evictions of this pod with 429 (a PDB)."""
-        self._blocked[(namespace, name)] = times
-
-    def conflict_binding(self, namespace: str, name: str, times: int) -> None:
-        """Answer the next `times` bindings of this pod with 409 Conflict."""
-        self._conflicts[(namespace, name)] = times
-
-    def fail(self, method: str, path_part: str, code: int, times: int = 1, **query: str) -> None:
-        """Answer the next `times` requests whose path contains `path_part`
-        (and whose query has the given values) with `code`."""
-        self._failures.append([method.upper(), path_part, code, times, query])
-
-    def count(self, method: str, path_part: str, **query: str) -> int:
-        return sum(1 for m, p, q in self.requests if m == method and path_part in p
-                   and all(q.get(k) == v for k, v in query.items()))
-
     # -- HTTP -----------------------------------------------------------------------
     @web.middleware
     async def _record(self, request: web.Request, handler):
@@ -210,12 +173,9 @@ class KubeApiServer:
             self.authorizations.append(request.headers.get("Authorization"))
         if self.on_request is not None:
             self.on_request(request.method, request.path)
-        for failure in self._failures:
-            method, part, code, times, query = failure
-            if times > 0 and request.method == method and part in request.path \
-                    and all(request.query.get(k) == v for k, v in query.items()):
-                failure[3] -= 1
-                return status(code, "InternalError" if code >= 500 else "Failure", f"injected {code}")
+        code = self.injected(request.method, request.path, request.query)
+        if code is not None:
+            return status(code, "InternalError" if code >= 500 else "Failure", f"injected {code}")
         return await handler(request)
 
     @staticmethod
@@ -289,8 +249,7 @@ class KubeApiServer:
         if uid and uid != pod["metadata"]["uid"]:
             return status(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, "
                           f"UID in object meta: {pod['metadata']['uid']}")
-        if self._conflicts.get((ns, name), 0) > 0:
-            self._conflicts[(ns, name)] -= 1
+        if self.take(self._conflicts, ns, name):
             return status(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": the object has '
                           "been modified; please apply your changes to the latest version and try again")
         if pod["spec"].get("nodeName"):
@@ -321,8 +280,7 @@ class KubeApiServer:
         if uid and uid != pod["metadata"]["uid"]:
             return status(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, "
                           f"UID in object meta: {pod['metadata']['uid']}")
-        if self._blocked.get((ns, name), 0) > 0:
-            self._blocked[(ns, name)] -= 1
+        if self.take(self._blocked, ns, name):
             return status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
                           causes=[{"reason": "DisruptionBudget",
                                    "message": "The disruption budget web needs 1 healthy pods and has 1 currently"}])
@@ -374,60 +332,4 @@ class KubeApiServer:
         return handle
 
     async def _watch(self, request: web.Request, watcher: Watcher) -> web.StreamResponse:
-        since = request.query.get("resourceVersion", "")
-        timeout = float(request.query.get("timeoutSeconds", "1800"))
-        response = web.StreamResponse(headers={"Content-Type": "application/json"})
-        response.enable_chunked_encoding()
-        await response.prepare(request)
-        if self.store.expired(since):
-            await self._send(response, "ERROR", {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                                                 "status": "Failure", "reason": "Expired", "code": 410,
-                                                 "message": f"too old resource version: {since} "
-                                                            f"({self.store.oldest_rv})"})
-            await response.write_eof()
-            return response
-        # Backlog and registration happen without an await in between, so
-        # no change falls between the two.
-        for item in self.store.since(watcher, since):
-            watcher.queue.put_nowait(item)
-        self.watchers.append(watcher)
-        ticker = asyncio.create_task(self._tick(watcher)) if watcher.bookmarks and self.bookmark_interval_s else None
-        try:
-            return await self._pump(request, response, watcher, timeout)
-        except ConnectionResetError:  # the client went away first
-            return response
-        finally:
-            self.watchers.remove(watcher)
-            if ticker is not None:
-                ticker.cancel()
-
-    async def _pump(self, request: web.Request, response: web.StreamResponse, watcher: Watcher,
-                    timeout: float) -> web.StreamResponse:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            left = deadline - asyncio.get_running_loop().time()
-            try:
-                kind, obj = await asyncio.wait_for(watcher.queue.get(), timeout=max(left, 0.001))
-            except asyncio.TimeoutError:
-                await response.write_eof()  # timeoutSeconds reached: a clean end
-                return response
-            if kind != "END":
-                await self._send(response, kind, obj)
-                continue
-            if obj == "eof":
-                await response.write_eof()
-            else:
-                if obj == "partial":
-                    await response.write(b'{"type": "MODIFIED", "object": {"metadata": {"na')
-                if request.transport is not None:
-                    request.transport.abort()
-            return response
-
-    @staticmethod
-    async def _send(response: web.StreamResponse, kind: str, obj: dict[str, Any]) -> None:
-        await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
-
-    async def _tick(self, watcher: Watcher) -> None:
-        while True:
-            await asyncio.sleep(self.bookmark_interval_s or 1.0)
-            watcher.queue.put_nowait(self.store.bookmark(watcher.resource))
+        return await serve_watch(request, self.store, watcher, self.bookmark_interval_s)
