@@ -4,6 +4,7 @@ then `tidal audit` on a recording (exit 1 and one line per violation)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timezone
 
 import pytest
@@ -158,3 +159,23 @@ def test_other_clusters_are_not_audited():
     other = [make_envelope(p, cluster="c2", source="test")
              for p in (NODE, pod("a", cpu=9000))]
     assert audit(other, cluster="c1") == [] and len(audit(other)) == 1
+
+
+# -- the command ---------------------------------------------------------------------
+async def test_tidal_audit_prints_each_violation_and_exits_1(nats_server, namespace, capsys):
+    from conftest import make_bus
+    from tidal_cli import main as cli
+
+    bad, _ = CASES["over-allocated/numa"]
+    async with make_bus(nats_server.url, namespace, cluster="c1") as bus:
+        await bus.ensure_streams()
+        for payload in bad:
+            await bus.publish(payload)
+    argv = ["audit", "--bus", nats_server.url, "--namespace", namespace, "--cluster", "c1"]
+    assert await asyncio.to_thread(cli.main, argv) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "invariant violations: 1"
+    assert out[0].startswith("over-allocated: node n1: NUMA 1: 5 exclusive CPUs held > 4 allocatable")
+    # the same streams read as another cluster's: nothing of theirs is audited
+    assert await asyncio.to_thread(cli.main, [*argv[:-1], "c2"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["invariant violations: 0"]
