@@ -17,7 +17,7 @@ from typing import Any
 
 from tidal_bus import Delivery
 from tidal_schemas import (
-    STOP_SCHEDULING_TAINT, BindResult, Envelope, NodeAction, NodeAllocatable, NodeScore, NodeTopology, PlacementDecision,
+    STOP_SCHEDULING_TAINT, BindResult, CpuAssignment, Envelope, NodeAction, NodeAllocatable, NodeScore, NodeTopology, PlacementDecision,
     PodLifecycle, TenantConfig, UserScore, derived_id, resource_type,
 )
 from tidal_schemas.fence import DecisionFence, fence_decision
@@ -38,7 +38,7 @@ from .staleness import stale_nodes, stale_reason
 from .tenancy import allowance, charge, tenant_usage
 
 FOLLOWED = ("node.topology", "node.allocatable", "score.node", "score.user", "tenant.config", "node.action",
-            "pod.lifecycle", "bind.result", "placement.decision")
+            "pod.lifecycle", "bind.result", "placement.decision", "cpu.assignment")
 TAINT_KEY = STOP_SCHEDULING_TAINT
 GONE_KEPT = 100_000  # deleted pods remembered against late decisions (a rebuild reads them in any order)
 
@@ -189,6 +189,12 @@ class PlacementService(Service):
             self._apply_pod(cluster, p)
         elif isinstance(p, BindResult):
             self._apply_bind(cluster, p)
+        elif isinstance(p, CpuAssignment):  # the node agent moved or took back a pod's CPUs
+            if p.released and (cluster, p.pod) not in self.records:
+                return
+            self._record(cluster, p.pod).assignment = p
+            self.room_changed.add(cluster)
+            self._reconcile(cluster, p.pod)
         elif isinstance(p, PlacementDecision):
             await self._apply_decision(cluster, p)
             return

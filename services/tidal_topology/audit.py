@@ -30,12 +30,13 @@ class Violation:
 
 
 def audit(state: CpuState, expected: Mapping[str, Pinning], actual: Mapping[str, Collection[int]],
-          live: Collection[str]) -> list[Violation]:
+          live: Collection[str], names: Mapping[str, str] | None = None) -> list[Violation]:
     """Every violation (see the module docstring). `actual`: uid -> the
     cpuset its cgroup has; `expected`: uid -> `cpuset_plan` pinning; `live`:
-    the pod keys alive on this node."""
+    the pod keys alive on this node; `names`: uid -> pod key of pods the
+    books do not name (to say which pod a violation is about)."""
     found: list[Violation] = []
-    named = pods_by_uid(state)
+    named = {**(names or {}), **pods_by_uid(state)}
     booked = Counter(cpu for cpus in state.assignments.values() for cpu in cpus)
     seen: Counter[int] = Counter()
     for uid, cpus in actual.items():
@@ -59,7 +60,7 @@ def audit(state: CpuState, expected: Mapping[str, Pinning], actual: Mapping[str,
     for uid, pin in sorted(expected.items()):
         now = tuple(sorted(actual.get(uid, ()))) if uid in actual else None
         if now is not None and now != pin.cpus:
-            found.append(Violation("drifted", pin.pod or f"uid {uid}",
+            found.append(Violation("drifted", pin.pod or named.get(uid, f"uid {uid}"),
                                    f"cpuset {format_cpuset(now)}, expected {format_cpuset(pin.cpus)}"))
     return found
 

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tidal_schemas import CpuAssignment
+from tidal_schemas import CpuAssignment, PodLifecycle
 
 from . import cgroups
 from .audit import Violation, audit, counts
@@ -32,7 +32,7 @@ Publish = Callable[..., Awaitable[Any]]
 class CpuAuthority:
     def __init__(self, *, node: str, topology: Sequence[CpuLike], state: CpuState, fs: cgroups.CgroupFs,
                  memory_nodes: frozenset[int], manage_all: bool, state_file: str | Path, publish: Publish,
-                 live_pods: Callable[[], set[str]], on_audit: Callable[[dict[str, int]], None] = lambda c: None,
+                 live_pods: Callable[[], list[PodLifecycle]], on_audit: Callable[[dict[str, int]], None] = lambda c: None,
                  log: logging.Logger | None = None) -> None:
         self.node, self.topology, self.state, self.fs = node, list(topology), state, fs
         self.numa_of = {c.cpu: c.numa for c in self.topology}
@@ -104,7 +104,9 @@ class CpuAuthority:
         found = await asyncio.to_thread(cgroups.scan_pod_cpusets, self.fs)
         actual = {uid: p.cpus for uid, p in found.items() if p.cpus is not None}
         expected = expected_cpusets(self.state, actual, self.numa_of, self.memory_nodes, self.manage_all)
-        violations = audit(self.state, expected, actual, self.live_pods())
+        live = self.live_pods()
+        violations = audit(self.state, expected, actual, {p.event_key() for p in live},
+                           names={p.uid: p.event_key() for p in live if p.uid})
         if violations != self.violations:
             for v in violations:
                 self.log.warning("node audit: %s %s: %s", v.kind, v.pod, v.detail)

@@ -66,7 +66,7 @@ class TopologyService(Service):
         self.cpus = CpuAuthority(
             node=self.node, topology=self.topology.cpus, state=self._load_checkpoint(), fs=self.cgroups,
             memory_nodes=frozenset(self.memory_nodes), manage_all=s.exclusive_cpus, state_file=s.state_file,
-            publish=self.publish, live_pods=lambda: {p.event_key() for p in self.pods.here()},
+            publish=self.publish, live_pods=self.pods.here,
             on_audit=lambda found: [self.audit_gauge.labels(self.name, k).set(n) for k, n in found.items()],
             log=self.log)
 
