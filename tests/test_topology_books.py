@@ -18,6 +18,7 @@ from tidal_topology import books
 from tidal_topology.audit import audit, counts
 from tidal_topology.checkpoint import Claim, decode_state, encode_state, new_state
 from tidal_topology.cpuset_plan import Pinning, expected_cpusets
+from tidal_topology.kubelet import check_kubelet
 
 NODE = "n1"
 TOPO = [Cpu(cpu=c, core=c // 2, socket=c // 4, numa=c // 4) for c in range(8)]
@@ -271,3 +272,22 @@ def test_claims_survive_the_checkpoint_and_version_1_files_still_load():
                                                      separators=(",", ":")).encode()).hexdigest()
     loaded = decode_state(v1 % (checksum.encode(), data)).state
     assert loaded.held_by("ns/a") == {4, 5} and loaded.claims["ns/a"].stage == "bound"
+
+
+KUBELET = [
+    # (checkpoint text or None = no file, exclusive CPUs on, may start, words logged)
+    ('{"policyName":"none","defaultCpuSet":"","checksum":1}', True, True, ""),
+    ('{"policyName":"static","defaultCpuSet":"0-7","checksum":1}', True, False, "cpu-manager-policy=static"),
+    ('{"policyName":"static"}', False, True, ""),
+    (None, True, True, "cannot check that kubelet runs --cpu-manager-policy=none"),
+    ("{not json", True, True, "unreadable"),
+]
+
+
+@pytest.mark.parametrize("text, exclusive, may_start, words", KUBELET)
+def test_the_agent_requires_kubelets_none_cpu_manager_policy(tmp_path, text, exclusive, may_start, words):
+    path = tmp_path / "cpu_manager_state"
+    if text is not None:
+        path.write_text(text)
+    started, why = check_kubelet(path, exclusive)
+    assert started == may_start and words in why and bool(why) == bool(words)

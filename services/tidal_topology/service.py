@@ -28,6 +28,7 @@ from .authority import CpuAuthority
 from .cgroup_paths import detect_version
 from .gpus import discover_gpus
 from .inventory import build_node_topology
+from .kubelet import check_kubelet
 from .node_pods import NodePods, shown
 from .sampling import build_metrics
 from .settings import TopologySettings
@@ -54,6 +55,10 @@ class TopologyService(Service):
         self.gpu_source = found.reason
         self.topology = build_node_topology(machine, self.node, reserved_cpus=s.reserved,
                                             exclusive_cpus=s.exclusive_cpus, gpus=found.gpus, pool=s.pool)
+        may_start, why = check_kubelet(s.kubelet_cpu_state, s.exclusive_cpus)
+        if not may_start:
+            raise ValueError(why)
+        self.kubelet_note = why
         root = Path(s.cgroup_root)
         version = detect_version(root) if s.cgroup_version == "auto" else s.cgroup_version
         self.cgroups = cgroups.CgroupFs(root=root, parent=s.cgroup_parent, version=version)
@@ -100,6 +105,8 @@ class TopologyService(Service):
     async def on_start(self) -> None:
         self.log.info("node %s: %d cpus, %d NUMA nodes, GPUs: %s", self.node, len(self.topology.cpus),
                       len(self.topology.numa_nodes), self.gpu_source)
+        if self.kubelet_note:
+            self.log.warning("%s", self.kubelet_note)
         # The same inventory always gets the same id, so restarts add no copies.
         digest = hashlib.sha256(encode_payload(self.topology)).hexdigest()
         await self.publish(self.topology, event_id=str(uuid.uuid5(_TOPOLOGY_IDS, f"{self.node}/{digest}")))
