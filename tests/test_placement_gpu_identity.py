@@ -142,8 +142,8 @@ async def test_placement_never_gives_a_slice_and_its_physical_gpu_end_to_end(nat
                                              state_file=str(tmp_path / "cpu-state.json")))
     placement = PlacementService(PlacementSettings(**common, gpu_strategy="best-fit", takeover_settle_s=1.5))
     agent_task, placement_task = await start_service(agent), await start_service(placement)
-    await wait_until(lambda: "c1" in placement.state and "gpu-node" in placement.state["c1"].rows, timeout=20,
-                     what="placement knows the node")
+    await wait_until(lambda: "c1" in placement.clusters and "gpu-node" in placement.clusters["c1"].state.rows,
+                     timeout=20, what="placement knows the node")
     async with make_bus(nats_server.url, namespace) as bus:
         await bus.publish(pod("slice", cpu_milli=100, memory_mib=64, gpu=GpuAsk(count=1, kind="virtual")))
         placed = await _decision(bus, "slice", "placed")

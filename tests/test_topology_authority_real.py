@@ -233,11 +233,11 @@ async def test_a_move_keeps_the_books_placement_and_later_events_true(nats_serve
                                                    http_port=0, http_host="127.0.0.1", gpu_strategy="best-fit",
                                                    bind_timeout_s=30, takeover_settle_s=1.5))
     placement_task = await start_service(placement)
-    await wait_until(lambda: NODE in placement.state.get("c1", {}).rows if "c1" in placement.state else False,
+    await wait_until(lambda: NODE in placement.clusters["c1"].state.rows if "c1" in placement.clusters else False,
                      timeout=20, what="placement knows the node")
 
     def numa_free() -> dict[int, int]:
-        return placement.state["c1"].free_by_node()[NODE]["numa_cpus"]
+        return placement.clusters["c1"].state.free_by_node()[NODE]["numa_cpus"]
 
     async with make_bus(nats_server.url, namespace) as bus:
         async def place(name: str, p: Pod) -> PlacementDecision:
@@ -317,6 +317,7 @@ async def test_a_cpuset_corrupted_by_hand_is_reported_by_the_command_and_the_gau
         await bus.publish(running("other", other, foreign=True))
         await bus.publish(decision("db", "d1", {1: 1}))
         await bus.publish(running("db", db, "d1", {1: 1}))
+        await pinned(db, [1], "the exclusive pod")
         await pinned(other, [0], "the shared pod")
         assert_clean(settings, capsys)
 

@@ -16,6 +16,9 @@ Qos = Literal["LS", "BE"]
 CpuPolicy = Literal["spread", "single-numa", "auto"]
 GpuKind = Literal["physical", "virtual"]
 
+GPU_MILLI = 1000
+"""One whole GPU, in milli-GPU (the unit of every GPU share)."""
+
 MAX_INT = 2**63 - 1
 """Integers on the wire are 64-bit: what orjson writes back, and what readers
 in Go, Java or Kafka tooling can hold. A bigger one is refused on the way in

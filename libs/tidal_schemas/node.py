@@ -123,6 +123,10 @@ class NodeMetrics(Payload):
         return self.node
 
 
+OversellPolicy = Literal["factor", "bounded", "none"]
+"""The names of `tidal_oversell.policies.OVERSELL_POLICIES`."""
+
+
 @register
 class NodeAllocatable(Payload):
     """The (possibly oversold) allocatable oversell grants a node, with why.
@@ -131,7 +135,7 @@ class NodeAllocatable(Payload):
     TYPE = "node.allocatable"
 
     node: Name
-    policy: Literal["factor", "bounded", "none"]
+    policy: OversellPolicy
     capacity: Resources
     allocatable: Resources
     factor: float | None = Field(default=None, ge=0, description="the smallest of `factors`")

@@ -18,11 +18,12 @@ from tidal_schemas import (
 
 from tidal_runtime import Service, Subscription
 
-from .allocatable import bounded_allocatable_event, factor_allocatable, unchanged_allocatable
 from .eviction import candidate_from, plan_evictions
 from .node_state import ActionLog, NodeView
+from .policies import OVERSELL_POLICIES
 from .settings import TAINT_KEY, OversellSettings
 from .thresholds import evict_threshold, taint_decision
+from .thresholds import utilisation as memory_utilisation
 
 
 class OversellService(Service):
@@ -112,20 +113,15 @@ class OversellService(Service):
             await self._act(envelope, view.topology, pods)
 
     def _allocatable(self, view: NodeView, pods: list[PodLifecycle], metrics: NodeMetrics):
-        topology, s = view.topology, self.settings
-        policy = s.policy_for(topology.pool)
-        if policy == "factor":
-            return factor_allocatable(topology, pods, view.peak, view.factors, metrics.sampled_at, s.factor())
-        if policy == "bounded":
-            return bounded_allocatable_event(topology, pods, metrics, view.peak, s.bounded(), s.warmup_s)
-        return unchanged_allocatable(topology)
+        policy = OVERSELL_POLICIES[self.settings.policy_for(view.topology.pool)]
+        return policy(view, pods, metrics, self.settings)
 
     async def _act(self, envelope: Envelope[NodeMetrics], topology: NodeTopology, pods: list[PodLifecycle]) -> None:
         metrics, cluster, s = envelope.payload, envelope.cluster, self.settings
         now, node, basis = metrics.sampled_at, metrics.node, float(topology.capacity.memory_mib)
         if basis <= 0:
             return
-        utilisation = metrics.memory_used_mib / basis
+        utilisation = memory_utilisation(metrics.memory_used_mib, basis)
         measured = {"memory_used_mib": float(metrics.memory_used_mib), "memory_limit_mib": basis,
                     "utilisation": utilisation}
         tainted = self.log_of_actions.tainted.get((cluster, node), False)

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .device_budget import GPU_MILLI, device_free, distinct_roots
+from tidal_schemas.common import GPU_MILLI
+
+from .device_budget import device_free, distinct_roots
 
 # name: (dtype, fill value) — per node row, per (row, NUMA column), per (row, GPU column)
 ROW_ARRAYS = {

@@ -30,6 +30,7 @@ from .device_budget import distinct_roots, one_per_root
 from .gpu_candidates import GPU_MILLI, Candidates, GpuStrategy, is_share
 from .gpu_workload import Shape
 from .numa_lookup import exclusive_feasible, exclusive_scores, shared_numa_scores
+from .numa_score import numa_scores
 from .pod_request import Placement, PodRequest
 
 __all__ = ["Placement", "PodRequest", "decide", "eligible_gpus", "node_fit", "shared_numa_scores"]
@@ -128,20 +129,13 @@ def _runners_up(state: ClusterState, rows: np.ndarray, values: np.ndarray, chose
 
 
 def _numa_take(state: ClusterState, r: int, need: int) -> tuple[float, tuple[int, ...]]:
-    # the same §E walk for the one chosen node, in plain Python
-    count = int(state.numa_count[r])
-    free, load = state.numa_free[r].tolist(), state.numa_load[r].tolist()
-    taken, covered = [], 0
-    for j in state.numa_order[r, :count].tolist():
-        taken.append(j)
-        covered += free[j]
-        if covered >= need:
-            break
-    if covered < need:
-        taken = list(range(count))
-    score = sum(load[j] for j in taken) / len(taken) if taken else 0.0
-    ids = state.numa_id[r].tolist()
-    return score, tuple(sorted(ids[j] for j in taken))
+    """The §E walk (`numa_score`) on the chosen node: its score and the NUMA
+    ids taken; a node whose NUMA nodes cannot cover `need` takes them all."""
+    one = slice(r, r + 1)
+    walk = numa_scores(need, state.numa_free[one], state.numa_load[one], state.numa_valid[one], state.numa_order[one])
+    cols = np.flatnonzero(walk.taken[0]) if walk.feasible[0] else np.arange(int(state.numa_count[r]))
+    score = float(state.numa_load[r, cols].mean()) if cols.size else 0.0
+    return score, tuple(sorted(int(state.numa_id[r, j]) for j in cols))
 
 
 def _gpus(state: ClusterState, r: int, pod: PodRequest, shape: Shape, eligible: np.ndarray | None,

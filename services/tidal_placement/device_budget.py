@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-GPU_MILLI = 1000
+from tidal_schemas.common import GPU_MILLI
 
 
 def roots_and_weights(ids: Sequence[str], parents: Sequence[str | None],

@@ -32,7 +32,7 @@ from tidal_runtime import Service, Subscription
 
 from .fairshare import FairShareBook, adjust_time_from_settle_time, run_times_by_resource_type, usage_by_resource_type
 from .load import load_from_metrics
-from .peak import ESTIMATORS, SampleWindow, Weights, sample_from_metrics
+from .peak import ESTIMATORS, SampleWindow, Weights, load_profile_weights, sample_from_metrics
 from .running import RunningPods
 from .settings import ScoringSettings
 
@@ -54,7 +54,7 @@ class ScoringService(Service):
         self.settings: ScoringSettings
         s = self.settings
         self.windows: dict[str, SampleWindow] = {}
-        self.weights = Weights(cpu=s.weight_cpu, memory=1 - s.weight_cpu)
+        self.weights = None if s.weight_cpu is None else Weights(cpu=s.weight_cpu, memory=1 - s.weight_cpu)
         self.adjust_time_s = adjust_time_from_settle_time(s.settle_time_s)
         self.books: dict[str, FairShareBook] = {}
         self.running = RunningPods()
@@ -81,8 +81,9 @@ class ScoringService(Service):
         window = self.windows.setdefault(envelope.cluster, SampleWindow(self.settings.peak_window_s))
         capacity = Resources(cpu_milli=len(metrics.cpu_util) * 1000, memory_mib=metrics.memory_total_mib)
         window.add(metrics.node, sample_from_metrics(metrics, capacity))
+        samples = window.samples(metrics.node)
         estimate = ESTIMATORS[self.settings.peak_estimator](
-            window.samples(metrics.node), self.settings.peak_window_s, capacity, self.weights,
+            samples, self.settings.peak_window_s, capacity, self.weights or load_profile_weights(samples),
             min_samples=self.settings.peak_min_samples)
         score = NodeScore(node=metrics.node, load=report.load, numa_load=report.numa_load, peak=estimate,
                           sampled_at=metrics.sampled_at)

@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tidal_schemas import GpuAsk, TenantConfig
+from tidal_schemas.common import CpuPolicy
 from tidal_schemas.envelope import describe_validation_error
 from tidal_simulator.topology_builder import make_topology
 
@@ -96,7 +97,7 @@ class PodSpec(_Strict):
     memory_mib: int = Field(1024, ge=0, le=MAX_AMOUNT)
     gpu: GpuSpec = GpuSpec()
     exclusive_cpus: bool = False
-    cpu_policy: Literal["spread", "single-numa", "auto"] | None = None
+    cpu_policy: CpuPolicy | None = None
     qos: Literal["LS", "BE"] = "BE"
     priority: int = Field(0, ge=-(2**31), le=2**31 - 1, description="as Kubernetes: a 32-bit integer")
     evictable: bool = False
