@@ -17,14 +17,13 @@ import numpy as np
 import pytest
 
 from builders import pod
-from conftest import make_bus, start_service, stop_service, wait_until
+from conftest import make_bus, start_service, wait_until
+from test_topology_authority_real import own_bus, start_placement, stop_own
 from tidal_bus import StartAt
 from tidal_placement.cluster_state import Allocation, ClusterState
 from tidal_placement.decide import PodRequest, decide
 from tidal_placement.device_budget import device_free, distinct_roots, one_per_root, roots_and_weights
 from tidal_placement.gpu_strategies import make_strategy
-from tidal_placement.service import PlacementService
-from tidal_placement.settings import PlacementSettings
 from tidal_schemas import Gpu, GpuAsk
 from tidal_simulator.topology_builder import make_topology
 from tidal_topology.service import TopologyService
@@ -139,9 +138,10 @@ async def test_placement_never_gives_a_slice_and_its_physical_gpu_end_to_end(nat
     common = dict(bus_url=nats_server.url, namespace=namespace, cluster="c1", http_port=0, http_host="127.0.0.1")
     agent = TopologyService(TopologySettings(**common, node_name="gpu-node", numa_override="0:0,1:1",
                                              gpu_inventory_file=str(inventory), cgroup_parent="tidal-none",
-                                             state_file=str(tmp_path / "cpu-state.json")))
-    placement = PlacementService(PlacementSettings(**common, gpu_strategy="best-fit", takeover_settle_s=1.5))
-    agent_task, placement_task = await start_service(agent), await start_service(placement)
+                                             state_file=str(tmp_path / "cpu-state.json"), drain_timeout_s=2),
+                            bus=await own_bus(nats_server.url, namespace, "topology"))
+    agent_task = await start_service(agent)
+    placement, placement_task = await start_placement(nats_server.url, namespace)
     await wait_until(lambda: "c1" in placement.clusters and "gpu-node" in placement.clusters["c1"].state.rows,
                      timeout=20, what="placement knows the node")
     async with make_bus(nats_server.url, namespace) as bus:
@@ -153,5 +153,5 @@ async def test_placement_never_gives_a_slice_and_its_physical_gpu_end_to_end(nat
         waiting = await _decision(bus, "whole", "pending")
         assert "gpu" in waiting.filtered, waiting.reason
         assert not [d for d in placement.requested_names() if d.name == "whole"]
-    await stop_service(placement, placement_task)
-    await stop_service(agent, agent_task)
+    await stop_own(placement, placement_task)
+    await stop_own(agent, agent_task)

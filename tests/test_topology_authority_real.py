@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from builders import pod
-from conftest import make_bus, start_service, stop_service, wait_until
+from conftest import bus_options, make_bus, start_service, stop_service, wait_until
 from test_topology_cgroup_real import CGROUP, Pod, allowed_cpus, busy_child, cleanup, make_dir
-from tidal_bus import StartAt
+from tidal_bus import Bus, StartAt
 from tidal_cli import main as cli
 from tidal_placement.service import PlacementService
 from tidal_placement.settings import PlacementSettings
@@ -82,14 +82,29 @@ def agent_settings(url, namespace, tmp_path, parent, **overrides) -> TopologySet
     values = dict(bus_url=url, namespace=namespace, cluster="c1", http_port=0, http_host="127.0.0.1",
                   node_name=NODE, numa_override=OVERRIDE, interval_s=0.5, rescan_s=0.2, bind_timeout_s=30,
                   state_file=str(tmp_path / "cpu-state.json"), cgroup_root=str(CGROUP), cgroup_parent=parent,
-                  cgroup_version="v1")
+                  cgroup_version="v1", drain_timeout_s=2)
     values.update(overrides)
     return TopologySettings(**values)
 
 
+async def own_bus(url: str, namespace: str, source: str) -> Bus:
+    """A connection of the service's own, closed with a short drain timeout: a
+    NATS group subscription sometimes fails to close (see test_cluster_path.Path.own_bus)."""
+    bus = Bus.from_url(url, namespace=namespace, cluster="c1", source=source, connect_options={"drain_timeout": 2},
+                       **bus_options(url))
+    await bus.backend.connect()
+    return bus
+
+
 async def start_agent(settings):
-    service = TopologyService(settings)
-    return service, await start_service(service)
+    agent = TopologyService(settings, bus=await own_bus(settings.bus_url, settings.namespace, "topology"))
+    return agent, await start_service(agent)
+
+
+async def stop_own(service, task) -> None:
+    """Stop a service started on its own connection, then close that."""
+    await stop_service(service, task)
+    await service.bus.backend.close()
 
 
 def node_audit(settings: TopologySettings, capsys) -> tuple[int, dict]:
@@ -169,7 +184,7 @@ async def test_shared_pods_leave_the_exclusive_cpu_and_get_it_back(nats_server, 
         remove(db)
         await pinned(other, [0, 1], "the shared pool has cpu1 again")
         assert_clean(settings, capsys)
-    await stop_service(agent, task)
+    await stop_own(agent, task)
 
 
 async def test_a_failed_bind_and_a_bind_timeout_each_give_the_cpus_back(nats_server, namespace, tmp_path,
@@ -207,7 +222,16 @@ async def test_a_failed_bind_and_a_bind_timeout_each_give_the_cpus_back(nats_ser
         await pinned(shared, [0], "the shared pod off the exclusive CPU")
         assert_clean(settings, capsys)
         await seen.close()
-    await stop_service(agent, task)
+    await stop_own(agent, task)
+
+
+async def start_placement(url: str, namespace: str):
+    """The real placement service, on a connection of its own."""
+    placement = PlacementService(PlacementSettings(bus_url=url, namespace=namespace, cluster="c1", http_port=0,
+                                                   http_host="127.0.0.1", gpu_strategy="best-fit",
+                                                   bind_timeout_s=30, takeover_settle_s=1.5, drain_timeout_s=2),
+                                 bus=await own_bus(url, namespace, "placement"))
+    return placement, await start_service(placement)
 
 
 async def _placed(bus, name: str) -> PlacementDecision:
@@ -229,10 +253,7 @@ async def test_a_move_keeps_the_books_placement_and_later_events_true(nats_serve
     a, b = make(), make()
     settings = agent_settings(nats_server.url, namespace, tmp_path, parent)
     agent, agent_task = await start_agent(settings)
-    placement = PlacementService(PlacementSettings(bus_url=nats_server.url, namespace=namespace, cluster="c1",
-                                                   http_port=0, http_host="127.0.0.1", gpu_strategy="best-fit",
-                                                   bind_timeout_s=30, takeover_settle_s=1.5))
-    placement_task = await start_service(placement)
+    placement, placement_task = await start_placement(nats_server.url, namespace)
     await wait_until(lambda: NODE in placement.clusters["c1"].state.rows if "c1" in placement.clusters else False,
                      timeout=20, what="placement knows the node")
 
@@ -279,8 +300,8 @@ async def test_a_move_keeps_the_books_placement_and_later_events_true(nats_serve
         await pinned(b, [source], "the next exclusive pod")
         assert allowed(a) == [target]
         assert_clean(settings, capsys)
-    await stop_service(placement, placement_task)
-    await stop_service(agent, agent_task)
+    await stop_own(placement, placement_task)
+    await stop_own(agent, agent_task)
 
 
 async def test_a_shared_pod_placed_on_one_numa_node_runs_only_on_its_shared_cpus(nats_server, namespace, tmp_path,
@@ -295,6 +316,7 @@ async def test_a_shared_pod_placed_on_one_numa_node_runs_only_on_its_shared_cpus
         await bus.publish(running("web", web, "d1"))
         await pinned(web, [1], "the shared pod on NUMA 1")
         await pinned(other, [0, 1], "a pod placed on no NUMA node: the whole shared pool")
+        await pinned(db, [0, 1], "a pod the agent has no event of yet: the whole shared pool")
         assert_clean(settings, capsys)
 
         # NUMA 1's only CPU becomes exclusive: web falls back to the whole shared pool
@@ -304,7 +326,7 @@ async def test_a_shared_pod_placed_on_one_numa_node_runs_only_on_its_shared_cpus
         await pinned(web, [0], "the shared pod, NUMA 1 having no shared CPU left")
         await pinned(other, [0], "the other pod")
         assert_clean(settings, capsys)
-    await stop_service(agent, task)
+    await stop_own(agent, task)
 
 
 async def test_a_cpuset_corrupted_by_hand_is_reported_by_the_command_and_the_gauge(nats_server, namespace, tmp_path,
@@ -345,5 +367,5 @@ async def test_a_cpuset_corrupted_by_hand_is_reported_by_the_command_and_the_gau
                 break
             await asyncio.sleep(0.1)
         assert gauge(text, "leaked") == 1.0 and gauge(text, "double-booked") == 0.0, text
-    await stop_service(agent, task)
+    await stop_own(agent, task)
     assert Path(settings.state_file).exists()
