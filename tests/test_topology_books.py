@@ -13,10 +13,12 @@ import json
 import pytest
 
 from builders import pod
+from test_topology_cgroups import OTHER, UID, v1_pod
+from tidal_cli import main as cli
 from tidal_schemas import BindResult, Cpu, PlacementDecision
 from tidal_topology import books
 from tidal_topology.audit import audit, counts
-from tidal_topology.checkpoint import Claim, decode_state, encode_state, new_state
+from tidal_topology.checkpoint import Claim, decode_state, encode_state, new_state, save_state
 from tidal_topology.cpuset_plan import Pinning, expected_cpusets
 from tidal_topology.kubelet import check_kubelet
 
@@ -291,3 +293,28 @@ def test_the_agent_requires_kubelets_none_cpu_manager_policy(tmp_path, text, exc
         path.write_text(text)
     started, why = check_kubelet(path, exclusive)
     assert started == may_start and words in why and bool(why) == bool(words)
+
+
+def test_the_node_audit_command_reads_the_books_and_the_cgroup_files(tmp_path, capsys):
+    # machine: cpu0 = NUMA 0, cpu1 = NUMA 1; ns/a (uid UID) holds cpu1
+    two = [Cpu(cpu=0, core=0, socket=0, numa=0), Cpu(cpu=1, core=1, socket=1, numa=1)]
+    state = books.on_decision(new_state([0, 1]), decision("a", "d1", numa_cpus={1: 1}), NODE, two, T0, None).state
+    state = books.on_pod(state, lifecycle("a", "running", did="d1", uid=UID), NODE, two, T0, adopt=True).state
+    assert state.held_by("ns/a") == {1}
+    save_state(state, tmp_path / "books.json")
+    fs = v1_pod(tmp_path / "cg")
+    v1_pod(tmp_path / "cg", uid=OTHER)
+    args = ["node", "audit", "--state-file", str(tmp_path / "books.json"), "--cgroup-root", str(fs.root),
+            "--cgroup-parent", "kubepods", "--cgroup-version", "v1", "--numa-override", "0:0,1:1"]
+    cgroup = tmp_path / "cg/cpuset/kubepods/besteffort"
+    (cgroup / f"pod{UID}/cpuset.cpus").write_text("1\n")
+    (cgroup / f"pod{OTHER}/cpuset.cpus").write_text("0\n")
+    assert cli.main(args) == 0
+    assert "double-booked 0, leaked 0, orphaned 0, drifted 0" in capsys.readouterr().out
+    (cgroup / f"pod{OTHER}/cpuset.cpus").write_text("0-1\n")  # another pod on the exclusive CPU
+    assert cli.main(args) == 1
+    out = capsys.readouterr().out
+    assert f"leaked: uid {OTHER}: runs on cpus 1 held by ns/a" in out and "drifted 1" in out
+    (tmp_path / "books.json").write_text("{")
+    assert cli.main(args) == 2
+    assert "the agent's books are unreadable" in capsys.readouterr().err
