@@ -123,8 +123,8 @@ def _move(r: RoundState, numa: int) -> None:
               f"lowest usage first ({pod.cpu_milli:.0f} milli-CPU), to NUMA {target.numa} "
               f"(its load {target.target_before:.3f} < source {before:.3f}; projected {target.target_after:.3f}, "
               f"source {target.source_after:.3f})",
-              before, high, pod.cpu_milli, {numa: pod.cpu_milli}, cpu_count=count, from_cpuset=pod.cpuset, target_numa=target.numa, target_load=target.target_before,
-              target_projected=target.target_after)
+              before, high, pod.cpu_milli, {numa: pod.cpu_milli}, cpu_count=count, from_cpuset=pod.cpuset,
+              target_numa=target.numa, target_load=target.target_before, target_projected=target.target_after)
 
 
 def plan_round(state: NodeState, memory: RemediationMemory, settings: PolicySettings, now: datetime) -> RoundPlan:

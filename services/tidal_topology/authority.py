@@ -32,7 +32,8 @@ Publish = Callable[..., Awaitable[Any]]
 class CpuAuthority:
     def __init__(self, *, node: str, topology: Sequence[CpuLike], state: CpuState, fs: cgroups.CgroupFs,
                  memory_nodes: frozenset[int], manage_all: bool, state_file: str | Path, publish: Publish,
-                 live_pods: Callable[[], list[PodLifecycle]], on_audit: Callable[[dict[str, int]], None] = lambda c: None,
+                 live_pods: Callable[[], list[PodLifecycle]],
+                 on_audit: Callable[[dict[str, int]], None] = lambda c: None,
                  log: logging.Logger | None = None) -> None:
         self.node, self.topology, self.state, self.fs = node, list(topology), state, fs
         self.numa_of = {c.cpu: c.numa for c in self.topology}

@@ -184,7 +184,8 @@ def move(state: CpuState, key: str, uid: str, target: int, count: int, topology:
         return Step(replace(state, claims={**state.claims, key: pinned}), True,
                     note=f"{key}: pinned to the shared CPUs of NUMA {target}")
     if count and count != len(held):
-        return Step(state, refused=f"{key} holds {len(held)} exclusive CPUs, not {count}: the requester's view is stale")
+        return Step(state, refused=f"{key} holds {len(held)} exclusive CPUs, not {count}: "
+                                   "the requester's view is stale")
     available = (state.free | held) & on_target
     picked = take_packed(topology, available, len(held))
     if picked.cpus is None:
