@@ -43,6 +43,15 @@ class Gpu(Record):
     numa: NonNegInt | None = None
     healthy: bool = True
 
+    @model_validator(mode="after")
+    def _virtual_names_its_parent(self) -> "Gpu":
+        # A slice is a share of one physical GPU: placement budgets them together.
+        if self.kind == "virtual" and not self.parent:
+            raise ValueError(f"virtual GPU {self.id} must name its physical parent")
+        if self.kind == "physical" and self.parent:
+            raise ValueError(f"physical GPU {self.id} cannot have a parent")
+        return self
+
 
 @register
 class NodeTopology(Payload):
@@ -73,6 +82,10 @@ class NodeTopology(Payload):
         for field in ("cpu_milli", "memory_mib", "gpu_milli"):
             if getattr(self.allocatable, field) > getattr(self.capacity, field):
                 raise ValueError(f"allocatable.{field} exceeds capacity.{field}")
+        physical = {g.id for g in self.gpus if g.kind == "physical"}
+        orphans = sorted(g.id for g in self.gpus if g.kind == "virtual" and g.parent not in physical)
+        if orphans:
+            raise ValueError(f"virtual GPUs {orphans[:5]} name a parent that is not a physical GPU of this node")
         return self
 
 

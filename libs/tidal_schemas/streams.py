@@ -59,14 +59,14 @@ _CATALOGUE = [
     # agrees on which leader's decisions count (see tidal_schemas.fence).
     StreamSpec("placement.decision", partitions=1, producers=("placement",),
                consumers=("bridge", "simulator", "topology")),
-    StreamSpec("bind.result", producers=("bridge", "simulator"), consumers=("placement",)),
+    StreamSpec("bind.result", producers=("bridge", "simulator"), consumers=("placement", "topology")),
     StreamSpec("node.allocatable", producers=("oversell",),
                consumers=("placement", "bridge", "simulator")),
     StreamSpec("node.action", producers=("oversell", "remediation"),
                consumers=("topology", "bridge", "simulator")),
     StreamSpec("action.result", producers=("topology", "bridge", "simulator"),
                consumers=("oversell", "remediation")),
-    StreamSpec("cpu.assignment", producers=("topology",), consumers=()),
+    StreamSpec("cpu.assignment", producers=("topology",), consumers=("placement", "remediation")),
     StreamSpec("dead.letter", partitions=1, max_age_s=30 * DAY, max_bytes=256 << 20, producers=("every service",)),
 ]
 

@@ -13,11 +13,11 @@ from tidal_bus import BusError
 from tidal_schemas import SchemaError
 
 from . import demo_cmd, events_cmd, explain_cmd, replay_cmd, schemas_cmd, simulate_cmd, tenants_cmd, tools_cmd, up_cmd
-from . import audit_cmd, nats_config_cmd
+from . import audit_cmd, nats_config_cmd, node_cmd
 from .errors import CliError
 
-COMMANDS = [up_cmd, demo_cmd, simulate_cmd, replay_cmd, audit_cmd, events_cmd, explain_cmd, tenants_cmd, schemas_cmd, tools_cmd]
-COMMANDS.append(nats_config_cmd)
+COMMANDS = [up_cmd, demo_cmd, simulate_cmd, replay_cmd, audit_cmd, events_cmd, explain_cmd, tenants_cmd, schemas_cmd,
+            tools_cmd, nats_config_cmd, node_cmd]
 
 
 class _Parser(argparse.ArgumentParser):

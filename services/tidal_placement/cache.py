@@ -4,8 +4,9 @@ applies every event; only the leader runs the scheduling cycle over it.
 
 No I/O and no clock of its own: times come in as arguments. A pod's holding
 is derived from the latest event of each stream about it
-(`holdings.PodRecord`), so the cache is the same whatever order the streams
-are read in.
+(`holdings.PodRecord`; the node agent's `cpu.assignment` included, for the
+per-NUMA CPUs of a moved pod), so the cache is the same whatever order the
+streams are read in.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tidal_schemas import (
-    STOP_SCHEDULING_TAINT, BindResult, NodeAction, NodeAllocatable, NodeScore, NodeTopology, PlacementDecision,
+    STOP_SCHEDULING_TAINT, BindResult, CpuAssignment, NodeAction, NodeAllocatable, NodeScore, NodeTopology, PlacementDecision,
     PodLifecycle, TenantConfig, UserScore, resource_type,
 )
 from tidal_schemas.fence import DecisionFence
@@ -89,6 +90,8 @@ class ClusterCache:
             self._apply_pod(p, now)
         elif isinstance(p, BindResult):
             self._apply_bind(p, now)
+        elif isinstance(p, CpuAssignment):
+            return self._apply_assignment(p, now)
         else:
             return False
         return True
@@ -144,6 +147,16 @@ class ClusterCache:
         self._record(key).failed.add(result.decision_id)  # also when read before its decision
         self.room_changed = True
         self._reconcile(key, now)
+
+    def _apply_assignment(self, a: CpuAssignment, now: float) -> bool:
+        # The node agent moved (or took back) a pod's exclusive CPUs: a bound
+        # pod's per-NUMA holding follows it (holdings.bound_holding).
+        if a.released and a.pod not in self.records:
+            return False  # the pod is gone: nothing to correct
+        self._record(a.pod).assignment = a
+        self.room_changed = True
+        self._reconcile(a.pod, now)
+        return True
 
     def rollback(self, key: str, now: float) -> None:
         """Give up the pod's live decision (bind timed out, fenced out): its

@@ -36,6 +36,7 @@ import numpy as np
 from tidal_schemas import NodeScore, NodeTopology, Resources
 
 from .cluster_arrays import GPU_ARRAYS, NUMA_ARRAYS, ROW_ARRAYS, GPU_MILLI, ClusterArrays
+from .device_budget import device_free
 from .node_spec import NodeSpec, node_spec
 
 __all__ = ["GPU_MILLI", "NONE_FLOATING", "Allocation", "ClusterState", "Floating", "OK", "Outcome"]
@@ -141,6 +142,8 @@ class ClusterState(ClusterArrays):
         g = len(spec.gpu_ids)
         self.gpu_valid[r, :g] = spec.gpu_healthy
         self.gpu_virtual[r, :g] = spec.gpu_virtual
+        self.gpu_root[r, :g] = spec.gpu_roots or range(g)
+        self.gpu_weight[r, :g] = spec.gpu_weights or (GPU_MILLI,) * g
         self.gpu_dev_model[r, :g] = [self._model_id(m) for m in spec.gpu_models]
         self.gpu_model[r] = -1 if spec.model is None else self._model_id(spec.model)
         (self.mixed_model_rows.add if len(set(spec.gpu_models)) > 1 else self.mixed_model_rows.discard)(r)
@@ -395,13 +398,17 @@ class ClusterState(ClusterArrays):
         for key in sorted(keys or ()):
             floating = self._held[key].floating
             for need in sorted(floating.gpus, reverse=True):
-                free = [(int(GPU_MILLI - self.gpu_used[r, k]) if self.gpu_valid[r, k] else -1, k) for k in range(g)]
+                room = device_free(self.gpu_used[r], self.gpu_valid[r], self.gpu_root[r], self.gpu_weight[r])
+                free = [(int(room[k]) if self.gpu_valid[r, k] else -1, k) for k in range(g)]
                 if not free:
                     break
                 fits = [(f, k) for f, k in free if f >= need]
-                # whole: the highest free GPU; share: the fullest with room (least free, highest index)
-                _, k = max(fits, key=lambda fk: (fk[1],) if need >= GPU_MILLI else (-fk[0], fk[1])) \
-                    if fits else max(free)
+                # whole: the highest free physical GPU (a slice only when none is free);
+                # share: the fullest with room (least free, highest index)
+                physical = self.gpu_root[r] < 0
+                physical |= self.gpu_root[r] == np.arange(len(physical))
+                _, k = max(fits, key=lambda fk: (bool(physical[fk[1]]), fk[1]) if need >= GPU_MILLI
+                           else (-fk[0], fk[1])) if fits else max(free)
                 self.gpu_used[r, k] += need
                 charges.append(("gpu", k, need))
             left = floating.exclusive_cpus

@@ -5,7 +5,8 @@
    "stale: no metrics for 30s"), node CPU and memory free ≥ request
    (allocatable may be oversold), the exclusive-CPU capability, GPU model,
    enough GPU room (whole free devices, or one device with ≥ the share; per
-   device when a kind, a §B group mask or a mixed-model node is involved),
+   device when a kind, a §B group mask or a mixed-model node is involved;
+   whole GPUs from distinct physical GPUs, see `device_budget`),
    then whether the §A per-NUMA distribution is possible (exclusive pods).
 2. Rank: a GPU pod (or any pod when the strategy scores CPU-only pods) by
    the GPU strategy's cost, then its tiebreaks; then the §E NUMA score
@@ -25,7 +26,8 @@ import numpy as np
 
 from .cluster_state import Allocation, ClusterState
 from .cpu_distribution import distribute
-from .gpu_candidates import GPU_MILLI, Candidates, GpuStrategy, is_share, whole_devices
+from .device_budget import distinct_roots, one_per_root
+from .gpu_candidates import GPU_MILLI, Candidates, GpuStrategy, is_share
 from .gpu_workload import Shape
 from .numa_lookup import exclusive_feasible, exclusive_scores, shared_numa_scores
 from .numa_score import numa_scores
@@ -50,7 +52,9 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
         need = pod.gpu_milli if is_share(shape) else GPU_MILLI
         if pod.gpu_kind or allowed is not None or (pod.gpu_models and state.mixed_model_rows):
             eligible = eligible_gpus(state, pod, allowed, n)  # per device
-            room = np.count_nonzero(eligible & (state.gpu_free[:n] >= need), axis=1)
+            fit = eligible & (state.gpu_free[:n] >= need)
+            # whole GPUs for one pod come from distinct physical GPUs (device_budget)
+            room = np.count_nonzero(fit, axis=1) if is_share(shape) else distinct_roots(fit, state.gpu_root[:n])
             stages.append(("gpu", room >= pod.gpu_count))
         else:  # every node's GPUs share its model: node-level figures suffice
             if pod.gpu_models:
@@ -144,8 +148,9 @@ def _gpus(state: ClusterState, r: int, pod: PodRequest, shape: Shape, eligible: 
     if is_share(shape):
         options = np.flatnonzero(ok_row & (state.gpu_free[r] >= pod.gpu_milli))
         picks = [int(options[np.argmin(state.gpu_free[r, options])])]  # the fullest that fits
-    else:
-        picks = whole_devices(state.gpu_free[r], ok_row, pod.gpu_count)
+    else:  # the lowest whole free devices, never two of one physical GPU
+        whole = np.flatnonzero(ok_row & (state.gpu_free[r] == GPU_MILLI))
+        picks = one_per_root(whole, state.gpu_root[r], pod.gpu_count)
     return {state.gpu_id(r, g): pod.gpu_milli for g in picks}
 
 

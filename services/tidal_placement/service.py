@@ -27,7 +27,7 @@ from .learning import StrategyLearner
 from .settings import PlacementSettings
 
 FOLLOWED = ("node.topology", "node.allocatable", "score.node", "score.user", "tenant.config", "node.action",
-            "pod.lifecycle", "bind.result", "placement.decision")
+            "pod.lifecycle", "bind.result", "placement.decision", "cpu.assignment")
 
 
 class PlacementService(Service):
