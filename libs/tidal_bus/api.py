@@ -95,6 +95,7 @@ class RawMessage:
     nak: Callable[[float], Awaitable[None]] = field(repr=False)
     pending: int | None = None  # messages after this one not yet delivered (lag)
     stored_at: datetime | None = None  # when the broker stored it (NATS) or the producer sent it (Kafka)
+    cluster: str | None = None  # the cluster it was published under (subject token / record key), when known
 
 
 class GroupSubscription(abc.ABC):
