@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .common import Name, NonNegInt
+from .common import CpuId, Name, NonNegInt, NumaId
 from .envelope import Payload, register
 
 # The taint oversell puts on a node that must take no new pods; placement and
@@ -28,8 +28,8 @@ class NodeAction(Payload):
     node: Name
     kind: ActionKind
     pod: str | None = None
-    cpuset: list[NonNegInt] = Field(default_factory=list)
-    mems: list[NonNegInt] = Field(default_factory=list)
+    cpuset: list[CpuId] = Field(default_factory=list)
+    mems: list[NumaId] = Field(default_factory=list)
     taint_key: str | None = None
     taint_effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
     reason: str
@@ -77,7 +77,7 @@ class CpuAssignment(Payload):
     node: Name
     pod: Name
     container: str = ""
-    cpuset: list[NonNegInt]
+    cpuset: list[CpuId]
     released: bool = False
 
     def event_key(self) -> str:
