@@ -16,6 +16,7 @@ from tidal_bus.auth import redact_url
 from tidal_bus.embedded import EmbeddedNats, _die_with_parent, free_port
 
 from .errors import CliError
+from .options import make_dir
 from .services import available, default_services
 
 
@@ -64,15 +65,14 @@ class Stack:
         return self.nats.url
 
     def start(self) -> "Stack":
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        make_dir(self.data_dir, "--data-dir")
         if not self.external_bus:
             port = self.nats_port
             if port and not _port_free(port):
                 raise CliError(f"port {port} is in use (another nats-server?); pass --nats-port 0 or --bus URL",
                                exit_code=1)
             self.nats = EmbeddedNats(self.data_dir / "nats", port=port or None).start()
-        logs = self.data_dir / "logs"
-        logs.mkdir(exist_ok=True)
+        logs = make_dir(self.data_dir / "logs", "--data-dir")
         for name in self.service_names:
             self.services.append(self._spawn(name, logs))
         return self

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from tidal_runtime import run_service
 
 from .errors import CliError
+from .options import cluster_name, namespace_name, port
 from .services import SERVICES, load
 
 
@@ -22,10 +23,10 @@ def add(subparsers) -> None:
                     "print what runs where, stop everything on Ctrl-C. With --bus, use that broker instead.")
     up.add_argument("--bus", help="external broker: nats://host:port or kafka://host:port")
     up.add_argument("--data-dir", type=Path, default=Path(".tidal"), help="where NATS data and logs go")
-    up.add_argument("--nats-port", type=int, default=4222, help="port of the embedded NATS (0 = any free)")
+    up.add_argument("--nats-port", type=port, default=4222, help="port of the embedded NATS (0 = any free)")
     up.add_argument("--services", help="comma-separated subset of services to start")
-    up.add_argument("--namespace", default="tidal")
-    up.add_argument("--cluster", default="local")
+    up.add_argument("--namespace", type=namespace_name, default="tidal")
+    up.add_argument("--cluster", type=cluster_name, default="local")
     up.set_defaults(func=run_up)
 
     run = subparsers.add_parser("run", help="run one service in the foreground (what containers do)")
