@@ -102,7 +102,8 @@ def trace(series: UsageSeries, adjust_time_s: float, period_s: float,
     span = (end - start) / period_s  # inf when t runs from -1e308 to 1e308
     steps = math.floor(span + 1e-9) if math.isfinite(span) else MAX_STEPS + 1
     if steps > MAX_STEPS:
-        raise UsageFileError(f"{steps} periods from t={start:g} to t={end:g} with --period {period_s:g}s: "
+        count = f"{steps}" if math.isfinite(span) else "more"
+        raise UsageFileError(f"{count} periods from t={start:g} to t={end:g} with --period {period_s:g}s: "
                              f"more than {MAX_STEPS:,} rows; use a longer --period")
     score = initial
     rows = [(start, series.at(start), score)]
