@@ -247,3 +247,28 @@ def test_the_streams_without_a_broker_id_are_exactly_those_node_agents_write():
     from tidal_schemas.streams import STREAMS
 
     assert {name for name, spec in STREAMS.items() if spec.written_by_nodes} == set(ACCESS["topology"].publishes)
+
+
+async def test_what_a_node_agents_credentials_can_and_cannot_do(generated):
+    """The table in docs/security.md, row by row (the forged-identity rows
+    are the tests above; the consumer-group row is in test_security_nats_auth)."""
+    from tidal_bus.auth import BusPermissionError
+    from tidal_schemas import PlacementDecision
+
+    async with generated.bus("admin") as admin:
+        await admin.ensure_streams()
+    async with generated.bus("oversell") as oversell:
+        await oversell.publish(NodeAction(action_id="act-9", node="node-b", kind="freeze", pod="default/p",
+                                          reason="hot"))
+    async with generated.bus("topology-node-a") as agent_a:
+        await agent_a.publish(metrics("node-a"))  # can: its own node
+        await agent_a.publish(result("node-a", "act-own"))
+        actions = [e.payload.node async for _, e in agent_a.read("node.action", StartAt.earliest())
+                   if not isinstance(e, SchemaError)]
+        assert "node-b" in actions  # can read every node's actions
+        for forbidden in (metrics("node-b"), result("node-b"),  # node-b's subjects
+                          NodeAction(action_id="a", node="node-a", kind="freeze", pod="default/p", reason="x"),
+                          PlacementDecision(decision_id="d", namespace="default", name="p", outcome="placed",
+                                            node="node-a")):
+            with pytest.raises(BusPermissionError):
+                await agent_a.publish(forbidden)
