@@ -195,9 +195,11 @@ async def _noop_nak(delay: float) -> None:
 
 
 def _raw(record, *, deliveries: int, ack, nak, highwater: int | None = None) -> RawMessage:
+    text = (record.key or b"").decode(errors="replace")
     return RawMessage(
         data=record.value or b"",
-        key=event_key((record.key or b"").decode(errors="replace")),
+        key=event_key(text),
+        cluster=text.partition("/")[0] if "/" in text else None,
         partition=record.partition,
         position=record.offset + 1,
         deliveries=deliveries,

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .common import Name, NonNegInt
+from .common import CpuId, Name, NonNegInt, NumaId
 from .envelope import Payload, register
 
 # The taint oversell puts on a node that must take no new pods; placement and
@@ -28,14 +28,14 @@ class NodeAction(Payload):
     node: Name
     kind: ActionKind
     pod: str | None = None
-    target_numa: NonNegInt | None = Field(
+    target_numa: NumaId | None = Field(
         None, description="set-cpuset: the NUMA node to move the pod to; the node agent chooses the CPUs")
     cpu_count: NonNegInt = Field(
         0, description="set-cpuset: the exclusive CPUs the pod holds, as the requester knows it (0: none, shared)")
-    cpuset: list[NonNegInt] = Field(
+    cpuset: list[CpuId] = Field(
         default_factory=list, description="set-cpuset without target_numa: concrete CPUs, which the node agent "
         "refuses (it alone chooses CPUs); kept for stand-ins that read them")
-    mems: list[NonNegInt] = Field(default_factory=list)
+    mems: list[NumaId] = Field(default_factory=list)
     taint_key: str | None = None
     taint_effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
     reason: str
@@ -87,7 +87,7 @@ class CpuAssignment(Payload):
     node: Name
     pod: Name
     container: str = ""
-    cpuset: list[NonNegInt]
+    cpuset: list[CpuId]
     released: bool = False
     numa_cpus: dict[int, NonNegInt] = Field(default_factory=dict)
     decision_id: str = Field("", max_length=253, description="the decision the assignment serves ('' for none)")

@@ -7,25 +7,25 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .common import Fraction, GpuKind, Name, NonNegInt, Qos, Record, Resources
+from .common import CpuId, Fraction, GpuKind, Name, NonNegInt, NumaId, Qos, Record, Resources, repeated
 from .envelope import Payload, register
 
 
 class Cpu(Record):
     """One logical CPU (hardware thread) and where it sits."""
 
-    cpu: NonNegInt
+    cpu: CpuId
     core: NonNegInt
     socket: NonNegInt
-    numa: NonNegInt
+    numa: NumaId
 
 
 class NumaNode(Record):
     """One NUMA domain. CPU capacity/allocatable are present only when the
     node offers exclusive CPUs (allocatable = capacity - reserved here)."""
 
-    id: NonNegInt
-    cpus: list[NonNegInt]
+    id: NumaId
+    cpus: list[CpuId]
     memory_mib: NonNegInt = 0
     capacity_cpus: NonNegInt | None = None
     allocatable_cpus: NonNegInt | None = None
@@ -63,7 +63,7 @@ class NodeTopology(Payload):
     pool: str = "default"
     cpus: list[Cpu] = Field(default_factory=list)
     numa_nodes: list[NumaNode] = Field(default_factory=list)
-    reserved_cpus: list[NonNegInt] = Field(default_factory=list)
+    reserved_cpus: list[CpuId] = Field(default_factory=list)
     exclusive_cpus: bool = False
     gpus: list[Gpu] = Field(default_factory=list)
     capacity: Resources
@@ -79,6 +79,10 @@ class NodeTopology(Payload):
 
     @model_validator(mode="after")
     def _allocatable_within_capacity(self) -> "NodeTopology":
+        for what, ids in (("CPU", (cpu.cpu for cpu in self.cpus)), ("NUMA node", (n.id for n in self.numa_nodes))):
+            twice = repeated(ids)
+            if twice:
+                raise ValueError(f"{what} ids must be unique, repeated: {', '.join(map(str, twice[:10]))}")
         for field in ("cpu_milli", "memory_mib", "gpu_milli"):
             if getattr(self.allocatable, field) > getattr(self.capacity, field):
                 raise ValueError(f"allocatable.{field} exceeds capacity.{field}")
@@ -97,8 +101,8 @@ class PodUsage(Record):
     cpu_milli: NonNegInt = 0
     memory_mib: NonNegInt = 0
     qos: Qos = "BE"
-    cpuset: list[NonNegInt] = Field(default_factory=list)
-    numa_nodes: list[NonNegInt] = Field(default_factory=list)
+    cpuset: list[CpuId] = Field(default_factory=list)
+    numa_nodes: list[NumaId] = Field(default_factory=list)
     frozen: bool = False
 
 
@@ -111,8 +115,8 @@ class NodeMetrics(Payload):
     node: Name
     sampled_at: datetime
     interval_s: float = Field(gt=0)
-    cpu_util: dict[int, Fraction] = Field(default_factory=dict)
-    numa_load: dict[int, Fraction] = Field(default_factory=dict)
+    cpu_util: dict[CpuId, Fraction] = Field(default_factory=dict)
+    numa_load: dict[NumaId, Fraction] = Field(default_factory=dict)
     node_cpu_util: Fraction = 0.0
     cpu_used_milli: NonNegInt = 0
     memory_used_mib: NonNegInt = 0
