@@ -24,11 +24,10 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
+from prometheus_client import Gauge
 from tidal_bus import Delivery
 from tidal_schemas import Envelope, NodeMetrics, NodeScore, PodLifecycle, Resources, UserScore, derived_id
 from tidal_schemas.streams import partition_for, stream
-
-from prometheus_client import Gauge
 
 from tidal_runtime import Service, Subscription
 
