@@ -11,7 +11,7 @@ follows the attempt's status code (`pod_request.PLACED` …), never its text.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tidal_schemas import PlacementDecision, PodLifecycle, derived_id
@@ -19,7 +19,7 @@ from tidal_schemas.placement import GpuShare
 
 from .cache import ClusterCache
 from .decide import decide
-from .pod_request import PLACED, UNRESOLVABLE, Placement, PodRequest, placement_decision
+from .pod_request import ERROR, PLACED, UNRESOLVABLE, WAIT, Placement, PodRequest, placement_decision
 from .tenancy import allowance, charge, tenant_usage
 
 log = logging.getLogger("tidal.placement")
@@ -36,9 +36,11 @@ def place(cache: ClusterCache, pod: PodLifecycle, usage: dict[str, dict[str, int
     return decide(cache.state, PodRequest.from_pod(pod), strategy, allowed=allowed.gpus, nodes=allowed.nodes)
 
 
-def cycle(cache: ClusterCache, strategy: Any, now: float) -> Iterator[PlacementDecision]:
+def cycle(cache: ClusterCache, strategy: Any, now: float,
+          attempted: Callable[[str], None] = lambda code: None) -> Iterator[PlacementDecision]:
     """Try every queued pod that may place now; yield each decision to publish
-    (placed ones, and pending ones whose reason changed)."""
+    (placed ones, and pending ones whose reason changed). `attempted` is
+    told each attempt's status code (a pod held back: once per hold)."""
     queue, state, fence = cache.queue, cache.state, cache.fence
     queue.expire_waits(now)
     # Waiting and refused pods are tried again only when room, holdings or a
@@ -51,6 +53,8 @@ def cycle(cache: ClusterCache, strategy: Any, now: float) -> Iterator[PlacementD
     usage = tenant_usage(cache.holdings(), cache.gpu_model) if cache.governed() else {}
     for position, (entry, held_back) in enumerate(queue.cycle()):
         if held_back is not None:
+            if entry.reason != held_back:
+                attempted(WAIT)
             entry.reason = held_back
             continue
         if (entry.waiting_since is not None or entry.refused) and not retry:
@@ -63,6 +67,7 @@ def cycle(cache: ClusterCache, strategy: Any, now: float) -> Iterator[PlacementD
                                      fair_share_score=entry.score)
         if placement.code == PLACED:
             outcome = state.assume(entry.key, placement.allocation)
+            attempted(PLACED if outcome.ok else ERROR)
             if not outcome.ok:  # ERROR: the policy chose what the cache refuses; next cycle tries again
                 log.error("assume of %s failed: %s", entry.key, outcome.reason)
                 continue
@@ -70,6 +75,7 @@ def cycle(cache: ClusterCache, strategy: Any, now: float) -> Iterator[PlacementD
                              for gpu, milli in placement.allocation.gpus]
             charge(usage.setdefault(pod.tenant, {}), pod, ((g.model, g.milli) for g in extra["gpus"]))
         else:
+            attempted(placement.code)
             changed = placement.reason != entry.reason
             if placement.code == UNRESOLVABLE:  # a rule, not room: no wait, no pod held back behind it
                 queue.refuse(entry.key, placement.reason, dict(placement.filtered))

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from tidal_bus import Delivery
-from tidal_schemas import PlacementDecision, PodLifecycle
+from tidal_schemas import BindResult, PlacementDecision, PodLifecycle
 from tidal_schemas.fence import fence_decision
 
 from tidal_runtime import Service, Subscription
@@ -24,6 +24,7 @@ from .cache import ClusterCache
 from .cycle import cycle
 from .leadership import Leadership
 from .learning import StrategyLearner
+from .metrics import SchedulingMetrics
 from .settings import PlacementSettings
 
 FOLLOWED = ("node.topology", "node.allocatable", "score.node", "score.user", "tenant.config", "node.action",
@@ -45,6 +46,7 @@ class PlacementService(Service):
         self.wake = asyncio.Event()
         self.decisions = 0
         self.clock = time.time
+        self.scheduling = SchedulingMetrics(self.metrics.registry, lambda: self.clusters, lambda: self.active)
 
     # -- wiring ---------------------------------------------------------------
     def subscriptions(self) -> list[Subscription]:
@@ -87,6 +89,7 @@ class PlacementService(Service):
     # -- events (every replica) -------------------------------------------------
     async def apply(self, envelope: Any) -> None:
         cache, p, now = self.cluster(envelope.cluster), envelope.payload, self.clock()
+        self._time(envelope)
         if not isinstance(p, PlacementDecision):
             if cache.apply(p, now):
                 self.wake.set()
@@ -95,6 +98,17 @@ class PlacementService(Service):
         if p.outcome == "fence":
             self.leadership.fence_read(envelope.cluster, p, admitted, self.bus.backend.member_id)
             self.wake.set()
+
+    def _time(self, envelope: Any) -> None:
+        # pending -> bound by event times, so a rebuild reads the same spans
+        p, at, cluster = envelope.payload, envelope.time.timestamp(), envelope.cluster
+        if isinstance(p, PodLifecycle):
+            if p.phase == "pending" and not p.foreign:
+                self.scheduling.pending_seen(cluster, p.event_key(), at)
+            elif p.phase == "deleted":
+                self.scheduling.pod_gone(cluster, p.event_key())
+        elif isinstance(p, BindResult) and p.ok:
+            self.scheduling.bound(cluster, p.event_key(), at, count="bind.result" in self.caught_up)
 
     async def on_leadership(self, gained: frozenset[int], lost: frozenset[int]) -> None:
         self.leadership.assigned(bool(gained), bool(lost), self.clock())
@@ -139,9 +153,12 @@ class PlacementService(Service):
                 await self.schedule_cluster(name)
 
     async def schedule_cluster(self, name: str) -> None:
-        for decision in cycle(self.clusters[name], self.learner.strategy, self.clock()):
+        attempts, strategy = self.scheduling.attempts, self.learner.strategy
+        for decision in cycle(self.clusters[name], strategy, self.clock(),
+                              attempted=lambda code: attempts.labels(name, code).inc()):
             if decision.outcome == "placed":
                 self.decisions += 1
+                self.scheduling.decisions.labels(name, strategy.name).inc()
             await self.publish(decision, cluster=name)
             if name not in self.active:  # deposed while publishing: the new leader decides the rest
                 return

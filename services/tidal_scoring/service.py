@@ -24,6 +24,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
+from prometheus_client import Gauge
 from tidal_bus import Delivery
 from tidal_schemas import Envelope, NodeMetrics, NodeScore, PodLifecycle, Resources, UserScore, derived_id
 from tidal_schemas.streams import partition_for, stream
@@ -61,6 +62,9 @@ class ScoringService(Service):
         self.owned_score_partitions: frozenset[int] = frozenset()
         self.pods_caught_up = asyncio.Event()
         self.clock = time.time
+        self.fair_share = Gauge("tidal_fair_share_score", "Fair-share score of a user for a resource type (lower: "
+                                "placed first), as last published by this replica", ["cluster", "user", "resource_type"],
+                                registry=self.metrics.registry)
 
     def subscriptions(self) -> list[Subscription]:
         return [
@@ -143,5 +147,6 @@ class ScoringService(Service):
             for score in self._book(cluster).advance(at, usage, first_run):
                 event_id = derived_id(f"fairshare/{cluster}", UserScore.TYPE, score.event_key(), at.isoformat())
                 await self.publish(score, event_id=event_id, cluster=cluster)
+                self.fair_share.labels(cluster, score.user, score.resource_type).set(score.score)
                 published.append(score)
         return published
