@@ -17,7 +17,14 @@ permutation); `--tie random` picks uniformly instead.
 Prints one JSON line per (strategy, seed), then a summary with the median
 allocation at 100 % arrived next to the authors' published numbers.
 
+`--variants [NAME ...]` (default: all of `openb_variants.VARIANTS`) runs
+the stress variants instead: for each seed the variant's pod list is
+generated from the trace with that seed, then replayed by the same
+protocol; the summary is one row per variant, the median allocation at
+100 % arrived per strategy, and each strategy's margin over fgd.
+
 Run: .venv/bin/python bench/placement_openb.py [--seeds 10] [--strategies best-fit fgd fgd-cpu] [--jobs 2]
+     .venv/bin/python bench/placement_openb.py --variants [cpu300 spec35 …] --seeds 5
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from tidal_placement.gpu_frag import FragModel
 from tidal_placement.gpu_strategies import make_strategy
 from tidal_placement.gpu_workload import typical_workload
 from tidal_simulator.openb import read_nodes, read_pods
+from tidal_simulator.openb_variants import BY_NAME, VARIANTS, generate
 from tidal_simulator.openb_replay import alloc_curve, arrival_sequence, frag_curve, frag_ratio_curve, replay
 
 DATA = OPENB
@@ -49,8 +57,10 @@ OPTIONS = {"best-fit": {"quantised": True, "scores_cpu_pods": True}}
 
 def run_one(args: tuple) -> dict:
     """Replay one (strategy, seed) and summarise it."""
-    strategy_name, seed, data_dir, trace, nodes_file, ratio, tie = args
+    strategy_name, seed, data_dir, trace, nodes_file, ratio, tie, variant = args
     nodes, pods = read_nodes(Path(data_dir) / nodes_file), read_pods(Path(data_dir) / trace)
+    if variant is not None:
+        pods = generate(pods, nodes, BY_NAME[variant], seed)
     workload = typical_workload([p.shape for p in pods])
     capacity = 1000 * sum(n.gpus for n in nodes)
     sequence = arrival_sequence(pods, seed, capacity, ratio)
@@ -59,7 +69,7 @@ def run_one(args: tuple) -> dict:
     rank, rng = (ties.permutation(len(nodes)), None) if tie == "order" else (None, ties)
     started = time.perf_counter()
     log = replay(nodes, sequence, strategy, FragModel(workload), rng=rng, rank=rank)
-    return {"strategy": strategy_name, "seed": seed, "trace": trace, "pods": len(sequence),
+    return {"strategy": strategy_name, "seed": seed, "trace": trace, "variant": variant, "pods": len(sequence),
             "placed": int(log.placed.sum()), "alloc_pct": alloc_curve(log), "frag_pct": frag_curve(log),
             "frag_of_idle_pct": frag_ratio_curve(log), "wall_s": round(time.perf_counter() - started, 2)}
 
@@ -97,6 +107,24 @@ def summary(results: list[dict], reference: dict, wall: float) -> str:
     return "\n".join(lines)
 
 
+def variant_summary(results: list[dict], wall: float) -> str:
+    """One row per variant: median allocation @100 % per strategy and the
+    margin of each strategy over fgd (points)."""
+    names = list(dict.fromkeys(r["strategy"] for r in results))
+    margins = [n for n in names if n != "fgd"] if "fgd" in names else []
+    median = lambda v, n: statistics.median(  # noqa: E731
+        r["alloc_pct"][100] for r in results if r["variant"] == v and r["strategy"] == n)
+    seeds = len({r["seed"] for r in results})
+    head = f"{'variant':<10}" + "".join(f"{n:>10}" for n in names) + "".join(f"{n + '−fgd':>14}" for n in margins)
+    lines = ["", f"GPU allocation at 100 % arrived, median of {seeds} seeds", head]
+    for v in dict.fromkeys(r["variant"] for r in results):
+        row = {n: median(v, n) for n in names}
+        lines.append(f"{v:<10}" + "".join(f"{row[n]:>10.2f}" for n in names)
+                     + "".join(f"{row[n] - row['fgd']:>+14.2f}" for n in margins))
+    lines.append(f"total wall time {wall:.1f} s")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10, help="run seeds 0..N-1")
@@ -108,16 +136,23 @@ def main() -> None:
     parser.add_argument("--ratio", type=float, default=1.3)
     parser.add_argument("--tie", choices=["order", "random"], default="order")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--variants", nargs="*", choices=list(BY_NAME), default=None,
+                        help="replay generated stress variants of the trace (no names: all)")
     args = parser.parse_args()
-    jobs = [(name, seed, str(args.data_dir), args.trace, args.nodes, args.ratio, args.tie)
-            for name in args.strategies for seed in range(args.seed_base, args.seed_base + args.seeds)]
+    variants = [None] if args.variants is None else (args.variants or [v.name for v in VARIANTS])
+    jobs = [(name, seed, str(args.data_dir), args.trace, args.nodes, args.ratio, args.tie, variant)
+            for variant in variants for name in args.strategies
+            for seed in range(args.seed_base, args.seed_base + args.seeds)]
     started = time.perf_counter()
     results = []
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for result in pool.map(run_one, jobs):
             print(json.dumps(result), flush=True)
             results.append(result)
-    print(summary(results, published(args.data_dir, args.trace), time.perf_counter() - started))
+    if args.variants is None:
+        print(summary(results, published(args.data_dir, args.trace), time.perf_counter() - started))
+    else:
+        print(variant_summary(results, time.perf_counter() - started))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ ROW_ARRAYS = {
     "mem_alloc": (np.int64, 0), "mem_used": (np.int64, 0), "mem_free": (np.int64, 0),
     "node_load": (np.float64, 0.0), "numa_count": (np.int64, 0), "numa_max_free": (np.int64, 0),
     "gpu_model": (np.int64, -1), "gpu_count": (np.int64, 0), "gpu_idle": (np.int64, 0),
-    "gpu_whole": (np.int64, 0), "gpu_max": (np.int64, 0),
+    "gpu_whole": (np.int64, 0), "gpu_max": (np.int64, 0), "version": (np.int64, 0),
 }
 NUMA_ARRAYS = {
     "numa_valid": (bool, False), "numa_id": (np.int64, -1), "numa_alloc": (np.int64, 0),
@@ -50,6 +50,7 @@ class ClusterArrays:
     above); `ClusterState` owns `names` and fills and updates the rows."""
 
     names: list[str | None]
+    _stamp: int = 0
 
     @property
     def size(self) -> int:
@@ -59,6 +60,11 @@ class ClusterArrays:
     def _refresh_node(self, r: int) -> None:
         self.cpu_free[r] = max(int(self.cpu_alloc[r] - self.cpu_used[r]), 0)
         self.mem_free[r] = max(int(self.mem_alloc[r] - self.mem_used[r]), 0)
+        self._touch(r)
+
+    def _touch(self, r: int) -> None:
+        self._stamp += 1
+        self.version[r] = self._stamp
 
     def _recount(self, r: int) -> None:
         """Recompute the row's derived figures (free per NUMA / GPU, GPU summaries)."""
@@ -77,6 +83,7 @@ class ClusterArrays:
         self.gpu_idle[r] = free[is_root].sum()
         self.gpu_whole[r] = distinct_roots((free == GPU_MILLI)[None, :], self.gpu_root[r][None, :])[0]
         self.gpu_max[r] = free.max() if free.size else 0
+        self._touch(r)
 
     def _order_numa(self, r: int) -> None:
         # §E ranks NUMA nodes by load; padding sorts last. Loads change only

@@ -30,6 +30,15 @@ class Candidates:
     def __init__(self, state: ClusterState, rows: np.ndarray, eligible: np.ndarray | None = None):
         self.rows, self._state, self._eligible = rows, state, eligible
 
+    @property
+    def state(self) -> ClusterState:
+        return self._state
+
+    @property
+    def own_eligible(self) -> bool:
+        """Whether the usable devices are this pod's own (not every healthy one)."""
+        return self._eligible is not None
+
     @cached_property
     def cpu_free(self) -> np.ndarray:
         return self._state.cpu_free[self.rows]

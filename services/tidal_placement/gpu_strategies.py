@@ -1,5 +1,8 @@
 """The GPU placement strategies, by name: an explicit registry of factories
 `new(workload=None, **options) -> GpuStrategy` (one module per strategy).
+`make_strategy` wraps the row-local ones (ROW_LOCAL) in `ScoreCache`,
+which gives the same decisions faster; `reference=True` returns the plain
+strategy, the reference the cache is tested against.
 
 - `best-fit`: least leftover CPU/GPU (`gpu_bestfit`).
 - `fgd`: Fragmentation Gradient Descent as published (`gpu_fgd`).
@@ -13,6 +16,7 @@ from collections.abc import Callable
 
 from . import gpu_bestfit, gpu_fgd, gpu_fgd_cpu
 from .gpu_candidates import GpuStrategy
+from .gpu_score_cache import ScoreCache
 from .gpu_workload import TargetWorkload
 
 GPU_STRATEGIES: dict[str, Callable[..., GpuStrategy]] = {
@@ -21,11 +25,16 @@ GPU_STRATEGIES: dict[str, Callable[..., GpuStrategy]] = {
     gpu_fgd_cpu.NAME: gpu_fgd_cpu.new,
 }
 
+# a candidate's score depends on its own row and the pod only (gpu_score_cache)
+ROW_LOCAL = frozenset({gpu_fgd.NAME, gpu_fgd_cpu.NAME})
 
-def make_strategy(name: str, workload: TargetWorkload | None = None, **options) -> GpuStrategy:
-    """Build the strategy registered as `name`."""
+
+def make_strategy(name: str, workload: TargetWorkload | None = None, *, reference: bool = False,
+                  **options) -> GpuStrategy:
+    """Build the strategy registered as `name` (cached unless `reference`)."""
     try:
         factory = GPU_STRATEGIES[name]
     except KeyError:
         raise ValueError(f"unknown GPU strategy {name!r}; known: {', '.join(sorted(GPU_STRATEGIES))}") from None
-    return factory(workload, **options)
+    strategy = factory(workload, **options)
+    return ScoreCache(strategy) if name in ROW_LOCAL and not reference else strategy
