@@ -52,6 +52,8 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
     # Tenant usage is needed only for quotas and groups; most clusters have neither.
     usage = tenant_usage(cache.holdings(), cache.gpu_model) if cache.governed() else {}
     for position, (entry, held_back) in enumerate(queue.cycle()):
+        if queue.entries.get(entry.key) is not entry:
+            continue  # placed, bound or deleted by events read while earlier decisions were published
         if held_back is not None:
             if entry.reason != held_back:
                 attempted(WAIT)

@@ -25,7 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tidal_schemas import GpuAsk, TenantConfig
-from tidal_schemas.common import CpuPolicy
+from tidal_schemas.common import CpuPolicy, repeated
 from tidal_schemas.envelope import describe_validation_error
 from tidal_simulator.topology_builder import make_topology
 
@@ -175,10 +175,8 @@ def scenario_workload(scenario: Scenario, where: str = "scenario") -> Workload:
                 raise ScenarioError(f"{where}: field 'nodes.{i}': {_first_line(exc)}") from None
             topology = topology.model_copy(update={"pool": spec.pool})
             nodes.append(SimNode(topology, dict(spec.background), spec.system_memory_mib))
-    names = [n.topology.node for n in nodes]
-    if len(set(names)) != len(names):
-        raise ScenarioError(f"{where}: field 'nodes': node names repeat: "
-                            f"{', '.join(sorted({n for n in names if names.count(n) > 1}))}")
+    if twice := repeated(n.topology.node for n in nodes):
+        raise ScenarioError(f"{where}: field 'nodes': node names repeat: {', '.join(twice)}")
     numa_count = {n.topology.node: len(n.topology.numa_nodes) for n in nodes}
     pods: list[SimPodSpec] = []
     for i, spec in enumerate(scenario.pods):
@@ -197,10 +195,8 @@ def scenario_workload(scenario: Scenario, where: str = "scenario") -> Workload:
                 raise ScenarioError(f"{where}: field 'pods.{i}': {_first_line(exc)}") from None
             pods.append(SimPodSpec(pod, spec.usage, spec.arrive_s + r * spec.every_s, spec.duration_s, spec.node,
                                    tuple(spec.numa)))
-    keys = [p.key for p in pods]
-    if len(set(keys)) != len(keys):
-        raise ScenarioError(f"{where}: field 'pods': pod names repeat: "
-                            f"{', '.join(sorted({k for k in keys if keys.count(k) > 1}))}")
+    if twice := repeated(p.key for p in pods):
+        raise ScenarioError(f"{where}: field 'pods': pod names repeat: {', '.join(twice)}")
     return Workload(name=scenario.name, nodes=tuple(nodes), pods=tuple(pods), tenants=tuple(scenario.tenants),
                     expectations=tuple(scenario.expect), tick_s=scenario.tick_s, duration_s=scenario.duration_s,
                     source={"kind": "scenario", "file": where, "seed": scenario.seed})
