@@ -227,8 +227,22 @@ class ClusterModel:
         if action.kind in ("freeze", "thaw"):
             pod.frozen = action.kind == "freeze"
             return "done", ""
+        if action.target_numa is not None:  # a move: the node's agent chooses the CPUs
+            moved, why = self.agents[action.node].move(pod.key, pod.request.uid, action.target_numa,
+                                                       action.cpu_count)
+            if not moved:
+                return "refused", why
+            cpus = tuple(self.agents[action.node].cpuset(pod.key))
+            if pod.assigned:
+                numa_of = {c.cpu: c.numa for c in self.nodes[action.node].topology.cpus}
+                pod.assigned, pod.pinned = cpus, None
+                pod.numa_cpus = {n: sum(1 for c in cpus if numa_of[c] == n) 
+                                 for n in sorted({numa_of[c] for c in cpus})}
+            else:
+                pod.pinned = cpus
+            return "done", why
         known = {c.cpu for c in self.nodes[action.node].topology.cpus}
-        if not set(action.cpuset) <= known:
+        if not set(action.cpuset) <= known:  # a stand-in's concrete cpuset (the schema allows it)
             return "refused", f"cpuset {action.cpuset} names CPUs {action.node} does not have"
         pod.pinned = tuple(sorted(action.cpuset))
         return "done", ""
