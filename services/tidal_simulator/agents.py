@@ -9,9 +9,15 @@ books with the node agent's own code — `tidal_topology.checkpoint.CpuState`
 (kubelet-exact CPU choice), `tidal_topology.books.move` (a move to another
 NUMA node) and `tidal_topology.cpuset_plan.pinning_of` (the cpuset a pod
 should run on) — over no machine: its "cgroups" are the model's fields
-(cpuset, frozen). An in-process agent core with an in-memory cgroup
-tree (the node agent's own service logic, once it can run without sysfs)
-replaces it per node through `make_agent`, without touching the model.
+(cpuset, frozen).
+
+What the agent's `tidal_topology.authority.CpuAuthority` would add, plugged
+here per node through `make_agent` with a cgroup tree of its own: the books'
+lifecycle (claims at the decision, released on a failed bind or after the
+bind timeout, adopted from bound pods — `books.on_decision`, `on_pod`,
+`on_bind_result`, `expire`), the cgroup writes and the node audit; freeze
+and thaw by the agent's cgroup code. Today a pod is booked when its kubelet
+admits the binding and released when it is deleted.
 """
 
 from __future__ import annotations
