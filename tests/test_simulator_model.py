@@ -179,6 +179,26 @@ def test_every_agent_action_is_answered(act, status):
     assert model.act(act)[0] == status
 
 
+def test_a_move_goes_through_the_agents_books():
+    # two exclusive CPUs on NUMA 0 (CPUs 0-3 of a 4 + 4 layout) moved to NUMA 1 by the agent's own `books.move`
+    model = cluster(spec("p", cpu=2000, exclusive=True), spec("q", cpu=4000, exclusive=True), spec("s"))
+    model.start("t/p", "n1", decided(numa_cpus={0: 2}), T0, 0)
+    model.start("t/s", "n1", None, T0, 0)
+    move = action("set-cpuset", cpuset=[], target_numa=1, cpu_count=2)
+    assert model.act(move)[0] == "done"
+    p = model.pods["t/p"]
+    assert set(p.assigned) <= {4, 5, 6, 7} and p.numa_cpus == {1: 2}
+    # the next exclusive pod never gets the moved pod's CPUs: NUMA 1 has 2 left, NUMA 0 all 4
+    assert model.start("t/q", "n1", decided(numa_cpus={1: 4}), T0, 0)[0] == ()
+    assert set(model.start("t/q", "n1", decided(numa_cpus={0: 4}), T0, 0)[0]) == {0, 1, 2, 3}
+    # a shared pod is pinned to the shared CPUs of its target NUMA node
+    assert model.act(action("set-cpuset", pod="t/s", cpuset=[], target_numa=1, cpu_count=0))[0] == "done"
+    assert set(model.cpuset(model.pods["t/s"])) == {4, 5, 6, 7} - set(p.assigned)
+    # a stale view of what the pod holds is refused, as the agent refuses it
+    status, reason = model.act(action("set-cpuset", cpuset=[], target_numa=0, cpu_count=3))
+    assert status == "refused" and "not 3" in reason
+
+
 def test_taints_are_what_the_node_object_says():
     model = cluster()
     assert model.set_taints("n1", ["k"]) == ({"k"}, set()) and model.taints["n1"] == {"k"}

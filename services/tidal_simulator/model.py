@@ -14,7 +14,6 @@ refused pod changes nothing.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -228,35 +227,24 @@ class ClusterModel:
         if action.kind in ("freeze", "thaw"):
             pod.frozen = action.kind == "freeze"
             return "done", ""
-        if action.target_numa is not None:
-            return self._move(action.pod, pod, action.node, action.target_numa)
+        if action.target_numa is not None:  # a move: the node's agent chooses the CPUs
+            moved, why = self.agents[action.node].move(pod.key, pod.request.uid, action.target_numa,
+                                                       action.cpu_count)
+            if not moved:
+                return "refused", why
+            cpus = tuple(self.agents[action.node].cpuset(pod.key))
+            if pod.assigned:
+                numa_of = {c.cpu: c.numa for c in self.nodes[action.node].topology.cpus}
+                pod.assigned, pod.pinned = cpus, None
+                pod.numa_cpus = {n: sum(1 for c in cpus if numa_of[c] == n)
+                                 for n in sorted({numa_of[c] for c in cpus})}
+            else:
+                pod.pinned = cpus
+            return "done", why
         known = {c.cpu for c in self.nodes[action.node].topology.cpus}
-        if not set(action.cpuset) <= known:
+        if not set(action.cpuset) <= known:  # a stand-in's concrete cpuset (the schema allows it)
             return "refused", f"cpuset {action.cpuset} names CPUs {action.node} does not have"
         pod.pinned = tuple(sorted(action.cpuset))
-        return "done", ""
-
-    def _move(self, key: str, pod: PodState, node: str, target: int) -> tuple[str, str]:
-        """A move to NUMA node `target`, as the node agent makes it: exclusive
-        CPUs re-taken there by the agent's own allocator (its old ones kept
-        when that is not possible), a shared pod pinned to that NUMA node's
-        shared CPUs."""
-        agent, topology = self.agents[node], self.nodes[node].topology
-        if pod.assigned:
-            numa_of = {c.cpu: c.numa for c in topology.cpus}
-            count, before = len(pod.assigned), Counter(numa_of[c] for c in pod.assigned)
-            agent.release(key)
-            moved, why = agent.assign(key, {target: count})
-            if not moved:
-                pod.assigned, _ = agent.assign(key, dict(before))
-                return "refused", f"NUMA {target}: {why}"
-            pod.assigned, pod.pinned = moved, None
-            return "done", ""
-        shared = set(agent.shared_pool())
-        cpus = tuple(sorted(c.cpu for c in topology.cpus if c.numa == target and c.cpu in shared))
-        if not cpus:
-            return "refused", f"NUMA {target} of {node} has no shared CPU"
-        pod.pinned = cpus
         return "done", ""
 
     # -- the node object -----------------------------------------------------------

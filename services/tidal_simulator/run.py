@@ -1,8 +1,8 @@
 """One simulation run end to end, over a bus where the real services run:
 start the simulator in this process and the real bridge against its API
 server (`bridge.py`), let the services take in the cluster,
-drive the pods, check the expectations, audit the run's streams (`tidal_audit`:
-the §F invariants), collect the fair-share scores the scoring service
+drive the pods, check the expectations, audit the streams of its cluster in
+its namespace, from the earliest event (`tidal_audit`: the §F invariants), collect the fair-share scores the scoring service
 published, and build the report (and the HTML page)."""
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ async def simulate(plan: RunPlan, *, warmup: Callable[[SimulatorService], Awaita
         else:
             await run_timed(sim, progress_every=plan.progress_every, progress=progress)
         release_wall = time.monotonic() - release_started
-        if stop_bridge is not None:  # the bridge is done: every pod event it owed is published
+        if stop_bridge is not None:  # the run has settled: the audit reads a finished cluster
             await sim.settled()
             await stop_bridge()
             stop_bridge = None

@@ -34,8 +34,8 @@ import numpy as np
 
 from tidal_bus import Delivery, StartAt
 from tidal_schemas import (
-    ActionResult, BindResult, Envelope, NodeAction, NodeAllocatable, NodeMetrics, Payload, PlacementDecision,
-    make_envelope,
+    ActionResult, BindResult, CpuAssignment, Envelope, NodeAction, NodeAllocatable, NodeMetrics, Payload,
+    PlacementDecision, make_envelope,
 )
 from tidal_schemas.decision_codec import write_decision
 
@@ -228,6 +228,11 @@ class SimulatorService(Service):
         if status == "done":
             self.record.happen(t, action.kind, action.node, action.pod, action.reason[:160], by)
             self.changed(action.node)
+            pod = self.model.pods.get(action.pod or "")
+            if action.kind == "set-cpuset" and pod is not None and pod.assigned:  # as the agent announces a move
+                await self.emit(CpuAssignment(node=action.node, pod=pod.key, cpuset=list(pod.assigned),
+                                              numa_cpus=dict(pod.numa_cpus), decision_id=pod.decision_id or "",
+                                              reason=reason[:1024]), cause=envelope)
 
     async def on_action_result(self, envelope: Envelope[ActionResult], delivery: Delivery) -> None:
         result = envelope.payload
