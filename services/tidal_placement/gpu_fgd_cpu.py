@@ -44,7 +44,7 @@ import numpy as np
 from .gpu_candidates import Candidates, Scored, sigmoid_score
 from .gpu_fgd import frag_deltas
 from .gpu_frag import FragModel
-from .gpu_workload import Shape, TargetWorkload, by_model
+from .gpu_workload import Shape, TargetWorkload
 
 NAME = "fgd-cpu"
 
@@ -63,10 +63,11 @@ class FgdCpu:
     rho: float
     name: str = NAME
     scores_cpu_pods: bool = True
-    deficit_unit: float = 1000.0
+    cpu_norm: float = 128_000.0
+    gpu_norm: float = 8_000.0
 
     def score(self, c: Candidates, shape: Shape) -> Scored:
-        """FGD score per node, then the CPU-deficit tiebreak."""
+        """FGD score per node, then CPU-deficit and packing tiebreaks."""
         delta = frag_deltas(self.frag, c, shape)
         device = None
         if delta.ndim == 2:
@@ -81,16 +82,14 @@ class FgdCpu:
         cpu_after = c.cpu_free - shape.cpu_milli
         before = np.maximum(self.rho * c.gpu_idle - c.cpu_free, 0.0)
         after = np.maximum(self.rho * idle_after - cpu_after, 0.0)
-        deficit = np.round((after - before) / self.deficit_unit)
-        return Scored(cost=-score, device=device, tiebreaks=(deficit,))
+        deficit = np.round((after - before) / 1000.0)
+        pack = idle_after / self.gpu_norm + 0.5 * cpu_after / self.cpu_norm
+        return Scored(cost=-score, device=device, tiebreaks=(deficit, pack))
 
 
-def new(workload: TargetWorkload | None = None, *, rho: float | None = None, rho_scale: float = 1.0,
-        **options) -> FgdCpu:
-    """Factory for the registry: the target is `by_model(workload)`, ρ its
-    CPU per GPU (times `rho_scale`) unless given."""
+def new(workload: TargetWorkload | None = None, **options) -> FgdCpu:
+    """Factory for the registry; needs the target workload (FGD's and ρ's)."""
     if workload is None:
         raise ValueError("fgd-cpu needs a target workload (typical pod shapes)")
-    target = by_model(workload)
-    rho = rho_scale * cpu_per_gpu(target) if rho is None else rho
-    return FgdCpu(FragModel(target, no_access_is_fragment=False), rho, **options)
+    rho = options.pop("rho", None)
+    return FgdCpu(FragModel(workload), cpu_per_gpu(workload) if rho is None else rho, **options)

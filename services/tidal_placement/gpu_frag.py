@@ -12,16 +12,6 @@ with CPU left c and per-device milli-GPU left L_g, idle = Σ_g L_g and
     F_n       = Σ_m p_m · frag_n(m)
               = idle − Σ_{m in q3} p_m · (idle − small_m)
 
-With `no_access_is_fragment=False` (Tidal's `fgd-cpu`) a GPU shape whose
-constraint excludes the node's model counts nothing on that node instead
-of all its idle GPU: such pods cannot use the node, so its GPUs are not
-fragmented for them — they are out of their reach however the node is
-filled. FGD's class `no_access` adds p_m · idle instead, which makes every
-GPU taken from a node fewer shapes may use look like fragmentation removed:
-FGD then fills the scarce models first, the very ones constrained pods
-need (on the `spec35` variant most GPUs left idle are G2 while T4- and
-P100-constrained pods fail).
-
 Shapes with the same GPU part (milli, count, models) share one column `j`,
 weighted by Σ p_m over their members whose CPU fits. `after_share`
 evaluates the node after putting `milli` on each device in turn with a
@@ -42,9 +32,7 @@ class FragModel:
     """The fragmentation measure for one target workload."""
 
     workload: TargetWorkload
-    no_access_is_fragment: bool = True
     _access: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict, repr=False)
-    _idle_weight: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         gpu_parts = sorted({(s.gpu_milli, s.gpu_count, s.models) for s in self.workload.shapes if s.gpu_milli > 0})
@@ -70,17 +58,6 @@ class FragModel:
             self._access[models] = table
         return table
 
-    def idle_weight(self, model: np.ndarray, models: tuple[str, ...]) -> np.ndarray:
-        """Per node, the popularity of the shapes that count the node's idle
-        GPU (1, or 1 − Σ p_m over GPU shapes barred from its model)."""
-        table = self._idle_weight.get(models)
-        if table is None:
-            barred = self.weight.sum(axis=0) @ ~self.access(models) if len(self.parts) else np.zeros(len(models) + 1)
-            table = 1.0 - (0.0 if self.no_access_is_fragment else barred)
-            table = np.where(np.arange(len(models) + 1) < len(models), table, 1.0)
-            self._idle_weight[models] = table
-        return table[np.where(model < 0, len(models), model)]
-
     def q3_weight(self, cpu_left: np.ndarray, model: np.ndarray, models: tuple[str, ...]) -> np.ndarray:
         """(nodes × parts): Σ p_m of the shapes in part j whose CPU fits and
         whose model constraint admits the node's model."""
@@ -101,7 +78,7 @@ class FragModel:
         idle = gpu_left.sum(axis=1)
         can, small = self.counts(gpu_left)
         q3 = self.q3_weight(cpu_left, model, models) * (can >= self.count[None, :])
-        return idle * self.idle_weight(model, models) - (q3 * (idle[:, None] - small)).sum(axis=1)
+        return idle - (q3 * (idle[:, None] - small)).sum(axis=1)
 
     def after_whole(self, cpu_left: np.ndarray, gpu_left: np.ndarray, model: np.ndarray,
                     models: tuple[str, ...], gpus: int) -> np.ndarray:
@@ -111,7 +88,7 @@ class FragModel:
         idle = gpu_left.sum(axis=1) - 1000 * gpus
         can, small = self.counts(gpu_left)
         q3 = self.q3_weight(cpu_left, model, models) * (can - gpus >= self.count[None, :])
-        return idle * self.idle_weight(model, models) - (q3 * (idle[:, None] - small)).sum(axis=1)
+        return idle - (q3 * (idle[:, None] - small)).sum(axis=1)
 
     def after_share(self, cpu_left: np.ndarray, gpu_left: np.ndarray, model: np.ndarray,
                     models: tuple[str, ...], milli: int) -> np.ndarray:
@@ -125,4 +102,4 @@ class FragModel:
         small2 = small[:, None, :] + after * (after < m) - left * (left < m)
         idle2 = (gpu_left.sum(axis=1) - milli)[:, None, None]
         q3 = self.q3_weight(cpu_left, model, models)[:, None, :] * (can2 >= self.count[None, None, :])
-        return idle2[:, :, 0] * self.idle_weight(model, models)[:, None] - (q3 * (idle2 - small2)).sum(axis=2)
+        return idle2[:, :, 0] - (q3 * (idle2 - small2)).sum(axis=2)
