@@ -82,9 +82,11 @@ async def test_scoring_exports_fair_share_scores(nats_server, namespace):
     service = ScoringService(settings)
     task = await start_service(service)
     try:
+        # both keys are published in one tick, one after the other: wait for the tick to end
         families = await eventually(
-            service, lambda f: value(f, "tidal_fair_share_score", user="alice", resource_type="cpu") > 0,
-            what="alice's cpu score")
+            service, lambda f: value(f, "tidal_fair_share_score", user="alice", resource_type="cpu") > 0
+            and value(f, "tidal_fair_share_score", user="alice", resource_type="memory") > 0,
+            what="alice's cpu and memory scores")
     finally:
         await stop_service(service, task)
     assert value(families, "tidal_fair_share_score", cluster="c1", user="alice", resource_type="memory") > 0
