@@ -94,9 +94,6 @@ class Kube:
     async def create_event(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self._call(self.core.create_namespaced_event, namespace, body)
 
-    async def get_event(self, namespace: str, name: str) -> dict[str, Any]:
-        return await self._call(self.core.read_namespaced_event, name, namespace)
-
     async def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return await self._call(self.core.patch_namespaced_event, name, namespace, patch,
                                 _content_type=STRATEGIC_PATCH)
