@@ -6,6 +6,11 @@ an API server that fails costing a log line, not the decision stream."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import shutil
+import subprocess
+
 import pytest
 from kubernetes_asyncio import client
 
@@ -14,6 +19,7 @@ from tidal_bridge.event_budget import EventBudget
 from tidal_bridge.kube import Kube
 from tidal_bridge.pod_status import PodStatusReporter
 from tidal_schemas import PlacementDecision
+from tidal_simulator.kube_api import write_kubeconfig
 
 
 class Clock:
@@ -132,3 +138,28 @@ async def test_an_api_server_that_fails_costs_a_log_line(setup, caplog):
     await reporter.unschedulable(pending())
     assert [e["count"] for e in events(server)] == [2]
     assert "not recorded" in caplog.text
+
+
+async def test_kubectl_describe_shows_the_condition_and_the_counted_event(setup, tmp_path):
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is missing: Debian's kubernetes-client provides it (`make test` installs it)")
+    server, reporter, clock = setup
+    uid = server.add_pod("p", cpu="16")["metadata"]["uid"]
+    decision = pending(reason="0/3 nodes fit: 2 cpu, 1 stop-scheduling taint",
+                       filtered={"cpu": 2, "stop-scheduling taint": 1}, uid=uid)
+    for _ in range(3):
+        await reporter.unschedulable(decision.model_copy(update={"nodes": 3}))
+        clock.now += 1
+    config = write_kubeconfig(tmp_path / "kubeconfig", server.url)
+    run = await asyncio.to_thread(subprocess.run, [kubectl, "--kubeconfig", str(config), "describe", "pod", "p"],
+                                  capture_output=True, text=True, timeout=60,
+                                  env={"HOME": str(tmp_path), "PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    assert run.returncode == 0, run.stderr
+    lines = [" ".join(line.split()) for line in run.stdout.splitlines()]
+    assert "PodScheduled False" in lines
+    (event,) = [line for line in lines if line.startswith("Warning FailedScheduling")]
+    # the times are the fake clock's (2027), so kubectl shows an age below zero or in years: not asserted
+    assert "(x3 over" in event and event.endswith(
+        "tidal-bridge 0/3 nodes are available: 1 node(s) had untolerated taint {tidal.dev/stop-scheduling: }, "
+        "2 Insufficient cpu.")
