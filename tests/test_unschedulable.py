@@ -42,8 +42,10 @@ def pending(reason: str = "", filtered: dict | None = None, nodes: int | None = 
     # a zero count names nothing
     (pending("0/1 nodes fit: 1 cpu", {"cpu": 1, "memory": 0}, 1), "0/1 nodes are available: 1 Insufficient cpu."),
     # Tidal's own rules: no node was looked at, the rule is the message (a PreFilter's, in kube-scheduler)
-    (pending("quota: tenant team-a A100 4000 + 1000 > limit 4000", nodes=5000),
-     "0/5000 nodes are available: quota: tenant team-a A100 4000 + 1000 > limit 4000."),
+    (pending("quota: tenant team-a has no room for 1000 milli-GPU of A100", nodes=5000),
+     "0/5000 nodes are available: quota: tenant team-a has no room for 1000 milli-GPU of A100."),
+    (pending("quota: tenant team-a cpu 3000 + 2000 > limit 4000", nodes=5000),
+     "0/5000 nodes are available: quota: tenant team-a cpu 3000 + 2000 > limit 4000."),
     (pending("permission: tenant team-a may use no GPU the pod asks for", nodes=12),
      "0/12 nodes are available: permission: tenant team-a may use no GPU the pod asks for."),
     (pending("waiting behind a higher-priority A100 pod", nodes=8),
