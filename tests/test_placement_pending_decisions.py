@@ -28,7 +28,8 @@ def four_cpus(name: str):
 
 def run(cache: ClusterCache, now: float, repeat_s: float | None = None, room_changed: bool = True) -> list:
     cache.room_changed = cache.room_changed or room_changed
-    return [(d.name, d.outcome, d.reason, dict(d.filtered), d.nodes) for d in cycle(cache, None, now, repeat_s=repeat_s)]
+    return [(d.name, d.outcome, d.reason, dict(d.filtered), d.nodes)
+            for d in cycle(cache, None, now, repeat_s=repeat_s)]
 
 
 def test_a_pod_that_fits_nowhere_names_the_nodes_counted_and_filtered():

@@ -43,7 +43,8 @@ from typing import Any
 from tidal_bus import Delivery, HandlerError, RetryPolicy
 from tidal_schemas.fence import DecisionFence
 from tidal_runtime import Service, Subscription
-from tidal_schemas import ActionResult, BindResult, Envelope, NodeTopology, PlacementDecision, PodLifecycle, derived_id
+from tidal_schemas import (ActionResult, BindResult, Envelope, NodeTopology, PlacementDecision, PodLifecycle,
+                           derived_id)
 
 from .actuator import ActionOutcome, Actuator
 from .binder import Binder, BindOutcome
