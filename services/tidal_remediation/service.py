@@ -10,16 +10,17 @@ import asyncio
 from datetime import datetime, timezone
 from typing import Any
 
-from tidal_bus import Delivery, StartAt
-from tidal_schemas import ActionResult, CpuAssignment, Envelope, NodeAction, NodeMetrics, NodeTopology, SchemaError, derived_id
+from tidal_bus import Delivery
+from tidal_policy.action_memory import plan_retries
+from tidal_schemas import ActionResult, CpuAssignment, Envelope, NodeAction, NodeMetrics, NodeTopology, derived_id
 
 from tidal_runtime import Service, Subscription
+from tidal_runtime.action_log import follow_action_log
 from tidal_runtime.metrics import node_actions_counter
 
 from .events import actions_to_events
 from .memory import RemediationMemory
 from .plan import plan_round
-from .retry import plan_retries
 from .settings import RemediationSettings
 from .state import node_state_from
 
@@ -73,22 +74,11 @@ class RemediationService(Service):
                 self.log.info("%s", line)
 
     async def follow_log(self) -> None:
-        last: dict[str, dict[int, int]] = {}
-        for name in ("node.action", "action.result"):  # actions before their results
-            last[name] = {}
-            async for raw, event in self.bus.read(name, StartAt.earliest()):
-                last[name][raw.partition] = raw.position
-                if not isinstance(event, SchemaError):
-                    self._apply_log(event)
-        self.memory_ready.set()
-        self.log.info("memory rebuilt: %s", {c: len(m.frozen) for c, m in self.memory.items()})
+        def rebuilt() -> None:
+            self.memory_ready.set()
+            self.log.info("memory rebuilt: %s", {c: len(m.frozen) for c, m in self.memory.items()})
 
-        async def follow(name: str) -> None:
-            async for _, event in self.bus.read(name, StartAt.after(last[name]), follow=True):
-                if not isinstance(event, SchemaError):
-                    self._apply_log(event)
-
-        await asyncio.gather(follow("node.action"), follow("action.result"))
+        await follow_action_log(self.bus, self._apply_log, rebuilt)
 
     async def follow_assignments(self) -> None:
         async def on_event(envelope: Envelope[Any]) -> None:
@@ -130,7 +120,7 @@ class RemediationService(Service):
             await asyncio.sleep(self.settings.retry_check_s)
             now = datetime.now(timezone.utc)
             for cluster, memory in list(self.memory.items()):
-                plan = plan_retries(memory, now, self.policy.action_timeout_s, self.policy.max_retries)
+                plan = plan_retries(memory.actions, now, self.policy.action_timeout_s, self.policy.max_retries)
                 for action in plan.resend:
                     memory.record_action(action)
                     attempt = int(action.measured.get("attempt", 2))
