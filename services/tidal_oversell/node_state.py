@@ -13,6 +13,13 @@ from tidal_policy.action_memory import ActionMemory
 from tidal_schemas import ActionResult, NodeAction, NodeTopology, PeakEstimate, PodLifecycle
 
 
+def inventory(topology: NodeTopology) -> NodeTopology:
+    """What oversell keeps of a topology: the node's name, pool, capacity and
+    allocatable. Its CPU, NUMA and GPU lists are most of the event's memory
+    (~28 KiB for 64 CPUs: 140 MiB at 5,000 nodes) and oversell reads none."""
+    return topology.model_copy(update={"cpus": [], "numa_nodes": [], "reserved_cpus": [], "gpus": [], "labels": {}})
+
+
 @dataclass
 class NodeView:
     """Latest facts about one node."""

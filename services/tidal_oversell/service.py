@@ -22,7 +22,7 @@ from tidal_runtime import Service, Subscription
 from tidal_runtime.action_log import follow_action_log
 
 from .eviction import candidate_from, plan_evictions
-from .node_state import ActionLog, NodeView
+from .node_state import ActionLog, NodeView, inventory
 from .policies import OVERSELL_POLICIES
 from .pool_metrics import OversellMetrics
 from .settings import TAINT_KEY, OversellSettings
@@ -56,7 +56,7 @@ class OversellService(Service):
         return self.views.setdefault((cluster, node), NodeView())
 
     async def on_topology(self, envelope: Envelope[NodeTopology], delivery: Delivery) -> None:
-        self._view(envelope.cluster, envelope.payload.node).topology = envelope.payload
+        self._view(envelope.cluster, envelope.payload.node).topology = inventory(envelope.payload)
 
     async def on_score(self, envelope: Envelope[NodeScore], delivery: Delivery) -> None:
         self._view(envelope.cluster, envelope.payload.node).peak = envelope.payload.peak

@@ -22,7 +22,7 @@ from .events import actions_to_events
 from .memory import RemediationMemory
 from .plan import plan_round
 from .settings import RemediationSettings
-from .state import node_state_from
+from .state import NodeLayout, layout_of, node_state_from
 
 
 # Remediation acts on NUMA CPU load alone (plan.py): freezes and moves off a
@@ -39,7 +39,7 @@ class RemediationService(Service):
         super().__init__(settings, **kwargs)
         self.settings: RemediationSettings
         self.policy = self.settings.policy()
-        self.topologies: dict[tuple[str, str], NodeTopology] = {}
+        self.layouts: dict[tuple[str, str], NodeLayout] = {}  # not the topologies: see NodeLayout
         self.exclusive: dict[tuple[str, str], set[str]] = {}
         self.memory: dict[str, RemediationMemory] = {}  # per cluster
         self.memory_ready = asyncio.Event()
@@ -59,7 +59,7 @@ class RemediationService(Service):
         return clusters is None or cluster in clusters
 
     async def on_topology(self, envelope: Envelope[NodeTopology], delivery: Delivery) -> None:
-        self.topologies[(envelope.cluster, envelope.payload.node)] = envelope.payload
+        self.layouts[(envelope.cluster, envelope.payload.node)] = layout_of(envelope.payload)
 
     # -- the log: our actions and their results, then live ---------------------
     def _apply_log(self, envelope: Envelope[Any]) -> None:
@@ -97,13 +97,13 @@ class RemediationService(Service):
         if delivery.replaying:
             return  # decisions are taken on live samples only; the memory comes from the log
         metrics, cluster = envelope.payload, envelope.cluster
-        topology = self.topologies.get((cluster, metrics.node))
-        if topology is None:
+        layout = self.layouts.get((cluster, metrics.node))
+        if layout is None:
             return
         await self.memory_ready.wait()
         memory = self._memory(cluster)
         exclusive = self.exclusive.get((cluster, metrics.node))
-        state = node_state_from(metrics, topology, exclusive)
+        state = node_state_from(metrics, layout, exclusive)
         plan = plan_round(state, memory, self.policy, metrics.sampled_at)
         for note in plan.notes:
             self.log.debug("node %s: %s", metrics.node, note)
