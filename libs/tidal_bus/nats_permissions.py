@@ -160,13 +160,15 @@ def users(namespace: str, cluster: str, nodes: list[str]) -> dict[str, Permissio
     return found
 
 
-def render_server_config(permissions: Mapping[str, Permissions], password_hashes: Mapping[str, str], *,
+def render_server_config(permissions: Mapping[str, Permissions], public_keys: Mapping[str, str], *,
                          header: str = "", store_dir: str | None = "/data",
                          tls: Mapping[str, object] | None = None) -> str:
     """A nats-server configuration (JSON is valid nats-server syntax): JetStream
-    on, and only the given users, each with its password hash and allow-lists
-    (everything not allowed is denied). No anonymous access."""
-    entries = [{"user": user, "password": password_hashes[user],
+    on, and only the given users, each an nkey (its public key `U…`; the
+    client proves it holds the seed by signing the server's nonce) with its
+    allow-lists (everything not allowed is denied). No anonymous access, and
+    no secret in the file."""
+    entries = [{"nkey": public_keys[user],
                 "permissions": {"publish": {"allow": list(p.publish)}, "subscribe": {"allow": list(p.subscribe)}}}
                for user, p in permissions.items()]
     config: dict[str, object] = {"jetstream": {"store_dir": store_dir} if store_dir else {},
