@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from tidal_bus.nats_permissions import ADMIN, render_server_config, topology_user, users
-from tidal_bus.nkey import MAX_SEED_BYTES, InvalidSeed, new_user_seed, user_public_key
+from tidal_bus.nkey import MAX_SEED_BYTES, InvalidSeed, new_user_key, user_public_key
 
 from .errors import CliError
 from .files import read_bounded
@@ -84,12 +84,12 @@ def load_or_make_seeds(directory: Path, names: list[str]) -> tuple[dict[str, str
             with open(path, "rb") as handle:
                 text = handle.read(MAX_SEED_BYTES + 1)
         except FileNotFoundError:
-            seeds[name], made = new_user_seed(), made + 1
+            (seeds[name], public[name]), made = new_user_key(), made + 1
             _write_new(path, seeds[name] + "\n", directory)
+            continue
         except OSError as exc:
             raise CliError(f"--credentials-dir {directory}: cannot read {path.name}: {exc.strerror}") from None
-        else:
-            seeds[name] = text.decode(errors="replace").strip()
+        seeds[name] = text.decode(errors="replace").strip()
         try:
             public[name] = user_public_key(seeds[name])
         except InvalidSeed as exc:
