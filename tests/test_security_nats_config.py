@@ -152,12 +152,13 @@ def test_cli_refuses_a_damaged_seed_file_in_one_line(tmp_path, capsys):
     assert main(argv) == 0
     seed_file = tmp_path / "nats.conf.credentials" / "topology-node-a.nk"
     seed = seed_file.read_text().strip()
-    seed_file.write_text(seed[:-1] + ("A" if seed[-1] != "A" else "B") + "\n")  # one character mistyped
+    mistyped = seed[:30] + ("A" if seed[30] != "A" else "B") + seed[31:]  # the checksum catches it
+    seed_file.write_text(mistyped + "\n")
     before = out.read_text()
     capsys.readouterr()
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "topology-node-a.nk" in err and "checksum" in err and err.count("\n") == 1 and seed[:-1] not in err
+    assert "topology-node-a.nk" in err and "checksum" in err and err.count("\n") == 1 and seed[:30] not in err
     assert out.read_text() == before  # nothing half-written
 
 
