@@ -17,7 +17,7 @@ from tidal_bus import BusConfigError, BusError, StartAt, backend_from_url
 from tidal_bus import kafka_backend, nats_backend
 from tidal_bus.auth import BusAuth, inbox_prefix_for, redact_url, url_credentials
 from tidal_bus.embedded import free_port
-from tidal_bus.nkey import new_user_seed
+from tidal_bus.nkey import new_user_key, new_user_seed, user_public_key
 from tidal_runtime import ServiceSettings
 from tidal_schemas.streams import stream
 
@@ -90,6 +90,16 @@ def test_an_nkey_seed_as_a_file_or_a_value_with_the_user_naming_only_the_inbox(t
     auth = BusAuth.from_env()
     assert auth.nats_options("nats://h") == {"inbox_prefix": inbox, "nkeys_seed_str": value}
     assert value not in repr(auth) + str(auth)
+
+
+def test_our_keys_are_the_nkeys_librarys_keys():
+    """Tidal encodes and decodes nkeys itself (once per seed, checksum
+    checked); nats-py signs with the nkeys package: the two must agree."""
+    for _ in range(50):
+        seed, public = new_user_key()
+        pair = nkeys.from_seed(bytearray(seed.encode()))
+        assert pair.seed.decode() == seed and pair.public_key.decode() == public == user_public_key(seed + "\n")
+        assert pair.verify(b"nonce", pair.sign(b"nonce"))
 
 
 @pytest.mark.parametrize("text, reason", [
