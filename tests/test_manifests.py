@@ -583,28 +583,29 @@ def test_nats_overlay_mounts_each_services_own_bus_credentials(service: str) -> 
     assert secret["secretName"] == f"tidal-bus-{service}" and not secret.get("optional")
     mounts = {m["mountPath"]: m for m in container["volumeMounts"] if m["name"] == "bus-credentials"}
     assert all(m["readOnly"] is True for m in mounts.values())
-    user_file, password_file = env["TIDAL_BUS_USER_FILE"]["value"], env["TIDAL_BUS_PASSWORD_FILE"]["value"]
+    user_file, seed_file = env["TIDAL_BUS_USER_FILE"]["value"], env["TIDAL_BUS_NKEY_SEED_FILE"]["value"]
+    assert "TIDAL_BUS_PASSWORD_FILE" not in env
     # The users `tidal nats-config` creates, and the Secrets it writes for them.
     generated = {d["metadata"]["name"]: d["stringData"]
-                 for d in yaml.safe_load_all(k8s_secrets("{}", _fake_passwords(), ["node-a"]))}
+                 for d in yaml.safe_load_all(k8s_secrets("{}", _fake_seeds(), ["node-a"]))}
     if service == "topology":
-        # every node's user and password in the Secret; each agent mounts only its own node's
+        # every node's user and seed in the Secret; each agent mounts only its own node's
         assert {p: m["subPathExpr"] for p, m in mounts.items()} == {
-            user_file: "$(TIDAL_NODE_NAME).user", password_file: "$(TIDAL_NODE_NAME).password"}
+            user_file: "$(TIDAL_NODE_NAME).user", seed_file: "$(TIDAL_NODE_NAME).seed"}
         keys = generated[secret["secretName"]]
-        assert keys == {"node-a.user": "topology-node-a", "node-a.password": "pw"}
+        assert keys == {"node-a.user": "topology-node-a", "node-a.seed": "SU-topology-node-a"}
     else:
         (mount,) = mounts.values()
-        assert (user_file, password_file) == (f"{mount['mountPath']}/user", f"{mount['mountPath']}/password")
-        assert generated[secret["secretName"]] == {"user": service, "password": "pw"}
+        assert (user_file, seed_file) == (f"{mount['mountPath']}/user", f"{mount['mountPath']}/seed")
+        assert generated[secret["secretName"]] == {"user": service, "seed": f"SU-{service}"}
         assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
-        assert secret["defaultMode"] & 0o007 == 0, "the password must not be world-readable"
+        assert secret["defaultMode"] & 0o007 == 0, "the seed must not be world-readable"
 
 
-def _fake_passwords() -> dict[str, str]:
+def _fake_seeds() -> dict[str, str]:
     from tidal_bus.nats_permissions import users
 
-    return {user: "pw" for user in users("tidal", "default", ["node-a"])}
+    return {user: f"SU-{user}" for user in users("tidal", "default", ["node-a"])}
 
 
 @pytest.mark.parametrize("name", BUNDLES)

@@ -9,6 +9,7 @@ import ssl
 import subprocess
 from pathlib import Path
 
+import nkeys
 import pytest
 from pydantic import SecretStr
 
@@ -16,6 +17,7 @@ from tidal_bus import BusConfigError, BusError, StartAt, backend_from_url
 from tidal_bus import kafka_backend, kafka_group, kafka_topics, nats_backend
 from tidal_bus.auth import BusAuth, inbox_prefix_for, redact_url, url_credentials
 from tidal_bus.embedded import free_port
+from tidal_bus.nkey import new_user_key, new_user_seed, user_public_key
 from tidal_runtime import ServiceSettings
 from tidal_schemas.streams import stream
 
@@ -69,8 +71,55 @@ def test_nats_token_creds_and_nkey_files(tmp_path):
     assert BusAuth(token_file=secret_file(tmp_path, "tok")).nats_options("nats://h") == {"token": SECRET}
     creds = secret_file(tmp_path, "svc.creds", "-----BEGIN NATS USER JWT-----\n")
     assert BusAuth(creds_file=creds).nats_options("nats://h") == {"user_credentials": str(creds)}
-    seed = secret_file(tmp_path, "svc.nk", "SUAxxx\n")
+    seed = secret_file(tmp_path, "svc.nk", new_user_seed() + "\n")
     assert BusAuth(nkey_seed_file=seed).nats_options("nats://h") == {"nkeys_seed": str(seed)}
+
+
+def test_an_nkey_seed_as_a_file_or_a_value_with_the_user_naming_only_the_inbox(tmp_path, monkeypatch):
+    """What `tidal nats-config` issues: the seed is the identity (nats-py
+    signs the server's nonce with it); the user is not sent to the server,
+    it only names the reply inbox the server's config allows that key."""
+    value = new_user_seed()
+    seed_file = secret_file(tmp_path, "topology-node-a.nk", value + "\n")
+    user_file = secret_file(tmp_path, "user", "topology-node-a\n")
+    inbox = "_INBOX_topology-node-a"
+    assert BusAuth(user_file=user_file, nkey_seed_file=seed_file).nats_options("nats://h") == {
+        "inbox_prefix": inbox, "nkeys_seed": str(seed_file)}
+    monkeypatch.setenv("TIDAL_BUS_USER", "topology-node-a")
+    monkeypatch.setenv("TIDAL_BUS_NKEY_SEED", value)
+    auth = BusAuth.from_env()
+    assert auth.nats_options("nats://h") == {"inbox_prefix": inbox, "nkeys_seed_str": value}
+    assert value not in repr(auth) + str(auth)
+
+
+def test_our_keys_are_the_nkeys_librarys_keys():
+    """Tidal encodes and decodes nkeys itself (once per seed, checksum
+    checked); nats-py signs with the nkeys package: the two must agree."""
+    for _ in range(50):
+        seed, public = new_user_key()
+        pair = nkeys.from_seed(bytearray(seed.encode()))
+        assert pair.seed.decode() == seed and pair.public_key.decode() == public == user_public_key(seed + "\n")
+        assert pair.verify(b"nonce", pair.sign(b"nonce"))
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("SUAxxx\n", "not an nkey user seed"),
+    ("UDY6JIUO7VRWXU2OSXJL5P6UTI7AGQTJJCTS546TRDXD2H2UTOTDMHLB\n", "not an nkey user seed"),  # a public key
+    ("{account}\n", "not an nkey user seed"),  # an account's seed, not a user's
+    ("{mistyped}\n", "checksum"),
+    ("", "not an nkey user seed"),
+])
+def test_a_bad_nkey_seed_is_refused_before_connecting_without_showing_it(tmp_path, text, reason):
+    seed = new_user_seed()
+    account = nkeys.encode_seed(nkeys.decode_seed(bytearray(seed.encode()))[1], nkeys.PREFIX_BYTE_ACCOUNT).decode()
+    text = text.format(account=account, mistyped=seed[:20] + ("A" if seed[20] != "A" else "B") + seed[21:])
+    for auth, name in ((BusAuth(nkey_seed_file=secret_file(tmp_path, "x.nk", text)), "TIDAL_BUS_NKEY_SEED_FILE"),
+                       (BusAuth(nkey_seed=SecretStr(text)), "TIDAL_BUS_NKEY_SEED")):
+        with pytest.raises(BusConfigError, match=reason) as refused:
+            backend_from_url("nats://h:4222", "tidal", auth=auth)
+        message = str(refused.value)
+        assert message.startswith(name + ":") and "\n" not in message
+        assert not (text.strip() and text.strip()[:12] in message)
 
 
 def test_inbox_prefix_is_one_token():
@@ -98,6 +147,9 @@ BAD_NATS = [
     (dict(user="a", token=SecretStr("t")), "choose one of user/password and token"),
     (dict(password=SecretStr("p")), "a password needs a user"),
     (dict(user="a", sasl_mechanism="PLAIN"), "Kafka settings"),
+    (dict(user="a", password=SecretStr("p"), nkey_seed=SecretStr(new_user_seed())),
+     "choose one of user/password and nkey seed"),
+    (dict(token=SecretStr("t"), nkey_seed=SecretStr(new_user_seed())), "choose one of token and nkey seed"),
 ]
 
 
@@ -110,6 +162,7 @@ def test_bad_nats_combinations_are_one_line_errors(fields, message):
 
 BAD_SETTINGS = [
     ({"TIDAL_BUS_PASSWORD": SECRET, "TIDAL_BUS_PASSWORD_FILE": "{pw}"}, "not both"),
+    ({"TIDAL_BUS_NKEY_SEED": SECRET, "TIDAL_BUS_NKEY_SEED_FILE": "{pw}"}, "not both"),
     ({"TIDAL_BUS_PASSWORD_FILE": "/nonexistent/pw"}, "TIDAL_BUS_PASSWORD_FILE '/nonexistent/pw' is not a readable"),
     ({"TIDAL_BUS_TLS_CERT_FILE": "{pw}"}, "needs both TIDAL_BUS_TLS_CERT_FILE and TIDAL_BUS_TLS_KEY_FILE"),
     ({"TIDAL_BUS_SASL_MECHANISM": "GSSAPI"}, "sasl_mechanism"),
@@ -227,6 +280,7 @@ BAD_KAFKA = [
      "SSL does not use the SASL credentials"),
     (dict(tls=True, security_protocol="PLAINTEXT"), "TLS files are set but"),
     (dict(token=SecretStr("t")), "TIDAL_BUS_TOKEN is a NATS setting"),
+    (dict(nkey_seed=SecretStr("SUA")), "TIDAL_BUS_NKEY_SEED is a NATS setting"),  # Kafka never reads the seed
 ]
 
 

@@ -21,7 +21,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 
 from builders import metrics
 from conftest import NATS_TEST_OPTIONS, wait_until
@@ -56,9 +55,8 @@ class Generated:
         self.server, self.namespace, self.credentials = server, namespace, credentials
 
     def bus(self, user: str, **options) -> Bus:
-        password = (self.credentials / f"{user}.password").read_text().strip()
         return Bus.from_url(self.server.url, namespace=self.namespace, cluster=CLUSTER, source=user,
-                            auth=BusAuth(user=user, password=SecretStr(password)),
+                            auth=BusAuth(user=user, nkey_seed_file=self.credentials / f"{user}.nk"),
                             **{**NATS_TEST_OPTIONS, "connect_deadline_s": 10.0, "publish_timeout_s": 10.0,
                                **options})
 

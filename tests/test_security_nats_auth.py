@@ -1,8 +1,9 @@
 """The deployable NATS configuration over a real nats-server: the config
-`tidal nats-config` generates (one user per service and per node agent,
-bcrypt passwords, allow-lists) refuses what a service is not permitted,
-refuses anonymous clients, and still lets the real services run the
-pipeline. The server's own log is checked for any refusal the pipeline hit."""
+`tidal nats-config` generates (one nkey user per service and per node
+agent, allow-lists) refuses what a service is not permitted, refuses
+anonymous clients and keys it does not list, and still lets the real
+services run the pipeline. The server's own log is checked for any refusal
+the pipeline hit."""
 
 from __future__ import annotations
 
@@ -16,15 +17,15 @@ from conftest import NATS_TEST_OPTIONS, start_service, stop_service, wait_until
 from tidal_bus import Bus, BusConfigError, StartAt
 from tidal_bus.auth import BusAuth, BusPermissionError
 from tidal_bus.embedded import EmbeddedNats
-from tidal_bus.nats_permissions import render_server_config, users
-from tidal_cli.nats_config_cmd import hash_password
+from tidal_bus.nkey import new_user_seed
+from tidal_cli.main import main as tidal
 from tidal_oversell.service import OversellService
 from tidal_oversell.settings import OversellSettings
 from tidal_placement.service import PlacementService
 from tidal_placement.settings import PlacementSettings
 from tidal_remediation.service import RemediationService
 from tidal_remediation.settings import RemediationSettings
-from tidal_schemas import PlacementDecision
+from tidal_schemas import ActionResult, PlacementDecision
 from tidal_scoring.service import ScoringService
 from tidal_scoring.settings import ScoringSettings
 from tidal_topology.service import TopologyService
@@ -35,13 +36,17 @@ NODES = ["node-a", "node-b"]
 
 
 class SecureNats:
-    """A nats-server run with a generated config, and a Bus per user."""
+    """A nats-server run with `tidal nats-config` output, and a Bus per user
+    logged in with the user's nkey seed file (or with `seed`, a value)."""
 
-    def __init__(self, server: EmbeddedNats, namespace: str, passwords: dict[str, str]) -> None:
-        self.server, self.namespace, self.passwords = server, namespace, passwords
+    def __init__(self, server: EmbeddedNats, namespace: str, credentials) -> None:
+        self.server, self.namespace, self.credentials = server, namespace, credentials
 
-    def bus(self, user: str | None, password: str | None = None, **options) -> Bus:
-        auth = BusAuth(user=user, password=SecretStr(password or self.passwords[user])) if user else BusAuth()
+    def bus(self, user: str | None, seed: str | None = None, **options) -> Bus:
+        if seed is not None:
+            auth = BusAuth(user=user, nkey_seed=SecretStr(seed))
+        else:
+            auth = BusAuth(user=user, nkey_seed_file=self.credentials / f"{user}.nk") if user else BusAuth()
         return Bus.from_url(self.server.url, namespace=self.namespace, cluster=CLUSTER, source=user or "anonymous",
                             auth=auth, **{**NATS_TEST_OPTIONS, "connect_deadline_s": 10.0, **options})
 
@@ -58,13 +63,11 @@ class SecureNats:
 def secure_nats(tmp_path_factory):
     namespace = "s" + uuid.uuid4().hex[:10]
     directory = tmp_path_factory.mktemp("secure-nats")
-    permissions = users(namespace, CLUSTER, NODES)
-    passwords = {user: uuid.uuid4().hex for user in permissions}
-    config = directory / "nats.conf"
-    config.write_text(render_server_config(permissions, {u: hash_password(p, cost=6) for u, p in passwords.items()},
-                                           store_dir=None))
-    server = EmbeddedNats(directory, config_file=config).start()
-    yield SecureNats(server, namespace, passwords)
+    config, credentials = directory / "nats.conf", directory / "creds"
+    assert tidal(["nats-config", "--namespace", namespace, "--cluster", CLUSTER, "--nodes", ",".join(NODES),
+                  "--out", str(config), "--credentials-dir", str(credentials), "--store-dir", ""]) == 0
+    server = EmbeddedNats(directory / "server", config_file=config).start()
+    yield SecureNats(server, namespace, credentials)
     server.stop()
 
 
@@ -99,11 +102,28 @@ async def test_a_service_cannot_publish_another_services_stream(admin_streams):
             await bus.publish(pod("forged", phase="running", node="node-b"))
 
 
-async def test_anonymous_and_wrong_password_are_refused_at_once(admin_streams):
-    for bus in (admin_streams.bus(None), admin_streams.bus("scoring", password="not-the-password")):
+async def test_anonymous_and_unknown_keys_are_refused_at_once(admin_streams):
+    """A key the config does not list (another deployment's, or a node's that
+    was removed) is refused like no credentials at all."""
+    stranger = new_user_seed()
+    for bus in (admin_streams.bus(None), admin_streams.bus("scoring", seed=stranger)):
         with pytest.raises(BusConfigError, match="(?i)authorization violation") as refused:
             await bus.__aenter__()
-        assert "not-the-password" not in str(refused.value)
+        assert stranger not in str(refused.value)
+
+
+async def test_a_seed_given_as_a_value_logs_in_as_that_user(admin_streams):
+    """TIDAL_BUS_NKEY_SEED (a value, not a file) is the same identity: the
+    node agent may publish its own node's metrics and nothing of node-b's."""
+    seed = (admin_streams.credentials / "topology-node-a.nk").read_text()
+    async with admin_streams.bus("topology-node-a", seed=seed, publish_timeout_s=10.0) as bus:
+        await bus.publish(result("node-a"))
+        with pytest.raises(BusPermissionError, match="action_result.*node-b"):
+            await bus.publish(result("node-b"))
+
+
+def result(node: str) -> ActionResult:
+    return ActionResult(action_id=f"act-{node}", node=node, kind="freeze", pod="default/p", status="done")
 
 
 async def test_a_node_agent_cannot_take_over_another_agents_consumers(admin_streams):

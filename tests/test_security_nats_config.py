@@ -13,6 +13,7 @@ import yaml
 
 from tidal_bus.embedded import nats_server_binary
 from tidal_bus.nats_permissions import ACCESS, ADMIN, service_permissions, users
+from tidal_bus.nkey import user_public_key
 from tidal_bus.subjects import nats_subject
 from tidal_cli.main import main
 from tidal_schemas.streams import partition_for, stream
@@ -93,36 +94,81 @@ def test_the_table_matches_what_each_service_subscribes_and_produces(service):
     assert set(service.produces) <= set(access.publishes)
 
 
-def test_cli_writes_config_passwords_and_secrets_and_keeps_passwords(tmp_path, capsys):
+def _config(path) -> dict:
+    return json.loads("".join(line for line in path.read_text().splitlines(True) if not line.startswith("#")))
+
+
+def test_cli_writes_config_seeds_and_secrets_and_keeps_the_keys(tmp_path, capsys):
     out, secrets_file = tmp_path / "nats.conf", tmp_path / "secrets.yaml"
     argv = ["nats-config", "--cluster", CLUSTER, "--nodes", "node-a,node-b", "--out", str(out),
             "--k8s-secrets", str(secrets_file)]
     assert main(argv) == 0
     credentials = tmp_path / "nats.conf.credentials"
-    first = {p.name: p.read_text() for p in credentials.glob("*.password")}
-    assert set(first) == {f"{u}.password" for u in users(NS, CLUSTER, ["node-a", "node-b"])}
+    first = {p.name: p.read_text() for p in credentials.glob("*.nk")}
+    everyone = users(NS, CLUSTER, ["node-a", "node-b"])
+    assert set(first) == {f"{u}.nk" for u in everyone}
     assert all(stat.S_IMODE((credentials / name).stat().st_mode) == 0o600 for name in first)
-    text = out.read_text()
-    config = json.loads("".join(line for line in text.splitlines(True) if not line.startswith("#")))
-    hashed = {u["user"]: u["password"] for u in config["authorization"]["users"]}
-    assert all(h.startswith("$2") for h in hashed.values())
-    assert not [p for p in first.values() if p.strip() in text]  # only hashes in the server config
+    assert all(seed.startswith("SU") for seed in first.values()) and len(set(first.values())) == len(first)
+    public = {name.removesuffix(".nk"): user_public_key(seed) for name, seed in first.items()}
+    config = _config(out)
+    listed = [u["nkey"] for u in config["authorization"]["users"]]
+    # each user's public key, with that user's permissions (its inbox names it), and no seed anywhere
+    assert sorted(listed) == sorted(public.values())
+    for entry in config["authorization"]["users"]:
+        user = next(u for u, key in public.items() if key == entry["nkey"])
+        assert entry["permissions"]["publish"]["allow"] == list(everyone[user].publish)
+        assert entry["permissions"]["subscribe"]["allow"] == list(everyone[user].subscribe)
+    assert not [seed for seed in first.values() if seed.strip() in out.read_text()]
     check = subprocess.run([nats_server_binary(), "-c", str(out), "-t"], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
 
     secrets = {d["metadata"]["name"]: d for d in yaml.safe_load_all(secrets_file.read_text())}
     assert set(secrets) == {"nats-config", "tidal-bus-topology", f"tidal-bus-{ADMIN}",
                             *(f"tidal-bus-{s}" for s in ACCESS if s != "topology")}
-    assert secrets["tidal-bus-scoring"]["stringData"] == {"user": "scoring",
-                                                          "password": first["scoring.password"].strip()}
-    assert set(secrets["tidal-bus-topology"]["stringData"]) == {
-        f"{n}.{k}" for n in ("node-a", "node-b") for k in ("user", "password")}
+    assert secrets["tidal-bus-scoring"]["stringData"] == {"user": "scoring", "seed": first["scoring.nk"].strip()}
+    assert secrets["tidal-bus-topology"]["stringData"] == {
+        f"{n}.{k}": (f"topology-{n}" if k == "user" else first[f"topology-{n}.nk"].strip())
+        for n in ("node-a", "node-b") for k in ("user", "seed")}
     assert stat.S_IMODE(secrets_file.stat().st_mode) == 0o600
+    assert "9 new key(s), 0 kept" in capsys.readouterr().out
 
-    # a node joins: the old users keep their passwords, the new one gets its own
-    assert main([*argv[:4], "node-a,node-b,node-c", *argv[5:]]) == 0
-    again = {p.name: p.read_text() for p in credentials.glob("*.password")}
-    assert {k: v for k, v in again.items() if k in first} == first and "topology-node-c.password" in again
+    # node-c joins, node-b leaves: every other user keeps its key, node-c gets its own,
+    # node-b's key is no longer in the config (the server refuses it) nor in the Secrets
+    assert main([*argv[:4], "node-a,node-c", *argv[5:]]) == 0
+    again = {p.name: p.read_text() for p in credentials.glob("*.nk")}
+    assert {k: v for k, v in again.items() if k in first} == first
+    listed = {u["nkey"] for u in _config(out)["authorization"]["users"]}
+    assert listed == {key for user, key in public.items() if user != "topology-node-b"} | {
+        user_public_key(again["topology-node-c.nk"])}
+    topology = yaml.safe_load_all(secrets_file.read_text())
+    assert {k for d in topology if d["metadata"]["name"] == "tidal-bus-topology" for k in d["stringData"]} == {
+        "node-a.user", "node-a.seed", "node-c.user", "node-c.seed"}
+    assert "1 new key(s), 8 kept" in capsys.readouterr().out
+
+
+def test_cli_refuses_a_damaged_seed_file_in_one_line(tmp_path, capsys):
+    out = tmp_path / "nats.conf"
+    argv = ["nats-config", "--cluster", CLUSTER, "--nodes", "node-a", "--out", str(out)]
+    assert main(argv) == 0
+    seed_file = tmp_path / "nats.conf.credentials" / "topology-node-a.nk"
+    seed = seed_file.read_text().strip()
+    mistyped = seed[:30] + ("A" if seed[30] != "A" else "B") + seed[31:]  # the checksum catches it
+    seed_file.write_text(mistyped + "\n")
+    before = out.read_text()
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "topology-node-a.nk" in err and "checksum" in err and err.count("\n") == 1 and seed[:30] not in err
+    assert out.read_text() == before  # nothing half-written
+
+
+def test_a_rerun_over_an_earlier_runs_passwords_says_they_are_unused(tmp_path, capsys):
+    credentials = tmp_path / "nats.conf.credentials"
+    credentials.mkdir()
+    (credentials / "scoring.password").write_text("old\n")
+    assert main(["nats-config", "--cluster", CLUSTER, "--nodes", "node-a", "--out", str(tmp_path / "nats.conf")]) == 0
+    assert "1 password file(s) of an earlier run" in capsys.readouterr().out
+    assert "password" not in (tmp_path / "nats.conf").read_text()
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -7,7 +7,9 @@ Secrets held in memory are `SecretStr`, so printing the settings shows
 `**********`; URLs are only ever shown through `redact_url`.
 
 NATS takes one of: user + password (in the URL or here), a token, a `.creds`
-file (JWT + nkey), or an nkey seed file; TLS with a CA file, a client
+file (JWT + nkey), or an nkey seed (file or value; what `tidal nats-config`
+issues), where a user name, if given, only names the reply inbox the
+server's config allows that key; TLS with a CA file, a client
 certificate, or a `tls://` URL. Kafka takes SASL PLAIN / SCRAM-SHA-256 /
 SCRAM-SHA-512 (user + password) and TLS, passed through to aiokafka.
 """
@@ -24,6 +26,7 @@ from pydantic import SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import BusConfigError
+from .nkey import MAX_SEED_BYTES, InvalidSeed, user_public_key
 
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -79,6 +82,7 @@ class BusAuth(BaseSettings):
     token: SecretStr | None = None
     token_file: Path | None = None
     creds_file: Path | None = None
+    nkey_seed: SecretStr | None = None
     nkey_seed_file: Path | None = None
     tls: bool = False
     tls_ca_file: Path | None = None
@@ -91,7 +95,8 @@ class BusAuth(BaseSettings):
     @model_validator(mode="after")
     def _consistent(self) -> "BusAuth":
         for value, file, name in ((self.user, self.user_file, "USER"), (self.password, self.password_file, "PASSWORD"),
-                                  (self.token, self.token_file, "TOKEN")):
+                                  (self.token, self.token_file, "TOKEN"),
+                                  (self.nkey_seed, self.nkey_seed_file, "NKEY_SEED")):
             if value is not None and file is not None:
                 raise ValueError(f"give TIDAL_BUS_{name} or TIDAL_BUS_{name}_FILE, not both")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
@@ -128,6 +133,20 @@ class BusAuth(BaseSettings):
             return self.token
         return SecretStr(_read_secret(self.token_file)) if self.token_file is not None else None
 
+    def nkey_seed_secret(self) -> SecretStr | None:
+        """The nkey seed, checked: a BusConfigError naming the setting (never
+        showing the seed) when it is not a user seed."""
+        if self.nkey_seed is None and self.nkey_seed_file is None:
+            return None
+        name = "TIDAL_BUS_NKEY_SEED" if self.nkey_seed is not None else "TIDAL_BUS_NKEY_SEED_FILE"
+        seed = self.nkey_seed if self.nkey_seed is not None else \
+            SecretStr(_read_secret(self.nkey_seed_file, MAX_SEED_BYTES))
+        try:
+            user_public_key(seed.get_secret_value())
+        except InvalidSeed as exc:
+            raise BusConfigError(f"{name}: {exc}") from None
+        return seed
+
     def user_name(self, url: str = "") -> str | None:
         """The user: from the settings, else its file, else the URL."""
         if self.user_file is not None:
@@ -156,10 +175,13 @@ class BusAuth(BaseSettings):
             raise BusConfigError("TIDAL_BUS_SASL_MECHANISM / TIDAL_BUS_SECURITY_PROTOCOL are Kafka settings; "
                                  "NATS takes a user, token, creds file or nkey seed")
         user, password, token = self.user_name(url), self.password_secret(url), self.token_secret()
+        seed = self.nkey_seed_secret()
         if user and password is None and not (self.user or self.user_file) and token is None:
             user, token = None, SecretStr(user)  # `nats://TOKEN@host`: a lone userinfo is a token in NATS
-        methods = [name for name, given in (("user/password", user or password), ("token", token),
-                                            ("creds file", self.creds_file), ("nkey seed", self.nkey_seed_file))
+        # with a seed, the key is the identity and a user only names the inbox
+        logs_in = password is not None or (user and seed is None)
+        methods = [name for name, given in (("user/password", logs_in), ("token", token),
+                                            ("creds file", self.creds_file), ("nkey seed", seed))
                    if given]
         if len(methods) > 1:
             raise BusConfigError(f"NATS authentication: choose one of {' and '.join(methods)}")
@@ -167,14 +189,18 @@ class BusAuth(BaseSettings):
             raise BusConfigError("NATS authentication: a password needs a user (TIDAL_BUS_USER or user@ in the URL)")
         options: dict[str, Any] = {}
         if user:
-            options.update(user=user, inbox_prefix=inbox_prefix_for(user))
+            options["inbox_prefix"] = inbox_prefix_for(user)
+            if seed is None:
+                options["user"] = user
             if password is not None:
                 options["password"] = password.get_secret_value()
         if token is not None:
             options["token"] = token.get_secret_value()
         if self.creds_file is not None:
             options["user_credentials"] = str(self.creds_file)
-        if self.nkey_seed_file is not None:
+        if self.nkey_seed is not None:
+            options["nkeys_seed_str"] = self.nkey_seed.get_secret_value()
+        elif self.nkey_seed_file is not None:
             options["nkeys_seed"] = str(self.nkey_seed_file)
         if self.uses_tls(url):
             options["tls"] = self.ssl_context()
@@ -185,7 +211,7 @@ class BusAuth(BaseSettings):
     def kafka_options(self, url: str) -> dict[str, Any]:
         """Keyword arguments for aiokafka's producer, consumer and admin client."""
         for name, given in (("TIDAL_BUS_TOKEN", self.token_secret()), ("TIDAL_BUS_CREDS_FILE", self.creds_file),
-                            ("TIDAL_BUS_NKEY_SEED_FILE", self.nkey_seed_file)):
+                            ("TIDAL_BUS_NKEY_SEED", self.nkey_seed), ("TIDAL_BUS_NKEY_SEED_FILE", self.nkey_seed_file)):
             if given is not None:
                 raise BusConfigError(f"{name} is a NATS setting; Kafka takes SASL user/password")
         user, password = self.user_name(url), self.password_secret(url)
@@ -211,9 +237,11 @@ class BusAuth(BaseSettings):
         return options
 
 
-def _read_secret(path: Path) -> str:
-    """A secret file's content without the trailing newline editors add."""
+def _read_secret(path: Path, limit: int | None = None) -> str:
+    """A secret file's content without the trailing newline editors add
+    (at most `limit` bytes read, when given)."""
     try:
-        return path.read_text().rstrip("\r\n")
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read(limit if limit is not None else -1).rstrip("\r\n")
     except OSError as exc:
         raise BusConfigError(f"cannot read secret file {path}: {exc.strerror}") from None

@@ -50,4 +50,4 @@ def credentials_hint(reason: str) -> str:
         return " (the server requires a client certificate: set TIDAL_BUS_TLS_CERT_FILE and TIDAL_BUS_TLS_KEY_FILE)"
     if "certificate" in text or "ssl" in text:
         return " (the server's certificate is not trusted: set TIDAL_BUS_TLS_CA_FILE to its CA)"
-    return " (check TIDAL_BUS_USER / TIDAL_BUS_PASSWORD_FILE / TIDAL_BUS_CREDS_FILE)"
+    return " (check TIDAL_BUS_USER / TIDAL_BUS_PASSWORD_FILE / TIDAL_BUS_CREDS_FILE / TIDAL_BUS_NKEY_SEED_FILE)"
