@@ -50,14 +50,20 @@ BRIDGE_ALLOWED = frozenset(
     | {("", "pods/binding", "create"), ("", "pods/eviction", "create")}
     | {("", "nodes", v) for v in ("get", "list", "watch", "patch")}
     | {(g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")}
+    | {("tidal.dev", "tenants", v) for v in ("get", "list", "watch")}
+    | {("tidal.dev", "fairshares", v) for v in ("get", "list", "watch", "create", "patch")}
+    | {("tidal.dev", f"{r}/status", "patch") for r in ("tenants", "fairshares")}
 )
 # The part of it the bridge cannot work without.
 BRIDGE_REQUIRED = frozenset(
     {("", "pods", "watch"), ("", "pods/binding", "create"), ("", "pods/eviction", "create"),
-     ("", "nodes", "watch"), ("", "events", "create")}
+     ("", "nodes", "watch"), ("", "events", "create"), ("tidal.dev", "tenants", "watch"),
+     ("tidal.dev", "tenants/status", "patch"), ("tidal.dev", "fairshares", "create"),
+     ("tidal.dev", "fairshares/status", "patch")}
 )
 
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PersistentVolume", "StorageClass"}
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PersistentVolume", "StorageClass",
+                  "CustomResourceDefinition"}
 SUPPORTED_KUSTOMIZATION_KEYS = {"apiVersion", "kind", "namespace", "resources", "patches"}
 
 

@@ -14,6 +14,7 @@ and kubectl use.
     PATCH  /api/v1/nodes/{name}
     GET, POST /api/v1/namespaces/{ns}/events, GET /api/v1/events
     GET    /api, /apis, /api/v1, /version                 discovery (kubectl)
+    /apis/...                                             custom resources (`custom.py`)
 
 As the API server does: one global resourceVersion (see `store.py`); list
 responses carry `metadata.resourceVersion`; a watch from a resourceVersion
@@ -45,6 +46,7 @@ from typing import Any
 from aiohttp import web
 
 from . import tables
+from .custom import CustomResources
 from .objects import node_object, pod_object
 from .protocol import KINDS, MERGE_TYPES, Watcher, merge_patch, now_stamp, parse_selector, status
 from .faults import FaultInjection
@@ -60,6 +62,7 @@ class KubeApiServer(FaultInjection):
     def __init__(self, *, bookmark_interval_s: float | None = None, history_limit: int | None = None,
                  record_requests: bool = True) -> None:
         self.store = Store(history_limit)
+        self.custom = CustomResources(self.store, bookmark_interval_s)  # custom resources, see custom.py
         self.events: dict[tuple[str, str], dict[str, Any]] = {}
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.authorizations: list[str | None] = []
@@ -91,7 +94,7 @@ class KubeApiServer(FaultInjection):
         app = web.Application(middlewares=[self._record], client_max_size=16 * 1024 * 1024)
         r = app.router
         r.add_get("/api", self._discovery(lambda: tables.api_versions(self.url.split("//", 1)[-1])))
-        r.add_get("/apis", self._discovery(tables.api_groups))
+        r.add_get("/apis", self._discovery(lambda: tables.api_groups(self.custom.groups())))
         r.add_get("/api/v1", self._discovery(tables.core_resources))
         r.add_get("/version", self._discovery(lambda: tables.VERSION))
         r.add_get("/api/v1/pods", self._list_or_watch("pods"))
@@ -110,6 +113,7 @@ class KubeApiServer(FaultInjection):
         r.add_get("/api/v1/events", self._list_events)
         r.add_get("/api/v1/namespaces/{ns}/events", self._list_events)
         r.add_post("/api/v1/namespaces/{ns}/events", self._create_event)
+        self.custom.add_routes(r)
         self._runner = web.AppRunner(app, shutdown_timeout=1.0, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
