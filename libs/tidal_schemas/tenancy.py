@@ -58,7 +58,7 @@ class TenantDocumentError(ValueError):
     """Why a document is not a tenant: `field` is the dotted path at fault."""
 
     def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"field '{field}': {message}" if field else message)
+        super().__init__(f"field {one_line(field, 200)!r}: {message}" if field else message)
         self.field, self.message = field, message
 
 
@@ -93,7 +93,7 @@ def tenant_config(document: Any) -> TenantConfig:
         where = "metadata.name" if prefix and loc == "tenant" else prefix + loc if loc else prefix.rstrip(".")
         message = first["msg"].removeprefix("Value error, ")
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise TenantDocumentError(one_line(where, 200), one_line(message + more)) from None
+        raise TenantDocumentError(where, one_line(message + more)) from None
 
 
 def gpu_summary(held: dict[str, int], quota: dict[str, int]) -> str:

@@ -21,6 +21,9 @@ Publishes (in its own `settings.cluster`):
 - `bind.result` for each `placed` decision, `action.result` for each taint,
   untaint and evict action (freeze, thaw and set-cpuset are the node
   agent's).
+- `tenant.config` for every `Tenant` object created, changed or deleted;
+  `tenant.usage` and `score.user` become the status of the `Tenant` and
+  `FairShare` objects (tenants.py), when `watch_tenants` is on.
 
 Consumes only its own cluster's events (the runtime filters by
 `handled_clusters()`, which the settings pin to the own cluster; handlers
@@ -49,6 +52,8 @@ from .nodes import node_topology
 from .objects import DECISION_UNREADABLE, INVALID_ANNOTATION, SCHEDULED, allocatable_annotations, annotations_patch, pod_event
 from .pods import read_pod
 from .settings import BridgeSettings
+from .status_writer import StatusWriter
+from .tenants import TENANTS, TenantBridge
 from .watch import Backoff, Change, Reflector
 
 EVICTIONS = "evictions"
@@ -57,7 +62,7 @@ EVICTIONS = "evictions"
 class BridgeService(Service):
     name = "bridge"
     settings_class = BridgeSettings
-    produces = ("pod.lifecycle", "bind.result", "action.result")
+    produces = ("pod.lifecycle", "bind.result", "action.result", "tenant.config")
     settings: BridgeSettings
 
     def __init__(self, settings: BridgeSettings | None = None, *, bus=None, kube: Kube | None = None) -> None:
@@ -67,6 +72,7 @@ class BridgeService(Service):
         self._owns_kube = kube is None
         self.pods: Reflector | None = None
         self.nodes: Reflector | None = None
+        self.tenants: TenantBridge | None = None
         self._published: dict[str, PodLifecycle] = {}  # uid -> last pod.lifecycle payload
         self._reported: dict[str, set[str]] = {}  # uid -> problems already reported as Events
         self._node_facts: dict[str, NodeTopology] = {}
@@ -85,7 +91,12 @@ class BridgeService(Service):
 
     def subscriptions(self) -> list[Subscription]:
         # Nothing to rebuild from history: only act on new events.
-        return [
+        tenants = [
+            # Status only: the last usage of each tenant is worth showing after a restart, old scores are not.
+            Subscription("tenant.usage", self._on_usage, group=self.group),
+            Subscription("score.user", self._on_score, group=self.group, replay_on_assign=False),
+        ] if self.settings.watch_tenants else []
+        return [*tenants,
             # Replayed (without acting) so the decision fence is known after a restart.
             Subscription("placement.decision", self.on_decision, group=self.group),
             Subscription("node.allocatable", self.on_allocatable, group=self.group, replay_on_assign=False),
@@ -95,7 +106,18 @@ class BridgeService(Service):
         ]
 
     def loops(self):
-        return [r.run for r in (self.pods, self.nodes) if r is not None]
+        loops = [r.run for r in (self.pods, self.nodes) if r is not None]
+        if self.tenants is not None:
+            loops += [self.tenants.reflector.run, self.tenants.status.run, self.tenants.reconcile]
+        return loops
+
+    async def _on_usage(self, envelope: Envelope[Any], delivery: Delivery) -> None:
+        if self.tenants is not None:
+            await self.tenants.on_usage(envelope, delivery)
+
+    async def _on_score(self, envelope: Envelope[Any], delivery: Delivery) -> None:
+        if self.tenants is not None:
+            await self.tenants.on_score(envelope, delivery)
 
     async def on_start(self) -> None:
         s = self.settings
@@ -109,6 +131,10 @@ class BridgeService(Service):
         if s.publish_node_facts:
             self.nodes = Reflector(self.kube, "nodes", self._on_node, timeout_s=s.watch_timeout_s,
                                    backoff=Backoff(s.backoff_initial_s, s.backoff_max_s))
+        if s.watch_tenants:
+            self.tenants = TenantBridge(self, StatusWriter(self.kube, s.status_interval_s))
+            self.tenants.reflector = Reflector(self.kube, TENANTS, self.tenants.on_tenant, timeout_s=s.watch_timeout_s,
+                                               backoff=Backoff(s.backoff_initial_s, s.backoff_max_s))
         for consumer in self.consumers:
             consumer.retry = (RetryPolicy(s.evict_attempts, s.evict_retry_s, s.evict_retry_max_s)
                               if consumer.group == self.evictions_group

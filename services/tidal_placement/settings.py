@@ -23,6 +23,8 @@ class PlacementSettings(ServiceSettings):
     node_stale_after_s: float = Field(30.0, ge=0, description="a node without a usage sample for this long takes "
                                       "no new pods until it sends one (0 = never stale)")
     node_stale_check_s: float = Field(5.0, gt=0, description="how often nodes are checked for staleness")
+    tenant_report_s: float = Field(2.0, gt=0, description="how often what each tenant holds is compared with "
+                                   "the last tenant.usage, and published when it changed")
 
     @field_validator("gpu_strategy")
     @classmethod
