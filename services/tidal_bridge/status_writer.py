@@ -64,6 +64,7 @@ class StatusWriter:
 
     async def run(self) -> None:
         while True:
+            self.wake.clear()  # before the writes: a put while one is awaited must wake the next round
             now = self.clock()
             waits = []
             for key in list(self.pending):
@@ -74,7 +75,6 @@ class StatusWriter:
                 await self._write(key)
                 if key in self.pending:  # failed: try again in an interval
                     waits.append(self.interval_s)
-            self.wake.clear()
             try:
                 await asyncio.wait_for(self.wake.wait(), timeout=min(waits, default=None))
             except asyncio.TimeoutError:
