@@ -228,6 +228,7 @@ def test_tidal_tenants_apply_takes_the_manifests_kubectl_takes(nats_server, name
             return {e.payload.tenant: e.payload async for _, e in connected.read("tenant.config", StartAt.earliest())}
     published = asyncio.run(read())
     assert published["vision"].quota == {"A100": 4000} and published["speech"].permissions.nodes == ["g1"]
+    assert cli_main(["tenants", "apply", str(ROOT / "k8s/examples/tenant.yaml"), *bus]) == 0  # the README's
     typo = tmp_path / "typo.yaml"
     typo.write_text(yaml.safe_dump(tenant("t", {"qouta": {"cpu": 1}})))
     assert cli_main(["tenants", "apply", str(typo), *bus]) == 2
