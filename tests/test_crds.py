@@ -1,14 +1,16 @@
 """The Tenant and FairShare CRDs: the committed manifests are the generated
 ones, structural, and what the simulated API server (custom.py, openapi.py)
 does with them: registration, 422 from the schema, pruning and strict
-field validation, the status subresource, generations, watch, and the
-printer columns kubectl shows."""
+field validation, the status subresource, generations, watch, the printer
+columns kubectl shows, and `kubectl apply` / `delete` with the real kubectl."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import aiohttp
@@ -17,7 +19,7 @@ import yaml
 
 from tidal_schemas import crd
 from tidal_schemas.tenancy import TenantDocumentError, fair_share_name, gpu_summary, tenant_config
-from tidal_simulator.kube_api import KubeApiServer
+from tidal_simulator.kube_api import KubeApiServer, write_kubeconfig
 from tidal_simulator.kube_api.openapi import structural_problems, validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -184,3 +186,37 @@ async def test_a_crd_that_is_not_structural_is_refused():
         code, body, _ = await call(http, "POST", f"{api.url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                                    json=doc)
         assert code == 422 and "properties[spec].anyOf: Forbidden" in body["message"]
+
+
+KUBECTL = shutil.which("kubectl")
+
+
+def kubectl(config: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {"HOME": str(config.parent), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # its discovery cache there
+    return subprocess.run([KUBECTL, "--kubeconfig", str(config), *args], capture_output=True, text=True, env=env,
+                          timeout=60)
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is missing: Debian's kubernetes-client provides it")
+async def test_kubectl_applies_reapplies_refuses_and_deletes_a_tenant(tmp_path):
+    example = ROOT / "k8s/examples/tenant.yaml"
+    more, negative, typo = (tmp_path / name for name in ("more.yaml", "negative.yaml", "typo.yaml"))
+    text = example.read_text()
+    more.write_text(text.replace("A100: 4000 ", "A100: 6000 "))
+    negative.write_text(text.replace("cpu: 64000 ", "cpu: -1 "))
+    typo.write_text(text.replace("  quota:", "  qouta:"))
+    async with KubeApiServer() as api, aiohttp.ClientSession() as http:
+        await registered(api, http)
+        config = write_kubeconfig(tmp_path / "kubeconfig", api.url)
+
+        async def run(*args: str) -> subprocess.CompletedProcess:
+            return await asyncio.to_thread(kubectl, config, *args)
+        assert (await run("apply", "-f", str(example))).stdout.strip() == "tenant.tidal.dev/team-a created"
+        assert (await run("apply", "-f", str(more))).stdout.strip() == "tenant.tidal.dev/team-a configured"
+        refused = await run("apply", "-f", str(negative))
+        assert refused.returncode == 1 and "spec.quota.cpu: Invalid value: -1" in refused.stderr
+        refused = await run("apply", "-f", str(typo))
+        assert refused.returncode == 1 and 'unknown field "spec.qouta"' in refused.stderr
+        assert api.custom.get("tenants.tidal.dev", "team-a")["spec"]["quota"]["A100"] == 6000
+        assert (await run("delete", "-f", str(example))).returncode == 0
+        assert api.custom.get("tenants.tidal.dev", "team-a") is None

@@ -25,7 +25,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import tables
+from . import openapi_docs, tables
 from .definitions import Crd
 from .openapi import Cause, prune, validate
 from .protocol import MERGE_TYPES, Watcher, merge_patch, now_stamp, parse_selector, status, status_body
@@ -50,6 +50,8 @@ class CustomResources:
         r.add_get(CRDS + "/{name}", self._get_crd)
         r.add_delete(CRDS + "/{name}", self._delete_crd)
         r.add_get("/apis/{group}/{version}", self._discovery)
+        r.add_get("/openapi/v3", self._openapi)
+        r.add_get("/openapi/v3/apis/{group}/{version}", self._openapi)
         for base in ("/apis/{group}/{version}/namespaces/{ns}/{plural}", "/apis/{group}/{version}/{plural}"):
             r.add_get(base, self._list)
             r.add_post(base, self._create)
@@ -114,8 +116,17 @@ class CustomResources:
         del self.crds[(crd.group, crd.plural)]
         return web.json_response(crd.document)
 
+    async def _openapi(self, request: web.Request) -> web.StreamResponse:
+        if "group" not in request.match_info:
+            return web.json_response(openapi_docs.root(list(self.crds.values())))
+        group, version = request.match_info["group"], request.match_info["version"]
+        mine = [c for c in self.crds.values() if (c.group, c.version) == (group, version)]
+        return web.json_response(openapi_docs.group_version(mine)) if mine else _not_found("openapi", group)
+
     async def _discovery(self, request: web.Request) -> web.StreamResponse:
         group, version = request.match_info["group"], request.match_info["version"]
+        if (group, version) == ("apiextensions.k8s.io", "v1"):
+            return web.json_response(tables.apiextensions_resources())
         mine = [c for c in self.crds.values() if (c.group, c.version) == (group, version)]
         if not mine:
             return status(404, "NotFound", "the server could not find the requested resource")

@@ -44,6 +44,14 @@ def api_groups(served: dict[str, str] | None = None) -> dict[str, Any]:
         for group, version in versions.items()]}
 
 
+def apiextensions_resources() -> dict[str, Any]:
+    """GET /apis/apiextensions.k8s.io/v1."""
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "apiextensions.k8s.io/v1", "resources": [
+        {"name": "customresourcedefinitions", "singularName": "customresourcedefinition", "namespaced": False,
+         "kind": "CustomResourceDefinition", "shortNames": ["crd", "crds"],
+         "verbs": ["create", "delete", "get", "list"]}]}
+
+
 def group_resources(group_version: str, crds: list[Any]) -> dict[str, Any]:
     """GET /apis/{group}/{version}: the custom resources (`custom.Crd`) served there."""
     resources = []
