@@ -161,7 +161,13 @@ async def test_invalid_tenants_are_refused_by_the_schema_or_marked_and_never_pub
                                     "Ready once fixed")
             assert ready(obj["status"])["observedGeneration"] == 2
             assert [c.groups[0].name for c in await configs(path.bus, "twice")] == ["g"]
-            assert await configs(path.bus, "both") == [] and await configs(path.bus, "negative") == []
+            # valid, but over the bus's event size (1 MiB): said so, not retried
+            await objects.apply(tenant("huge", {"permissions": {"nodes": [f"node-{i:07d}" for i in range(90_000)]}}))
+            obj = await wait_status(objects, "tenants", "huge", lambda s: ready(s).get("status") == "False",
+                                    "NotPublishable condition")
+            assert ready(obj["status"])["reason"] == "NotPublishable" and "bytes" in ready(obj["status"])["message"]
+            for name in ("both", "negative", "huge"):
+                assert await configs(path.bus, name) == []
         finally:
             await objects.api_client.close()
 

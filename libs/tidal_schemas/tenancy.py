@@ -5,7 +5,7 @@ from these models by `crd.py`).
 One rule reads a tenant from a document, whoever wrote it: `tidal tenants
 apply` (a file of plain tenant mappings or of `Tenant` manifests) and the
 bridge (a `Tenant` object) both call `tenant_config`, so a quota that one
-accepts the other accepts too.
+accepts the other accepts too; both delete with `tenant_deletion`.
 """
 
 from __future__ import annotations
@@ -94,6 +94,11 @@ def tenant_config(document: Any) -> TenantConfig:
         message = first["msg"].removeprefix("Value error, ")
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
         raise TenantDocumentError(where, one_line(message + more)) from None
+
+
+def tenant_deletion(name: str) -> TenantConfig:
+    """The event that deletes a tenant (ValidationError for a name no tenant can have)."""
+    return TenantConfig(tenant=name, deleted=True)
 
 
 def gpu_summary(held: dict[str, int], quota: dict[str, int]) -> str:

@@ -8,7 +8,8 @@
   publishes nothing. A spec the CRD schema let through but the model
   refuses (group names repeated, groups and auto_grouping together) is not
   published: the object gets `Ready=False`, reason `InvalidSpec`, with a
-  message naming the field, and placement keeps the last good spec.
+  message naming the field, and placement keeps the last good spec (one
+  too large for the bus: reason `NotPublishable`).
 - A Tenant deleted while no bridge ran is caught at start: once the first
   list is in, every tenant whose last `tenant.config` this cluster's bridge
   published and that no object names any more is deleted.
@@ -23,10 +24,10 @@ import logging
 from datetime import datetime, timezone
 from typing import Any
 
-from tidal_bus import Delivery, StartAt
-from tidal_schemas import Envelope, TenantConfig, TenantUsage, UserScore, derived_id
+from tidal_bus import Delivery, EventTooLarge, StartAt
+from tidal_schemas import Envelope, SchemaError, TenantConfig, TenantUsage, UserScore, derived_id
 from tidal_schemas.tenancy import (API_VERSION, Condition, FairShareSpec, FairShareStatus, TenantDocumentError,
-                                   TenantStatus, fair_share_name, gpu_summary, tenant_config)
+                                   TenantStatus, fair_share_name, gpu_summary, tenant_config, tenant_deletion)
 
 from .status_writer import StatusWriter
 from .watch import Change, Reflector
@@ -87,8 +88,7 @@ class TenantBridge:
         if change.type == "DELETED":
             self.status.forget(TENANTS, name)
             self.published.pop(name, None)
-            await self.service.publish(TenantConfig(tenant=name, deleted=True),
-                                       event_id=self._event_id(uid, "deleted"))
+            await self.service.publish(tenant_deletion(name), event_id=self._event_id(uid, "deleted"))
             log.info("tenant %s deleted", name)
             return
         if self.published.get(name) == (uid, generation):
@@ -97,17 +97,16 @@ class TenantBridge:
         conditions = (change.object.get("status") or {}).get("conditions")
         try:
             config = tenant_config(change.object)
-        except TenantDocumentError as exc:
+            await self.service.publish(config, event_id=self._event_id(uid, str(generation)))
+        except (TenantDocumentError, EventTooLarge, SchemaError) as exc:  # retrying the same spec cannot help
             log.warning("tenant %s not published: %s", name, exc)
-            self.status.put(TENANTS, name, {"conditions": [
-                ready_condition(False, "InvalidSpec", str(exc), generation, now, conditions)]})
-            self.published[name] = (uid, generation)
-            return
-        await self.service.publish(config, event_id=self._event_id(uid, str(generation)))
+            reason = "InvalidSpec" if isinstance(exc, TenantDocumentError) else "NotPublishable"
+            condition = ready_condition(False, reason, str(exc), generation, now, conditions)
+        else:
+            condition = ready_condition(True, "Published", f"generation {generation} published as tenant.config",
+                                        generation, now, conditions)
         self.published[name] = (uid, generation)
-        self.status.put(TENANTS, name, {"conditions": [
-            ready_condition(True, "Published", f"generation {generation} published as tenant.config", generation,
-                            now, conditions)]})
+        self.status.put(TENANTS, name, {"conditions": [condition]})
 
     async def reconcile(self) -> None:
         """Delete the tenants this cluster's bridge published whose objects
@@ -124,7 +123,7 @@ class TenantBridge:
         present = {(obj.get("metadata") or {}).get("name") for _, obj in self.reflector.known.values()}
         for name, event in sorted(last.items()):
             if event.source == "bridge" and not event.payload.deleted and name not in present:
-                await self.service.publish(TenantConfig(tenant=name, deleted=True),
+                await self.service.publish(tenant_deletion(name),
                                            event_id=derived_id(event.id, TenantConfig.TYPE, "deleted"))
                 log.info("tenant %s: its object went while the bridge was down; deleted", name)
 

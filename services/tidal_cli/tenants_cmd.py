@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from tidal_schemas import TenantConfig, make_envelope
 from tidal_schemas.envelope import describe_validation_error
-from tidal_schemas.tenancy import TenantDocumentError, tenant_config
+from tidal_schemas.tenancy import TenantDocumentError, tenant_config, tenant_deletion
 
 from .errors import CliError
 from .files import check_publishable, read_items
@@ -79,7 +79,7 @@ def run_delete(args: argparse.Namespace) -> int:
     deletions = []
     for name in args.names:
         try:
-            deletions.append(TenantConfig(tenant=name, deleted=True))
+            deletions.append(tenant_deletion(name))
         except ValidationError as exc:
             raise CliError(f"tenant {name!r}: {describe_validation_error(exc)}") from None
     asyncio.run(_publish(args, deletions))
