@@ -39,7 +39,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from tidal_bus import Delivery, HandlerError, RetryPolicy
+from tidal_bus import Delivery, HandlerError, RetryPolicy, StartAt
 from tidal_schemas.fence import DecisionFence
 from tidal_runtime import Service, Subscription
 from tidal_schemas import ActionResult, BindResult, Envelope, NodeTopology, PodLifecycle, derived_id
@@ -92,9 +92,11 @@ class BridgeService(Service):
     def subscriptions(self) -> list[Subscription]:
         # Nothing to rebuild from history: only act on new events.
         tenants = [
-            # Status only: the last usage of each tenant is worth showing after a restart, old scores are not.
+            # Status only. tenant.usage keeps each tenant's last report: worth showing after a restart.
+            # score.user is a long history: a new group starts at its end, scores come every period.
             Subscription("tenant.usage", self._on_usage, group=self.group),
-            Subscription("score.user", self._on_score, group=self.group, replay_on_assign=False),
+            Subscription("score.user", self._on_score, group=self.group, start=StartAt.latest(),
+                         replay_on_assign=False),
         ] if self.settings.watch_tenants else []
         return [*tenants,
             # Replayed (without acting) so the decision fence is known after a restart.
