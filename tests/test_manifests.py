@@ -52,6 +52,7 @@ OVERLAYS = {"overlays/nats": ("nats", "nats", 4222), "overlays/kafka": ("kafka",
 BRIDGE_ALLOWED = frozenset(
     {("", "pods", v) for v in ("get", "list", "watch", "patch")}
     | {("", "pods/binding", "create"), ("", "pods/eviction", "create")}
+    | {("", "pods/status", "patch")}  # PodScheduled=False on a pod Tidal cannot place
     | {("", "nodes", v) for v in ("get", "list", "watch", "patch")}
     | {(g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")}
     | {("tidal.dev", "tenants", v) for v in ("get", "list", "watch")}
@@ -64,6 +65,7 @@ BRIDGE_REQUIRED = frozenset(
      ("", "nodes", "watch"), ("", "events", "create"), ("tidal.dev", "tenants", "watch"),
      ("tidal.dev", "tenants/status", "patch"), ("tidal.dev", "fairshares", "create"),
      ("tidal.dev", "fairshares/status", "patch")}
+    | {("", "pods/status", "patch"), ("", "events", "patch")}
 )
 
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PersistentVolume", "StorageClass",

@@ -21,7 +21,7 @@ RESOURCES = [  # (name, kind, namespaced, verbs)
     ("pods/eviction", "Eviction", True, ["create"]),
     ("pods/status", "Pod", True, ["get", "patch", "update"]),
     ("nodes", "Node", False, ["get", "list", "patch", "watch"]),
-    ("events", "Event", True, ["create", "list"]),
+    ("events", "Event", True, ["create", "get", "list", "patch"]),
 ]
 # Custom resources are listed per group (`group_resources`) once their CRD
 # is registered (custom.py); the bridge's rights over Tidal's own are
