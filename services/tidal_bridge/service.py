@@ -59,8 +59,7 @@ from .objects import DECISION_UNREADABLE, INVALID_ANNOTATION, SCHEDULED, allocat
 from .pod_status import PodStatusReporter
 from .pods import read_pod
 from .settings import BridgeSettings
-from .status_writer import StatusWriter
-from .tenants import TENANTS, TenantBridge
+from .tenants import TenantBridge
 from .watch import Backoff, Change, Reflector
 
 EVICTIONS = "evictions"
@@ -79,7 +78,7 @@ class BridgeService(Service):
         self._owns_kube = kube is None
         self.pods: Reflector | None = None
         self.nodes: Reflector | None = None
-        self.tenants: TenantBridge | None = None
+        self.tenants = TenantBridge(self) if self.settings.watch_tenants else None
         self._published: dict[str, PodLifecycle] = {}  # uid -> last pod.lifecycle payload
         self._reported: dict[str, set[str]] = {}  # uid -> problems already reported as Events
         self._node_facts: dict[str, NodeTopology] = {}
@@ -101,10 +100,10 @@ class BridgeService(Service):
         tenants = [
             # Status only. tenant.usage keeps each tenant's last report: worth showing after a restart.
             # score.user is a long history: a new group starts at its end, scores come every period.
-            Subscription("tenant.usage", self._on_usage, group=self.group),
-            Subscription("score.user", self._on_score, group=self.group, start=StartAt.latest(),
+            Subscription("tenant.usage", self.tenants.on_usage, group=self.group),
+            Subscription("score.user", self.tenants.on_score, group=self.group, start=StartAt.latest(),
                          replay_on_assign=False),
-        ] if self.settings.watch_tenants else []
+        ] if self.tenants is not None else []
         return [*tenants,
             # Replayed (without acting) so the decision fence is known after a restart.
             Subscription("placement.decision", self.on_decision, group=self.group),
@@ -116,17 +115,7 @@ class BridgeService(Service):
 
     def loops(self):
         loops = [r.run for r in (self.pods, self.nodes) if r is not None]
-        if self.tenants is not None:
-            loops += [self.tenants.reflector.run, self.tenants.status.run, self.tenants.reconcile]
-        return loops
-
-    async def _on_usage(self, envelope: Envelope[Any], delivery: Delivery) -> None:
-        if self.tenants is not None:
-            await self.tenants.on_usage(envelope, delivery)
-
-    async def _on_score(self, envelope: Envelope[Any], delivery: Delivery) -> None:
-        if self.tenants is not None:
-            await self.tenants.on_score(envelope, delivery)
+        return loops + (self.tenants.loops() if self.tenants is not None else [])
 
     async def on_start(self) -> None:
         s = self.settings
@@ -142,10 +131,8 @@ class BridgeService(Service):
         if s.publish_node_facts:
             self.nodes = Reflector(self.kube, "nodes", self._on_node, timeout_s=s.watch_timeout_s,
                                    backoff=Backoff(s.backoff_initial_s, s.backoff_max_s))
-        if s.watch_tenants:
-            self.tenants = TenantBridge(self, StatusWriter(self.kube, s.status_interval_s))
-            self.tenants.reflector = Reflector(self.kube, TENANTS, self.tenants.on_tenant, timeout_s=s.watch_timeout_s,
-                                               backoff=Backoff(s.backoff_initial_s, s.backoff_max_s))
+        if self.tenants is not None:
+            self.tenants.connect(self.kube, s)
         for consumer in self.consumers:
             consumer.retry = (RetryPolicy(s.evict_attempts, s.evict_retry_s, s.evict_retry_max_s)
                               if consumer.group == self.evictions_group

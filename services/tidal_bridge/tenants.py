@@ -29,8 +29,10 @@ from tidal_schemas import Envelope, SchemaError, TenantConfig, TenantUsage, User
 from tidal_schemas.tenancy import (API_VERSION, Condition, FairShareSpec, FairShareStatus, TenantDocumentError,
                                    TenantStatus, fair_share_name, gpu_summary, tenant_config, tenant_deletion)
 
+from .kube import Kube
+from .settings import BridgeSettings
 from .status_writer import StatusWriter
-from .watch import Change, Reflector
+from .watch import Backoff, Change, Reflector
 
 log = logging.getLogger("tidal.bridge.tenants")
 
@@ -74,10 +76,20 @@ def fair_share_object(user: str) -> dict[str, Any]:
 class TenantBridge:
     """The bridge's tenant jobs; `service` publishes and knows the cluster."""
 
-    def __init__(self, service: Any, status: StatusWriter) -> None:
-        self.service, self.status = service, status
+    def __init__(self, service: Any) -> None:
+        self.service = service
         self.published: dict[str, tuple[str, int]] = {}  # name -> (uid, generation) published
+        self.status: StatusWriter | None = None
         self.reflector: Reflector | None = None
+
+    def connect(self, kube: Kube, settings: BridgeSettings) -> None:
+        """Once the API server is reached (the service's start)."""
+        self.status = StatusWriter(kube, settings.status_interval_s)
+        self.reflector = Reflector(kube, TENANTS, self.on_tenant, timeout_s=settings.watch_timeout_s,
+                                   backoff=Backoff(settings.backoff_initial_s, settings.backoff_max_s))
+
+    def loops(self) -> list:
+        return [self.reflector.run, self.status.run, self.reconcile]
 
     def _event_id(self, uid: str, version: str) -> str:
         return derived_id(f"kube:{self.service.settings.cluster}:{uid}", TenantConfig.TYPE, version)
