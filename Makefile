@@ -53,6 +53,7 @@ test: $(STAMP) $(CHROMIUM) $(KUBECTL)
 
 schemas: $(STAMP)
 	$(BIN)/tidal schemas export
+	$(BIN)/tidal schemas crds
 
 bench: $(STAMP)
 	$(BIN)/python bench/placement.py --nodes 1000 5000

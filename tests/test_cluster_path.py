@@ -117,17 +117,20 @@ class Path:
 
 
 @contextlib.asynccontextmanager
-async def cluster_path(nats_server, namespace, *topologies):
+async def cluster_path(nats_server, namespace, *topologies, before_bridge=None, **bridge_overrides):
     async with FakeKubeApi() as kube, make_bus(nats_server.url, namespace, cluster=CLUSTER) as bus:
         await bus.ensure_streams()
         for topology in topologies:
             kube.add_node(topology.node, cpu=str(len(topology.cpus)), gpus=len(topology.gpus))
             await bus.publish(topology)
         path = Path(kube, bus, nats_server.url, namespace)
-        await path.start(BridgeService(BridgeSettings(
-            bus_url=nats_server.url, namespace=namespace, cluster=CLUSTER, http_port=0, http_host="127.0.0.1",
-            kube_api_url=kube.url, backoff_initial_s=0.05, backoff_max_s=0.5, api_retry_s=0.05, bind_retry_s=0.01,
-            request_timeout_s=5, drain_timeout_s=2), bus=await path.own_bus("bridge")))
+        if before_bridge is not None:
+            before_bridge(kube)
+        values = dict(bus_url=nats_server.url, namespace=namespace, cluster=CLUSTER, http_port=0,
+                      http_host="127.0.0.1", kube_api_url=kube.url, backoff_initial_s=0.05, backoff_max_s=0.5,
+                      api_retry_s=0.05, bind_retry_s=0.01, request_timeout_s=5, drain_timeout_s=2)
+        values.update(bridge_overrides)
+        await path.start(BridgeService(BridgeSettings(**values), bus=await path.own_bus("bridge")))
         try:
             yield path
         finally:

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from tidal_schemas import (
     ActionResult, BindResult, CpuAssignment, DeadLetter, NodeAction, NodeAllocatable, NodeMetrics, NodeScore,
-    NodeTopology, PlacementDecision, PodLifecycle, SchemaError, TenantConfig, UserScore, decode, decode_obj,
+    NodeTopology, PlacementDecision, PodLifecycle, SchemaError, TenantConfig, TenantUsage, UserScore, decode,
+    decode_obj,
     encode, event_types, make_envelope,
 )
 from tidal_schemas.errors import MAX_MESSAGE
@@ -50,6 +51,8 @@ SAMPLES = {
     "tenant.config": TenantConfig(
         tenant="t", permissions={"nodes": ["n1"], "gpus": ["gpu0"]}, quota={"cpu": 4000, "A100": 2000},
         groups=[{"name": "g", "bindings": [{"node": "n1", "gpus": ["gpu0"]}]}]),
+    "tenant.usage": TenantUsage(tenant="t", held={"A100": 1500, "gpu": 1500, "cpu": 2000}, quota={"A100": 2000},
+                                groups_free={"g": 1}, measured_at=T0),
     "score.user": UserScore(user="u", resource_type="A100", score=1.5, usage=2.0, updated_at=T0, adjust_time_s=60),
     "score.node": NodeScore(node="n1", load=0.5, numa_load={0: 0.5}, sampled_at=T0, peak={
         "estimator": "percentile", "window_s": 300, "samples": 10, "utilisation": 0.6, "cpu_milli": 100}),

@@ -56,7 +56,7 @@ ACCESS: dict[str, Access] = {
         consumes=(("node.metrics", _GROUP), ("score.user", _GROUP)),
         reads=("pod.lifecycle",)),
     "placement": Access(
-        publishes=("placement.decision",),
+        publishes=("placement.decision", "tenant.usage"),
         consumes=(("tenant.config", _GROUP + "-leader"),),
         reads=("node.topology", "node.allocatable", "score.node", "score.user", "tenant.config", "node.action",
                "pod.lifecycle", "bind.result", "placement.decision", "cpu.assignment")),
@@ -69,9 +69,10 @@ ACCESS: dict[str, Access] = {
         consumes=(("node.topology", _GROUP), ("node.metrics", _GROUP)),
         reads=("node.action", "action.result", "cpu.assignment")),
     "bridge": Access(
-        publishes=("pod.lifecycle", "bind.result", "action.result"),
+        publishes=("pod.lifecycle", "bind.result", "action.result", "tenant.config"),
         consumes=(("placement.decision", _GROUP), ("node.allocatable", _GROUP), ("node.action", _GROUP),
-                  ("node.action", _GROUP + "-evictions"))),
+                  ("node.action", _GROUP + "-evictions"), ("tenant.usage", _GROUP), ("score.user", _GROUP)),
+        reads=("tenant.config",)),
     "simulator": Access(
         publishes=("node.topology", "node.metrics", "pod.lifecycle", "bind.result", "action.result"),
         consumes=(("placement.decision", "simulator-*"), ("node.allocatable", "simulator-*"),

@@ -19,6 +19,7 @@ from .placement import BindResult, GpuShare, NodeCandidate, PlacementDecision
 from .pod import HOLDING_PHASES, GpuAsk, GpuBinding, GpuGroup, PodLifecycle, TenantConfig, requested
 from .resource_type import CPU_TYPE, GPU_TYPE, resource_type
 from .scores import NodeScore, PeakEstimate, UserScore
+from .tenancy import TenantUsage
 
 __all__ = [
     "CPU_TYPE", "GPU_TYPE",
@@ -26,6 +27,6 @@ __all__ = [
     "GpuAsk", "GpuBinding", "GpuGroup", "GpuShare", "NodeAction", "NodeAllocatable",
     "NodeCandidate", "NodeMetrics", "NodeScore", "NodeTopology", "NumaNode", "Payload",
     "PeakEstimate", "PlacementDecision", "PodLifecycle", "PodUsage", "Resources",
-    "SchemaError", "TenantConfig", "UserScore", "decode", "decode_obj", "derived_id",
+    "SchemaError", "TenantConfig", "TenantUsage", "UserScore", "decode", "decode_obj", "derived_id",
     "encode", "event_types", "make_envelope", "payload_model", "pod_key", "requested", "resource_type",
 ]

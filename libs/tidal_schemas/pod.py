@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .common import (CpuPolicy, GpuKind, Int64, Name, NonNegInt, NumaId, PodName, Qos, Record, Resources, pod_key,
                      repeated)
@@ -144,11 +144,17 @@ class TenantConfig(Payload):
     def event_key(self) -> str:
         return self.tenant
 
-    @model_validator(mode="after")
-    def _groups_named_once(self) -> "TenantConfig":
-        duplicates = repeated(group.name for group in self.groups)
+    @field_validator("groups")
+    @classmethod
+    def _groups_named_once(cls, groups: list[GpuGroup]) -> list[GpuGroup]:
+        # a field validator, so that the error names `groups` (a Tenant's condition shows it)
+        duplicates = repeated(group.name for group in groups)
         if duplicates:
             raise ValueError(f"group names must be unique, repeated: {', '.join(duplicates)}")
+        return groups
+
+    @model_validator(mode="after")
+    def _one_kind_of_grouping(self) -> "TenantConfig":
         if self.groups and self.auto_grouping:
             raise ValueError("give either groups (manual) or auto_grouping, not both")
         if self.deleted and (self.quota or self.groups or self.auto_grouping or self.permissions.nodes

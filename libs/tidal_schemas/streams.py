@@ -57,9 +57,11 @@ _CATALOGUE = [
                consumers=("scoring", "placement", "oversell", "remediation")),
     # The last configuration of every tenant lives as long as the tenant: an
     # unchanged tenant must not age out (deleting one is an explicit event).
-    StreamSpec("tenant.config", partitions=1, keep_last_per_key=True, producers=("cli",),
+    StreamSpec("tenant.config", partitions=1, keep_last_per_key=True, producers=("cli", "bridge"),
                consumers=("placement",)),
-    StreamSpec("score.user", producers=("scoring",), consumers=("placement",)),
+    # What each tenant holds: the bridge shows it on the Tenant objects.
+    StreamSpec("tenant.usage", keep_last_per_key=True, producers=("placement",), consumers=("bridge",)),
+    StreamSpec("score.user", producers=("scoring",), consumers=("placement", "bridge")),
     StreamSpec("score.node", producers=("scoring",), consumers=("placement", "oversell")),
     # One partition: the decision log is totally ordered, so every reader
     # agrees on which leader's decisions count (see tidal_schemas.fence).

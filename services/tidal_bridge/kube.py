@@ -15,12 +15,15 @@ Every call is made with `_preload_content=False` and the JSON read here:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client, config
+
+from tidal_schemas.tenancy import GROUP, VERSION
 
 from .errors import KubeStatusError, KubeUnavailable
 from .settings import BridgeSettings
@@ -51,6 +54,7 @@ class Kube:
     def __init__(self, api_client: client.ApiClient, *, request_timeout_s: float = 10.0) -> None:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
         self.request_timeout_s = request_timeout_s
 
     @classmethod
@@ -105,12 +109,23 @@ class Kube:
     async def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return await self._call(self.core.patch_node, name, patch, _content_type=MERGE_PATCH)
 
+    # -- Tidal's custom resources (cluster-scoped, group tidal.dev) --------------
+    async def create_custom(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._call(self.custom.create_cluster_custom_object, GROUP, VERSION, plural, body)
+
+    async def patch_custom_status(self, plural: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return await self._call(self.custom.patch_cluster_custom_object_status, GROUP, VERSION, plural, name, patch,
+                                _content_type=MERGE_PATCH)
+
     # -- list and watch ---------------------------------------------------------
     def _lister(self, resource: str):
-        return {"pods": self.core.list_pod_for_all_namespaces, "nodes": self.core.list_node}[resource]
+        """pods, nodes, or the plural of one of Tidal's custom resources."""
+        if resource in ("pods", "nodes"):
+            return {"pods": self.core.list_pod_for_all_namespaces, "nodes": self.core.list_node}[resource]
+        return functools.partial(self.custom.list_cluster_custom_object, GROUP, VERSION, resource)
 
     async def list(self, resource: str, field_selector: str | None = None) -> dict[str, Any]:
-        """A consistent list (`pods` of every namespace, or `nodes`)."""
+        """A consistent list (`pods` of every namespace, `nodes`, or custom resources)."""
         options = {"field_selector": field_selector} if field_selector else {}
         return await self._call(self._lister(resource), **options)
 

@@ -21,6 +21,9 @@ Publishes (in its own `settings.cluster`):
 - `bind.result` for each `placed` decision, `action.result` for each taint,
   untaint and evict action (freeze, thaw and set-cpuset are the node
   agent's).
+- `tenant.config` for every `Tenant` object created, changed or deleted;
+  `tenant.usage` and `score.user` become the status of the `Tenant` and
+  `FairShare` objects (tenants.py), when `watch_tenants` is on.
 
 Writes on each pod Tidal cannot place (a `pending` decision) the
 `PodScheduled=False` condition and a `FailedScheduling` event, as
@@ -40,7 +43,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from tidal_bus import Delivery, HandlerError, RetryPolicy
+from tidal_bus import Delivery, HandlerError, RetryPolicy, StartAt
 from tidal_schemas.fence import DecisionFence
 from tidal_runtime import Service, Subscription
 from tidal_schemas import (ActionResult, BindResult, Envelope, NodeTopology, PlacementDecision, PodLifecycle,
@@ -56,6 +59,7 @@ from .objects import DECISION_UNREADABLE, INVALID_ANNOTATION, SCHEDULED, allocat
 from .pod_status import PodStatusReporter
 from .pods import read_pod
 from .settings import BridgeSettings
+from .tenants import TenantBridge
 from .watch import Backoff, Change, Reflector
 
 EVICTIONS = "evictions"
@@ -64,7 +68,7 @@ EVICTIONS = "evictions"
 class BridgeService(Service):
     name = "bridge"
     settings_class = BridgeSettings
-    produces = ("pod.lifecycle", "bind.result", "action.result")
+    produces = ("pod.lifecycle", "bind.result", "action.result", "tenant.config")
     settings: BridgeSettings
 
     def __init__(self, settings: BridgeSettings | None = None, *, bus=None, kube: Kube | None = None) -> None:
@@ -74,6 +78,7 @@ class BridgeService(Service):
         self._owns_kube = kube is None
         self.pods: Reflector | None = None
         self.nodes: Reflector | None = None
+        self.tenants = TenantBridge(self) if self.settings.watch_tenants else None
         self._published: dict[str, PodLifecycle] = {}  # uid -> last pod.lifecycle payload
         self._reported: dict[str, set[str]] = {}  # uid -> problems already reported as Events
         self._node_facts: dict[str, NodeTopology] = {}
@@ -92,7 +97,14 @@ class BridgeService(Service):
 
     def subscriptions(self) -> list[Subscription]:
         # Nothing to rebuild from history: only act on new events.
-        return [
+        tenants = [
+            # Status only. tenant.usage keeps each tenant's last report: worth showing after a restart.
+            # score.user is a long history: a new group starts at its end, scores come every period.
+            Subscription("tenant.usage", self.tenants.on_usage, group=self.group),
+            Subscription("score.user", self.tenants.on_score, group=self.group, start=StartAt.latest(),
+                         replay_on_assign=False),
+        ] if self.tenants is not None else []
+        return [*tenants,
             # Replayed (without acting) so the decision fence is known after a restart.
             Subscription("placement.decision", self.on_decision, group=self.group),
             Subscription("node.allocatable", self.on_allocatable, group=self.group, replay_on_assign=False),
@@ -102,7 +114,8 @@ class BridgeService(Service):
         ]
 
     def loops(self):
-        return [r.run for r in (self.pods, self.nodes) if r is not None]
+        loops = [r.run for r in (self.pods, self.nodes) if r is not None]
+        return loops + (self.tenants.loops() if self.tenants is not None else [])
 
     async def on_start(self) -> None:
         s = self.settings
@@ -118,6 +131,8 @@ class BridgeService(Service):
         if s.publish_node_facts:
             self.nodes = Reflector(self.kube, "nodes", self._on_node, timeout_s=s.watch_timeout_s,
                                    backoff=Backoff(s.backoff_initial_s, s.backoff_max_s))
+        if self.tenants is not None:
+            self.tenants.connect(self.kube, s)
         for consumer in self.consumers:
             consumer.retry = (RetryPolicy(s.evict_attempts, s.evict_retry_s, s.evict_retry_max_s)
                               if consumer.group == self.evictions_group

@@ -24,6 +24,9 @@ class BridgeSettings(ServiceSettings):
     gpu_resource: str = Field(GPU_RESOURCE, min_length=1, description="extended resource counting whole GPUs")
     publish_node_facts: bool = Field(False, description="publish a node-level NodeTopology per Node object; "
                                      "only for clusters without node agents (it would replace their inventory)")
+    watch_tenants: bool = Field(True, description="publish Tenant objects as tenant.config and write tenant "
+                                "usage and fair-share scores to Tenant / FairShare status (needs the CRDs)")
+    status_interval_s: float = Field(5.0, gt=0, description="at most one status write per object this often")
     request_timeout_s: float = Field(10.0, gt=0)
     watch_timeout_s: int = Field(300, ge=1, description="server-side timeoutSeconds of one watch request")
     backoff_initial_s: float = Field(0.5, gt=0)

@@ -1,4 +1,4 @@
-"""List-then-watch of one resource (pods or nodes), like client-go's
+"""List-then-watch of one resource (pods, nodes, tenants), like client-go's
 reflector, handing every change to a sink exactly once.
 
     relist:  list (consistent read) → for each item: ADDED / MODIFIED if its
@@ -76,7 +76,7 @@ def _meta(obj: dict[str, Any]) -> dict[str, Any]:
 class Reflector:
     """Keeps a sink in step with one resource; `run()` until cancelled."""
 
-    def __init__(self, kube: Kube, resource: Literal["pods", "nodes"], sink: Sink, *,
+    def __init__(self, kube: Kube, resource: str, sink: Sink, *,
                  field_selector: str | None = None, accept: Callable[[dict[str, Any]], bool] | None = None,
                  timeout_s: int = 300, backoff: Backoff | None = None) -> None:
         self.kube = kube

@@ -126,13 +126,16 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def parse_document(data: bytes, path: Path) -> Any:
-    """The JSON (by suffix) or YAML document in `data`; CliError naming the file."""
+def parse_document(data: bytes, path: Path, stream: bool = False) -> Any:
+    """The JSON (by suffix) or YAML document in `data` (with `stream`, the
+    list of the YAML documents separated by `---`); CliError naming the file."""
     is_json = path.suffix == ".json"
     try:
         if is_json:
             return json.loads(data, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constant)
         check_yaml(data)
+        if stream:
+            return [d for d in yaml.load_all(data, Loader=_Loader) if d is not None]  # noqa: S506 - a safe loader
         return yaml.load(data, Loader=_Loader)  # noqa: S506 - a safe loader
     except (ValueError, yaml.YAMLError) as exc:  # ValueError: an int of 5,000 digits, a duplicate JSON key
         raise CliError(f"{path}: not valid {'JSON' if is_json else 'YAML'}: {_first_line(exc)}") from None
@@ -152,17 +155,18 @@ def check_yaml_file(path: Path) -> None:
         raise CliError(f"{path}: not valid YAML: nested too deeply") from None
 
 
-def load_document(path: Path) -> Any:
-    """Read (bounded) and parse one input file."""
-    return parse_document(read_bounded(path), path)
+def load_document(path: Path, stream: bool = False) -> Any:
+    """Read (bounded) and parse one input file (see `parse_document`)."""
+    return parse_document(read_bounded(path), path, stream)
 
 
-def read_items(path: Path, what: str) -> list[Any]:
+def read_items(path: Path, what: str, stream: bool = False) -> list[Any]:
     """The document in `path` as a list (a single mapping becomes a list of
-    one); CliError naming the file when it is missing, unreadable, too big,
-    not valid or empty."""
-    document = load_document(path)
-    items = document if isinstance(document, list) else [document]
+    one; with `stream`, every YAML document's items in turn); CliError
+    naming the file when it is missing, unreadable, too big, not valid or empty."""
+    document = load_document(path, stream and path.suffix != ".json")
+    documents = document if stream and path.suffix != ".json" else [document]
+    items = [item for doc in documents for item in (doc if isinstance(doc, list) else [doc])]
     if not items or items == [None]:
         raise CliError(f"{path}: no {what} in the file")
     return items

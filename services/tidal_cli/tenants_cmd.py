@@ -1,7 +1,12 @@
 """`tidal tenants apply FILE.yaml`: validate tenant configurations (GPU
 groups, quotas, permissions), then publish them; a tenant's new
 configuration replaces its previous one. `tidal tenants delete NAME…`
-removes tenants (their last configuration is otherwise kept for ever)."""
+removes tenants (their last configuration is otherwise kept for ever).
+
+For bus-only setups: on a cluster, `kubectl apply` the same content as
+`Tenant` objects and the bridge publishes them. The file holds plain tenant
+mappings or `Tenant` manifests (a `kind: List` of them, or YAML documents
+separated by `---`): one rule reads both (`tidal_schemas.tenancy`)."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from pydantic import ValidationError
 
 from tidal_schemas import TenantConfig, make_envelope
 from tidal_schemas.envelope import describe_validation_error
-from tidal_schemas.strict import unknown_field
+from tidal_schemas.tenancy import TenantDocumentError, tenant_config, tenant_deletion
 
 from .errors import CliError
 from .files import check_publishable, read_items
@@ -26,7 +31,9 @@ def add(subparsers) -> None:
     apply = verbs.add_parser("apply", help="validate a YAML file of tenants, then publish it",
                              description="FILE holds one tenant mapping or a list of them (fields of the "
                                          "tenant.config event: tenant, permissions, quota, groups or "
-                                         "auto_grouping). Nothing is published unless every tenant is valid.")
+                                         "auto_grouping), or Tenant manifests (tidal.dev/v1alpha1, the same "
+                                         "fields under spec), as kubectl takes them. Nothing is published "
+                                         "unless every tenant is valid.")
     apply.add_argument("file", type=Path)
     add_bus_options(apply)
     apply.set_defaults(func=run_apply)
@@ -41,19 +48,18 @@ def add(subparsers) -> None:
 def load_tenants(path: Path, cluster: str = "local") -> list[TenantConfig]:
     """Every tenant in the file, validated and publishable in `cluster`;
     CliError naming the first problem."""
-    items = read_items(path, "tenants")
+    items = [entry for item in read_items(path, "tenants", stream=True)
+             for entry in (item.get("items") or [] if isinstance(item, dict) and item.get("kind") == "List"
+                           else [item])]
+    if not items:
+        raise CliError(f"{path}: no tenants in the file")
     tenants, seen = [], set()
     for number, item in enumerate(items, 1):
         where = f"{path}: tenant {number}" if len(items) > 1 else str(path)
-        if not isinstance(item, dict):
-            raise CliError(f"{where}: a tenant must be a mapping, got {type(item).__name__}")
-        unknown = unknown_field(TenantConfig, item)
-        if unknown:  # the wire tolerates new fields; a file with a typo (`qouta:`) must not pass
-            raise CliError(f"{where}: field {unknown!r}: not a field of a tenant (a typo?)")
         try:
-            config = TenantConfig.model_validate(item)
-        except ValidationError as exc:
-            raise CliError(f"{where}: {describe_validation_error(exc)}") from None
+            config = tenant_config(item)
+        except TenantDocumentError as exc:
+            raise CliError(f"{where}: {exc}") from None
         if config.tenant in seen:
             raise CliError(f"{where}: tenant {config.tenant!r} appears twice")
         check_publishable(make_envelope(config, cluster=cluster, source="cli"), where)
@@ -73,7 +79,7 @@ def run_delete(args: argparse.Namespace) -> int:
     deletions = []
     for name in args.names:
         try:
-            deletions.append(TenantConfig(tenant=name, deleted=True))
+            deletions.append(tenant_deletion(name))
         except ValidationError as exc:
             raise CliError(f"tenant {name!r}: {describe_validation_error(exc)}") from None
     asyncio.run(_publish(args, deletions))

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 from tidal_bus import Delivery
-from tidal_schemas import BindResult, PlacementDecision, PodLifecycle
+from tidal_schemas import BindResult, PlacementDecision, PodLifecycle, TenantUsage
 from tidal_schemas.fence import fence_decision
 
 from tidal_runtime import Service, Subscription
@@ -26,6 +27,7 @@ from .leadership import Leadership
 from .learning import StrategyLearner
 from .metrics import SchedulingMetrics
 from .settings import PlacementSettings
+from .tenant_report import same_usage, tenant_reports
 
 FOLLOWED = ("node.topology", "node.allocatable", "score.node", "score.user", "tenant.config", "node.action",
             "pod.lifecycle", "bind.result", "placement.decision", "cpu.assignment")
@@ -34,7 +36,7 @@ FOLLOWED = ("node.topology", "node.allocatable", "score.node", "score.user", "te
 class PlacementService(Service):
     name = "placement"
     settings_class = PlacementSettings
-    produces = ("placement.decision",)
+    produces = ("placement.decision", "tenant.usage")
 
     def __init__(self, settings: PlacementSettings | None = None, **kwargs: Any) -> None:
         super().__init__(settings, **kwargs)
@@ -46,6 +48,7 @@ class PlacementService(Service):
         self.wake = asyncio.Event()
         self.decisions = 0
         self.clock = time.time
+        self.reported: dict[tuple[str, str], TenantUsage] = {}  # (cluster, tenant) -> last tenant.usage
         self.scheduling = SchedulingMetrics(self.metrics.registry, lambda: self.clusters, lambda: self.active)
 
     # -- wiring ---------------------------------------------------------------
@@ -56,7 +59,7 @@ class PlacementService(Service):
 
     def loops(self):
         return [*[self._follower(name) for name in FOLLOWED], self.schedule_loop, self.bind_timeouts,
-                self.watch_stale_nodes]
+                self.watch_stale_nodes, self.report_tenants]
 
     async def _ignore(self, envelope: Any, delivery: Delivery) -> None:
         return None
@@ -181,3 +184,16 @@ class PlacementService(Service):
             for cache in list(self.clusters.values()):
                 if cache.check_stale(self.clock())[1]:
                     self.wake.set()
+
+    async def report_tenants(self) -> None:
+        """The leader publishes what each tenant holds when it changed."""
+        while True:
+            await asyncio.sleep(self.settings.tenant_report_s)
+            if len(self.caught_up) < len(FOLLOWED):
+                continue
+            at = datetime.fromtimestamp(self.clock(), timezone.utc)
+            for name in sorted(self.active):
+                for usage in tenant_reports(self.clusters[name], at) if name in self.clusters else ():
+                    if not same_usage(self.reported.get((name, usage.tenant)), usage):
+                        await self.publish(usage, cluster=name)
+                        self.reported[(name, usage.tenant)] = usage

@@ -26,6 +26,8 @@ class PlacementSettings(ServiceSettings):
                                     "pending decision published again once this long has passed (0 = on every "
                                     "attempt): its FailedScheduling event counts the attempts")
     node_stale_check_s: float = Field(5.0, gt=0, description="how often nodes are checked for staleness")
+    tenant_report_s: float = Field(2.0, gt=0, description="how often what each tenant holds is compared with "
+                                   "the last tenant.usage, and published when it changed")
 
     @field_validator("gpu_strategy")
     @classmethod

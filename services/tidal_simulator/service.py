@@ -37,6 +37,7 @@ from tidal_schemas import (
     ActionResult, BindResult, CpuAssignment, Envelope, NodeAction, NodeAllocatable, NodeMetrics, Payload,
     PlacementDecision, make_envelope,
 )
+from tidal_schemas import crd
 from tidal_schemas.decision_codec import write_decision
 
 from tidal_runtime import Service, Subscription
@@ -78,6 +79,8 @@ class SimulatorService(Service):
         self.waiters: dict[str, asyncio.Future] = {}
         self.last_metrics: dict[str, NodeMetrics] = {}
         self.api = KubeApiServer(history_limit=s.kube_history, record_requests=False)
+        for definition in crd.documents().values():  # installed, as k8s/base installs them: `kubectl apply` a Tenant
+            self.api.custom.register(definition)
         self.api.on_request = lambda method, path: self._touch()
         self.kubelets = Kubelets(self)
         self.api.admit_binding = self.kubelets.admit

@@ -15,6 +15,7 @@ from aiohttp import web
 MERGE_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 FIELDS = {"pods": {"metadata.name", "metadata.namespace", "spec.nodeName", "spec.schedulerName", "status.phase"},
           "nodes": {"metadata.name", "spec.unschedulable"}}
+CUSTOM_FIELDS = {"metadata.name", "metadata.namespace"}  # what every custom resource supports
 KINDS = {"pods": "Pod", "nodes": "Node", "events": "Event"}
 
 
@@ -72,7 +73,7 @@ def parse_selector(resource: str, text: str | None) -> list[tuple[str, bool, str
         for op, equal in (("!=", False), ("==", True), ("=", True)):
             if op in term:
                 name, value = term.split(op, 1)
-                if name not in FIELDS.get(resource, ()):
+                if name not in FIELDS.get(resource, CUSTOM_FIELDS if "." in resource else ()):
                     raise ValueError(f'field label not supported: {name}')
                 terms.append((name, equal, value))
                 break

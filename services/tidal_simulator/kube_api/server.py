@@ -15,6 +15,7 @@ and kubectl use.
     GET, POST /api/v1/namespaces/{ns}/events, GET /api/v1/events   field selectors on involvedObject.*
     GET, PATCH /api/v1/namespaces/{ns}/events/{name}      a repeat counted (`events.py`)
     GET    /api, /apis, /api/v1, /version                 discovery (kubectl)
+    /apis/...                                             custom resources (`custom.py`)
 
 As the API server does: one global resourceVersion (see `store.py`); list
 responses carry `metadata.resourceVersion`; a watch from a resourceVersion
@@ -46,6 +47,7 @@ from typing import Any
 from aiohttp import web
 
 from . import tables
+from .custom import CustomResources
 from .events import EventRoutes
 from .objects import node_object, pod_object
 from .protocol import KINDS, MERGE_TYPES, Watcher, now_stamp, parse_selector, status
@@ -63,6 +65,7 @@ class KubeApiServer(FaultInjection):
     def __init__(self, *, bookmark_interval_s: float | None = None, history_limit: int | None = None,
                  record_requests: bool = True) -> None:
         self.store = Store(history_limit)
+        self.custom = CustomResources(self.store, bookmark_interval_s)  # custom resources, see custom.py
         self.events: dict[tuple[str, str], dict[str, Any]] = {}
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.authorizations: list[str | None] = []
@@ -94,7 +97,7 @@ class KubeApiServer(FaultInjection):
         app = web.Application(middlewares=[self._record], client_max_size=16 * 1024 * 1024)
         r = app.router
         r.add_get("/api", self._discovery(lambda: tables.api_versions(self.url.split("//", 1)[-1])))
-        r.add_get("/apis", self._discovery(tables.api_groups))
+        r.add_get("/apis", self._discovery(lambda: tables.api_groups(self.custom.groups())))
         r.add_get("/api/v1", self._discovery(tables.core_resources))
         r.add_get("/version", self._discovery(lambda: tables.VERSION))
         r.add_get("/api/v1/pods", self._list_or_watch("pods"))
@@ -116,6 +119,7 @@ class KubeApiServer(FaultInjection):
         r.add_post("/api/v1/namespaces/{ns}/events", self._create_event)
         r.add_get("/api/v1/namespaces/{ns}/events/{name}", events.get)
         r.add_patch("/api/v1/namespaces/{ns}/events/{name}", events.patch)
+        self.custom.add_routes(r)
         self._runner = web.AppRunner(app, shutdown_timeout=1.0, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)

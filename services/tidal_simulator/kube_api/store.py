@@ -29,11 +29,12 @@ class Store:
         self.history_limit = history_limit
         self.watchers: list[Watcher] = []
         self.listeners: list[Listener] = []
+        self.kinds: dict[str, tuple[str, str]] = {r: (k, "v1") for r, k in KINDS.items()}  # + custom resources
 
     @staticmethod
     def key(resource: str, obj: dict[str, Any]) -> tuple[str, str]:
         meta = obj["metadata"]
-        return (meta.get("namespace", "") if resource == "pods" else "", meta["name"])
+        return (meta.get("namespace", "") if resource != "nodes" else "", meta["name"])
 
     def get(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
         return self.objects[resource].get((namespace, name))
@@ -45,9 +46,9 @@ class Store:
         obj["metadata"]["resourceVersion"] = str(self.rv)
         key = self.key(resource, obj)
         if kind == "DELETED":
-            self.objects[resource].pop(key, None)
+            self.objects.setdefault(resource, {}).pop(key, None)
         else:
-            self.objects[resource][key] = obj
+            self.objects.setdefault(resource, {})[key] = obj
         snapshot = copy.deepcopy(obj)
         self.history.append((self.rv, resource, kind, snapshot))
         if self.history_limit is not None and len(self.history) > self.history_limit:
@@ -68,7 +69,7 @@ class Store:
         """What a watch from `resource_version` is owed first: every object
         (as ADDED) from "" or "0", else every later change it wants."""
         if resource_version in ("", "0"):
-            return [("ADDED", copy.deepcopy(o)) for o in self.objects[watcher.resource].values()
+            return [("ADDED", copy.deepcopy(o)) for o in self.objects.get(watcher.resource, {}).values()
                     if watcher.wants(watcher.resource, o)]
         since = int(resource_version)
         return [(kind, copy.deepcopy(o)) for rv, res, kind, o in self.history
@@ -78,5 +79,6 @@ class Store:
         return resource_version not in ("", "0") and int(resource_version) < self.oldest_rv
 
     def bookmark(self, resource: str) -> tuple[str, dict[str, Any]]:
-        return ("BOOKMARK", {"kind": KINDS[resource], "apiVersion": "v1",
+        kind, api_version = self.kinds[resource]
+        return ("BOOKMARK", {"kind": kind, "apiVersion": api_version,
                              "metadata": {"resourceVersion": str(self.rv)}})

@@ -10,6 +10,7 @@ KERNEL-VERSION CONTAINER-RUNTIME (after | only with -o wide: priority 1).
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 from typing import Any
 
@@ -22,6 +23,9 @@ RESOURCES = [  # (name, kind, namespaced, verbs)
     ("nodes", "Node", False, ["get", "list", "patch", "watch"]),
     ("events", "Event", True, ["create", "get", "list", "patch"]),
 ]
+# Custom resources are listed per group (`group_resources`) once their CRD
+# is registered (custom.py); the bridge's rights over Tidal's own are
+# k8s/base/rbac-bridge.yaml's.
 
 
 def api_versions(address: str) -> dict[str, Any]:
@@ -30,9 +34,37 @@ def api_versions(address: str) -> dict[str, Any]:
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": address}]}
 
 
-def api_groups() -> dict[str, Any]:
-    """GET /apis: no groups beyond the core one."""
-    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
+def api_groups(served: dict[str, str] | None = None) -> dict[str, Any]:
+    """GET /apis: apiextensions and the groups of registered custom
+    resources (`served`: group -> version)."""
+    versions = {"apiextensions.k8s.io": "v1", **(served or {})}
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+        {"name": group, "versions": [{"groupVersion": f"{group}/{version}", "version": version}],
+         "preferredVersion": {"groupVersion": f"{group}/{version}", "version": version}}
+        for group, version in versions.items()]}
+
+
+def apiextensions_resources() -> dict[str, Any]:
+    """GET /apis/apiextensions.k8s.io/v1."""
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "apiextensions.k8s.io/v1", "resources": [
+        {"name": "customresourcedefinitions", "singularName": "customresourcedefinition", "namespaced": False,
+         "kind": "CustomResourceDefinition", "shortNames": ["crd", "crds"],
+         "verbs": ["create", "delete", "get", "list"]}]}
+
+
+def group_resources(group_version: str, crds: list[Any]) -> dict[str, Any]:
+    """GET /apis/{group}/{version}: the custom resources (`custom.Crd`) served there."""
+    resources = []
+    for crd in crds:
+        names = crd.document["spec"]["names"]
+        resources.append({"name": crd.plural, "singularName": names.get("singular", crd.kind.lower()),
+                          "namespaced": crd.namespaced, "kind": crd.kind, "shortNames": names.get("shortNames", []),
+                          "categories": names.get("categories", []),
+                          "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]})
+        if crd.status_subresource:
+            resources.append({"name": f"{crd.plural}/status", "singularName": "", "namespaced": crd.namespaced,
+                              "kind": crd.kind, "verbs": ["get", "patch", "update"]})
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 
 
 def core_resources() -> dict[str, Any]:
@@ -57,6 +89,42 @@ def _age(stamp: str | None, now: datetime) -> str:
         if seconds >= 2 * size:
             return f"{seconds // size}{unit}"
     return f"{max(seconds, 0)}s"
+
+
+def json_path(obj: Any, path: str) -> Any:
+    """The value at a printer column's JSONPath: `.a.b`, `.a[0]`, and
+    `.a[?(@.k=="v")].b` (the first match), or None."""
+    for step in re.findall(r'\.([\w-]+)|\[(\d+)\]|\[\?\(@\.([\w-]+)==["\']([^"\']*)["\']\)\]', path):
+        name, index, key, wanted = step
+        if name:
+            obj = obj.get(name) if isinstance(obj, dict) else None
+        elif index:
+            obj = obj[int(index)] if isinstance(obj, list) and int(index) < len(obj) else None
+        else:
+            obj = next((o for o in obj if isinstance(o, dict) and str(o.get(key)) == wanted), None) \
+                if isinstance(obj, list) else None
+    return obj
+
+
+def custom_table(columns: list[dict[str, Any]], items: list[dict[str, Any]], resource_version: str,
+                 include_object: str = "Metadata") -> dict[str, Any]:
+    """Custom resources as a Table: NAME, then the CRD's additionalPrinterColumns
+    (a `date` column shown as an age, as apiextensions-apiserver does)."""
+    now = datetime.now(timezone.utc)
+    definitions = [_column("Name", format="name")] + [
+        {"name": c["name"], "type": c.get("type", "string"), "format": c.get("format", ""),
+         "description": c.get("description", ""), "priority": c.get("priority", 0)} for c in columns]
+    rows = []
+    for item in items:
+        cells: list[Any] = [item["metadata"]["name"]]
+        for column in columns:
+            value = json_path(item, column["jsonPath"])
+            cells.append(_age(value, now) if column.get("type") == "date" and value else value)
+        obj = item if include_object == "Object" else {
+            "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": item["metadata"]}
+        rows.append({"cells": cells, "object": obj})
+    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": resource_version},
+            "columnDefinitions": definitions, "rows": rows}
 
 
 def _column(name: str, priority: int = 0, format: str = "") -> dict[str, Any]:

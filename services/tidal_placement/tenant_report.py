@@ -1,0 +1,48 @@
+"""What each tenant holds, for `tenant.usage` (pure): the quota usage rule
+is `tenancy.tenant_usage`, the groups are the tenant's current grouping
+(§B), and a group's free GPUs are those with nothing held on them, on a
+node that takes pods — the GPUs a whole-GPU pod of the group could get."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+
+from tidal_schemas import TenantUsage
+
+from .cache import ClusterCache
+from .cluster_arrays import GPU_MILLI
+from .cluster_state import ClusterState
+from .gpu_groups import Group
+from .tenancy import tenant_usage
+
+
+def free_whole_gpus(state: ClusterState, group: Group) -> int:
+    """How many of the group's GPUs are wholly free on schedulable nodes."""
+    free = 0
+    for node in group.nodes:
+        r = state.rows.get(node)
+        if r is None or not state.schedulable[r]:
+            continue
+        ids = group.on_node(node)
+        for col, gpu in enumerate(state.specs[r].gpu_ids):
+            if gpu in ids and state.gpu_valid[r, col] and state.gpu_free[r, col] >= GPU_MILLI:
+                free += 1
+    return free
+
+
+def tenant_reports(cache: ClusterCache, at: datetime) -> Iterator[TenantUsage]:
+    """One `TenantUsage` per configured (not deleted) tenant of the cluster."""
+    usage = tenant_usage(cache.holdings(), cache.gpu_model)
+    for name, config in sorted(cache.tenants.items()):
+        if config.deleted:
+            continue
+        grouping = cache.groups.get(name)
+        groups = {g.name: free_whole_gpus(cache.state, g) for g in grouping.groups} if grouping else {}
+        yield TenantUsage(tenant=name, held=usage.get(name, {}), quota=dict(config.quota), groups_free=groups,
+                          measured_at=at)
+
+
+def same_usage(a: TenantUsage | None, b: TenantUsage) -> bool:
+    """Whether `b` says nothing new after `a` (the time aside)."""
+    return a is not None and (a.held, a.quota, a.groups_free) == (b.held, b.quota, b.groups_free)
