@@ -24,6 +24,8 @@ from .consumer import Consumer, Handler, SeenIds
 from .errors import BusConfigError
 from .intake import MAX_EVENT_BYTES, accept, check_size, dedupe_key
 from .subjects import check_namespace
+from .trace_context import TraceContext
+from .tracing import TraceBook, handler_span, publishing
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,7 @@ class Bus:
         self.cluster = cluster
         self.source = source
         self.refused: Counter[str] = Counter()  # per stream: events read without a group and refused as forged
+        self.traces = TraceBook()  # the trace each recent event was handled or published in (tracing.py)
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str = "tidal", cluster: str, source: str, **options: Any) -> "Bus":
@@ -86,9 +89,11 @@ class Bus:
         event_id: str | None = None,
         discriminator: str = "",
         cluster: str | None = None,
+        trace: TraceContext | None = None,
     ) -> Envelope[Any]:
         """Wrap and publish `payload`; an output of `cause` belongs to the
-        cause's cluster and gets an id derived from it (idempotent)."""
+        cause's cluster and gets an id derived from it (idempotent). It
+        continues the trace of `trace`, else of `cause`, else starts one."""
         envelope = make_envelope(
             payload,
             cluster=cluster or (cause.cluster if cause is not None else self.cluster),
@@ -97,15 +102,20 @@ class Bus:
             event_id=event_id,
             discriminator=discriminator,
         )
-        await self.publish_envelope(envelope)
+        parent = trace or (self.traces.of(cause) if cause is not None else None)
+        with publishing(self.source, envelope, parent) as sent:
+            await self.publish_envelope(envelope, trace=sent)
+        self.traces.remember(envelope, sent)
         return envelope
 
-    async def publish_envelope(self, envelope: Envelope[Any]) -> int:
-        """Publish an envelope as it is; returns its stream position.
-        EventTooLarge (not retriable) above MAX_EVENT_BYTES."""
+    async def publish_envelope(self, envelope: Envelope[Any], *, trace: TraceContext | None = None) -> int:
+        """Publish an envelope as it is, in `trace` (None: no trace
+        headers); returns its stream position. EventTooLarge (not
+        retriable) above MAX_EVENT_BYTES."""
         data = encode(envelope)
         check_size(len(data), f"{envelope.type} event {envelope.id}")
-        return await self.backend.publish(stream(envelope.type), envelope.cluster, envelope.key, data, envelope.id)
+        return await self.backend.publish(stream(envelope.type), envelope.cluster, envelope.key, data, envelope.id,
+                                          trace)
 
     async def publish_raw(self, stream_name: str, key: str, data: bytes, *, cluster: str | None = None) -> int:
         """Publish bytes that are not (necessarily) an event: tests and tools.
@@ -149,20 +159,28 @@ class Bus:
         last: dict[int, int] = {}
         seen = SeenIds()  # a retried publish may have stored an event twice (StreamSpec.written_by_nodes)
 
-        async def hand_over(event: Envelope[Any] | SchemaError) -> None:
+        async def hand_over(raw: RawMessage, event: Envelope[Any] | SchemaError, live: bool) -> None:
             if isinstance(event, SchemaError):
                 return
             key = dedupe_key(event.cluster, event.key, event.id)
-            if key not in seen:
-                seen.add(key)
-                await on_event(event)
+            if key in seen:
+                return
+            seen.add(key)
+            span = handler_span(self.traces, self.source, "", event, raw.trace, record=live)
+            try:
+                with span.current():
+                    await on_event(event)
+            except BaseException as exc:
+                span.end("failed", exc)
+                raise
+            span.end("ok")
 
         async for raw, event in self.read(stream_name, StartAt.earliest()):
             last[raw.partition] = raw.position
-            await hand_over(event)
+            await hand_over(raw, event, live=False)
         await on_caught_up()
         async for raw, event in self.read(stream_name, StartAt.after(last), follow=True):
-            await hand_over(event)
+            await hand_over(raw, event, live=True)
 
     async def read(
         self, stream_name: str, start: StartAt, *, follow: bool = False

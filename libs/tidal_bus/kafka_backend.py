@@ -28,6 +28,7 @@ from .intake import EventTooLarge
 from .kafka_assignor import rendezvous_assignor
 from .membership import raise_if_cancelling
 from .subjects import kafka_topic
+from .trace_context import TraceContext, carried
 
 log = logging.getLogger(__name__)
 
@@ -141,11 +142,14 @@ class KafkaBackend(Backend):
                 pass
         self._known_topics.discard(topic)
 
-    async def publish(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str) -> int:
+    async def publish(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
+                      trace: TraceContext | None = None) -> int:
         await self.ensure_stream(spec)
         if self._producer is None:
             raise BusError("Kafka backend used before connect()")
         headers = [("tidal-id", msg_id.encode()), ("tidal-cluster", cluster.encode())]
+        if trace is not None:
+            headers += [(name, value.encode()) for name, value in trace.headers().items()]
         topic, partition = kafka_topic(self.namespace, spec), partition_for(key, spec.partitions)
         try:
             await self._known_partition(spec, topic, partition)
@@ -269,6 +273,7 @@ def _raw(record, *, deliveries: int, ack, nak, highwater: int | None = None) -> 
         nak=nak,
         pending=None if highwater is None else max(highwater - record.offset - 1, 0),
         stored_at=None if record.timestamp is None else datetime.fromtimestamp(record.timestamp / 1000, timezone.utc),
+        trace=carried(record.headers) if record.headers else None,
     )
 
 

@@ -159,7 +159,9 @@ class PlacementService(Service):
             if decision.outcome == "placed":
                 self.decisions += 1
                 self.scheduling.decisions.labels(name, strategy.name).inc()
-            await self.publish(decision, cluster=name)
+            # a decision has no cause event: it continues the trace of the pod's last event
+            await self.publish(decision, cluster=name,
+                               trace=self.bus.traces.last("pod.lifecycle", name, decision.event_key()))
             if name not in self.active:  # deposed while publishing: the new leader decides the rest
                 return
 
