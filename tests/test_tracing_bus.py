@@ -13,7 +13,7 @@ import pytest
 from builders import pod
 from conftest import make_bus, wait_until
 from span_capture import parent_id, span_id, spans, trace_id  # noqa: F401  (spans is a fixture)
-from tidal_bus import StartAt, tracing
+from tidal_bus import HandlerError, StartAt, tracing
 from tidal_bus.kafka_backend import record_key
 from tidal_bus.nats_backend import NatsBackend
 from tidal_bus.subjects import kafka_topic, nats_subject
@@ -194,3 +194,22 @@ async def test_the_trace_never_changes_what_is_a_duplicate(bus_url, namespace):
     assert [e.id for e in chain.pods] == [envelope.id, later.id]
     expected = make_envelope(decision_for(envelope), cluster="c1", source="placement", cause=envelope)
     assert chain.decided[0].id == expected.id
+
+
+async def test_a_dead_letter_stays_in_the_trace_of_the_event_that_failed(bus_url, namespace, spans):
+    async def refuse(envelope, delivery) -> None:
+        raise HandlerError("cannot place this", retriable=False)
+
+    async with make_bus(bus_url, namespace, source="bridge") as bridge, \
+            make_bus(bus_url, namespace, source="placement") as placement:
+        consumer = placement.consumer("pod.lifecycle", "placement", refuse)
+        task = asyncio.create_task(consumer.run())
+        await wait_until(consumer.ready.is_set, 30, "consumer joined")
+        sent = await bridge.publish(pod("p1"))
+        await wait_until(lambda: spans.named("placement publish dead.letter"), 30, "the dead letter")
+        consumer.stop()
+        await asyncio.wait_for(task, 30)
+        on_wire = await trace_of(bridge, "dead.letter", "pod.lifecycle")
+    failed = spans.one("placement pod.lifecycle", event_id=sent.id)
+    assert failed.attributes["tidal.outcome"] == "dead-lettered" and not failed.status.is_ok
+    assert on_wire.trace_id == trace_id(failed) == trace_id(spans.one("bridge publish pod.lifecycle"))

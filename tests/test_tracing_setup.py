@@ -55,13 +55,13 @@ def test_a_missing_otlp_exporter_says_what_to_install(monkeypatch):
 
 CONSOLE_RUN = """
 from builders import pod
-from tidal_bus.tracing import TraceBook, handler_span, publishing
+from tidal_bus.tracing import handler_span, publishing
 from tidal_runtime.tracing_setup import configure_tracing
 from tidal_schemas import make_envelope
 
 provider = configure_tracing("placement")
 envelope = make_envelope(pod("p1"), cluster="c1", source="bridge")
-handler_span(TraceBook(), "placement", "placement", envelope, None).end("ok")
+handler_span("placement", "placement", envelope, None).end("ok")
 with publishing("placement", envelope, None):
     pass
 provider.shutdown()

@@ -25,7 +25,7 @@ from .errors import BusConfigError
 from .intake import MAX_EVENT_BYTES, accept, check_size, dedupe_key
 from .subjects import check_namespace
 from .trace_context import TraceContext
-from .tracing import TraceBook, handler_span, publishing
+from .tracing import handler_span, publishing, trace_of
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,6 @@ class Bus:
         self.cluster = cluster
         self.source = source
         self.refused: Counter[str] = Counter()  # per stream: events read without a group and refused as forged
-        self.traces = TraceBook()  # the trace each recent event was handled or published in (tracing.py)
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str = "tidal", cluster: str, source: str, **options: Any) -> "Bus":
@@ -93,7 +92,8 @@ class Bus:
     ) -> Envelope[Any]:
         """Wrap and publish `payload`; an output of `cause` belongs to the
         cause's cluster and gets an id derived from it (idempotent). It
-        continues the trace of `trace`, else of `cause`, else starts one."""
+        continues `trace`, else the trace of `cause` when that is the event
+        being handled (tracing.trace_of), else starts a trace."""
         envelope = make_envelope(
             payload,
             cluster=cluster or (cause.cluster if cause is not None else self.cluster),
@@ -102,10 +102,9 @@ class Bus:
             event_id=event_id,
             discriminator=discriminator,
         )
-        parent = trace or (self.traces.of(cause) if cause is not None else None)
+        parent = trace or (trace_of(cause) if cause is not None else None)
         with publishing(self.source, envelope, parent) as sent:
             await self.publish_envelope(envelope, trace=sent)
-        self.traces.remember(envelope, sent)
         return envelope
 
     async def publish_envelope(self, envelope: Envelope[Any], *, trace: TraceContext | None = None) -> int:
@@ -134,15 +133,17 @@ class Bus:
         retriable: bool = False,
         deliveries: int = 1,
         cause: Envelope[Any] | None = None,
+        trace: TraceContext | None = None,
     ) -> None:
-        """Keep an event that could not be handled, with why, in `dead.letter`."""
+        """Keep an event that could not be handled, with why, in `dead.letter`
+        (in the trace of the event, `trace`)."""
         letter = DeadLetter(
             stream=stream, key=key, consumer=consumer, reason=reason[:2000], retriable=retriable,
             deliveries=deliveries, original_b64=base64.b64encode(data[:MAX_EVENT_BYTES // 2]).decode(),
             original_size=len(data),
         )
         log.warning("dead letter from %s on %s: %s", consumer, stream, reason)
-        await self.publish(letter, cause=cause, discriminator=consumer)
+        await self.publish(letter, cause=cause, discriminator=consumer, trace=trace)
 
     def consumer(self, stream_name: str, group: str, handler: Handler, *, start: StartAt | None = None,
                  **options: Any) -> Consumer:
@@ -166,7 +167,7 @@ class Bus:
             if key in seen:
                 return
             seen.add(key)
-            span = handler_span(self.traces, self.source, "", event, raw.trace, record=live)
+            span = handler_span(self.source, "", event, raw.trace, record=live)
             try:
                 with span.current():
                     await on_event(event)

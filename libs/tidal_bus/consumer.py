@@ -33,6 +33,7 @@ from tidal_schemas.streams import StreamSpec
 from .api import GroupSubscription, RawMessage, StartAt
 from .errors import is_retriable
 from .intake import accept, dedupe_key
+from .trace_context import TraceContext
 from .tracing import handler_span
 
 if TYPE_CHECKING:
@@ -212,7 +213,7 @@ class Consumer:
         attempt = raw.deliveries
         while True:
             started = time.perf_counter()
-            span = handler_span(self.bus.traces, self.bus.source, self.group, envelope, raw.trace)
+            span = handler_span(self.bus.source, self.group, envelope, raw.trace)
             try:
                 delivery = Delivery(self.spec.name, raw.partition, raw.position, attempt, replaying=False)
                 with span.current():
@@ -227,7 +228,7 @@ class Consumer:
                     log.error("%s/%s: event %s failed (attempt %d): %r",
                               self.group, self.spec.name, envelope.id, attempt, exc)
                     await self._dead_letter(raw, f"handler failed: {exc!r}", retriable=retriable,
-                                            attempts=attempt, envelope=envelope)
+                                            attempts=attempt, envelope=envelope, trace=span.context)
                     return
                 span.end("retrying", exc)
                 log.warning("%s/%s: event %s attempt %d failed, retrying: %r",
@@ -244,11 +245,11 @@ class Consumer:
             await raw.ack()
             return
 
-    async def _dead_letter(self, raw: RawMessage, reason: str, *, retriable: bool,
-                           attempts: int | None = None, envelope: Envelope[Any] | None = None) -> None:
+    async def _dead_letter(self, raw: RawMessage, reason: str, *, retriable: bool, attempts: int | None = None,
+                           envelope: Envelope[Any] | None = None, trace: TraceContext | None = None) -> None:
         await self.bus.dead_letter(
             raw.data, stream=self.spec.name, key=raw.key, consumer=self.group, reason=reason,
-            retriable=retriable, deliveries=attempts or raw.deliveries, cause=envelope,
+            retriable=retriable, deliveries=attempts or raw.deliveries, cause=envelope, trace=trace or raw.trace,
         )
         self.observer.dead_lettered(self.spec.name)
         await raw.ack()

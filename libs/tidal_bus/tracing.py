@@ -1,10 +1,11 @@
 """Trace context across services, and OpenTelemetry spans when asked for.
 
 Propagation is always on and costs a header: every event carries a W3C
-`traceparent` (trace_context.py). An event published as the output of
-another (`Bus.publish(..., cause=…)`) continues the cause's trace; one
-with no cause starts a new trace; placement, whose decisions have no
-cause, continues the trace of the pod's last event (`TraceBook.last`).
+`traceparent` (trace_context.py). An event published as the output of the
+event being handled (`Bus.publish(..., cause=…)` inside the handler, or
+in a task it started) continues that event's trace; one with no cause
+starts a new trace. Placement, whose decisions have no cause, keeps the
+trace of each pending pod's event (`current_trace()`) and passes it on.
 
 Spans are off by default: nothing here imports OpenTelemetry until a
 tracer provider is installed with `use()` (the runtime does so from the
@@ -13,15 +14,15 @@ invocation gets a CONSUMER span (`"{service} {stream}"`) and every
 publish a PRODUCER span (`"{service} publish {stream}"`), with the
 stream, key, event id, cluster and outcome as attributes.
 
-The book remembers contexts by the accepted event's own identity (type,
-cluster, key, id), never by anything the headers say.
+The event being handled is known by its accepted identity (type, cluster,
+key, id), never by anything its headers say.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections import OrderedDict
 from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from tidal_schemas import Envelope
@@ -46,79 +47,69 @@ def spans_on() -> bool:
     return _tracer is not None
 
 
-class TraceBook:
-    """The trace context of the events a bus handled or published lately,
-    one per (stream, cluster, key), at most `capacity` (least recent go)."""
+_handling: ContextVar[tuple[Envelope[Any], TraceContext] | None] = ContextVar("tidal_handling", default=None)
 
-    def __init__(self, capacity: int = 50_000) -> None:
-        self._entries: OrderedDict[tuple[str, str, str], tuple[str, TraceContext]] = OrderedDict()
-        self._capacity = capacity
 
-    def remember(self, envelope: Envelope[Any], context: TraceContext) -> None:
-        where = (envelope.type, envelope.cluster, envelope.key)
-        self._entries[where] = (envelope.id, context)
-        self._entries.move_to_end(where)
-        if len(self._entries) > self._capacity:
-            self._entries.popitem(last=False)
+def current_trace() -> TraceContext | None:
+    """The trace context of the event this task is handling, if any."""
+    handling = _handling.get()
+    return handling[1] if handling is not None else None
 
-    def of(self, envelope: Envelope[Any]) -> TraceContext | None:
-        """The context `envelope` was handled or published in, if remembered."""
-        entry = self._entries.get((envelope.type, envelope.cluster, envelope.key))
-        return entry[1] if entry is not None and entry[0] == envelope.id else None
 
-    def last(self, stream: str, cluster: str, key: str) -> TraceContext | None:
-        """The context of the latest event remembered for `key` on `stream`."""
-        entry = self._entries.get((stream, cluster, key))
-        return entry[1] if entry is not None else None
+def trace_of(cause: Envelope[Any]) -> TraceContext | None:
+    """The context to continue for an output of `cause`: that of the event
+    being handled when it is `cause`, else None (a new trace)."""
+    handling = _handling.get()
+    if handling is None:
+        return None
+    envelope, context = handling
+    if envelope is cause or (envelope.id == cause.id and envelope.key == cause.key
+                             and envelope.cluster == cause.cluster and envelope.type == cause.type):
+        return context
+    return None
 
 
 class HandlerSpan:
-    """A handler invocation's span; `end(outcome)` once. Without a provider,
-    a do-nothing stand-in."""
+    """One handler invocation: `current()` around the handler call makes
+    its event the one being handled (and its span, if any, the current
+    span); `end(outcome)` once. `context` is what its outputs continue."""
 
-    def __init__(self, span: Any = None) -> None:
-        self._span = span
+    __slots__ = ("envelope", "context", "_span")
+
+    def __init__(self, envelope: Envelope[Any], context: TraceContext, span: Any = None) -> None:
+        self.envelope, self.context, self._span = envelope, context, span
 
     @contextlib.contextmanager
     def current(self) -> Iterator[None]:
-        """Make the span the current one while the handler runs, so spans
-        the handler's own libraries make nest under it."""
-        if self._span is None:
-            yield
-            return
-        from opentelemetry import trace
+        token = _handling.set((self.envelope, self.context))
+        try:
+            if self._span is None:
+                yield
+            else:
+                from opentelemetry import trace
 
-        with trace.use_span(self._span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
-            yield
+                # spans the handler's own libraries make nest under this one
+                with trace.use_span(self._span, end_on_exit=False, record_exception=False,
+                                    set_status_on_exception=False):
+                    yield
+        finally:
+            _handling.reset(token)
 
     def end(self, outcome: str, error: BaseException | None = None) -> None:
-        if self._span is None:
-            return
-        from opentelemetry.trace import Status, StatusCode
-
-        self._span.set_attribute("tidal.outcome", outcome)
-        if error is not None:
-            self._span.record_exception(error)
-            self._span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"[:300]))
-        self._span.end()
-        self._span = None
+        if self._span is not None:
+            _finish(self._span, outcome, error)
+            self._span = None
 
 
-_OFF = HandlerSpan()
-
-
-def handler_span(book: TraceBook, service: str, group: str, envelope: Envelope[Any],
-                 received: TraceContext | None, *, record: bool = True) -> HandlerSpan:
-    """Start the span of one handler invocation for `envelope`, which came
-    with the context `received` (None: none or malformed, so a new trace
-    starts here), and remember the context its outputs continue. With
-    `record` false (catching up on history) nothing is recorded."""
+def handler_span(service: str, group: str, envelope: Envelope[Any], received: TraceContext | None, *,
+                 record: bool = True) -> HandlerSpan:
+    """Start one handler invocation for `envelope`, which came with the
+    context `received` (None: none or malformed, so a new trace starts
+    here). With `record` false (catching up on history) no span is made."""
     if _tracer is None or not record:
-        book.remember(envelope, received or new_trace())
-        return _OFF
+        return HandlerSpan(envelope, received or new_trace())
     span = _start(f"{service} {envelope.type}", "CONSUMER", received, _attributes(service, envelope, group))
-    book.remember(envelope, _context_of(span, received))
-    return HandlerSpan(span)
+    return HandlerSpan(envelope, _context_of(span, received), span)
 
 
 @contextlib.contextmanager
@@ -136,7 +127,7 @@ def publishing(service: str, envelope: Envelope[Any], parent: TraceContext | Non
         outcome, error = "failed", exc
         raise
     finally:
-        HandlerSpan(span).end(outcome, error)
+        _finish(span, outcome, error)
 
 
 def _attributes(service: str, envelope: Envelope[Any], group: str | None) -> dict[str, str]:
@@ -145,6 +136,16 @@ def _attributes(service: str, envelope: Envelope[Any], group: str | None) -> dic
     if group:
         attributes["messaging.consumer.group.name"] = group
     return attributes
+
+
+def _finish(span: Any, outcome: str, error: BaseException | None) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
+    span.set_attribute("tidal.outcome", outcome)
+    if error is not None:
+        span.record_exception(error)
+        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"[:300]))
+    span.end()
 
 
 def _start(name: str, kind: str, parent: TraceContext | None, attributes: dict[str, str]) -> Any:
