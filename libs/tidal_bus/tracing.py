@@ -157,15 +157,10 @@ def _start(name: str, kind: str, parent: TraceContext | None, attributes: dict[s
     else:
         remote = SpanContext(int(parent.trace_id, 16), int(parent.span_id, 16), is_remote=True,
                              trace_flags=TraceFlags(TraceFlags.SAMPLED if parent.sampled else TraceFlags.DEFAULT),
-                             trace_state=_state(parent.state, TraceState))
+                             trace_state=TraceState([tuple(m.split("=", 1)) for m in parent.state.split(",")])
+                             if parent.state else None)
         within = trace.set_span_in_context(NonRecordingSpan(remote), context.Context())
     return _tracer.start_span(name, context=within, kind=getattr(SpanKind, kind), attributes=attributes)
-
-
-def _state(text: str, state_class: Any) -> Any:
-    if not text:
-        return None
-    return state_class([tuple(member.split("=", 1)) for member in text.split(",")])
 
 
 def _context_of(span: Any, parent: TraceContext | None) -> TraceContext:
