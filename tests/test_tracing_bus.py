@@ -213,3 +213,14 @@ async def test_a_dead_letter_stays_in_the_trace_of_the_event_that_failed(bus_url
     failed = spans.one("placement pod.lifecycle", event_id=sent.id)
     assert failed.attributes["tidal.outcome"] == "dead-lettered" and not failed.status.is_ok
     assert on_wire.trace_id == trace_id(failed) == trace_id(spans.one("bridge publish pod.lifecycle"))
+
+
+def test_a_handler_span_continues_the_received_trace_and_the_vendors_state(spans):
+    received = TraceContext(BAD_TRACE, "00f067aa0ba902b7", True, "congo=t61rcWkgMzE,rojo=1")
+    envelope = make_envelope(pod("p1"), cluster="c1", source="bridge")
+    span = tracing.handler_span("placement", "placement", envelope, received)
+    span.end("ok")
+    finished = spans.one("placement pod.lifecycle")
+    assert (trace_id(finished), parent_id(finished)) == (BAD_TRACE, "00f067aa0ba902b7")
+    assert span.context == TraceContext(BAD_TRACE, span_id(finished), True, "congo=t61rcWkgMzE,rojo=1")
+    assert finished.context.trace_state.to_header() == "congo=t61rcWkgMzE,rojo=1"
