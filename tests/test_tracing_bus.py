@@ -14,7 +14,7 @@ from builders import pod
 from conftest import make_bus, wait_until
 from span_capture import parent_id, span_id, spans, trace_id  # noqa: F401  (spans is a fixture)
 from tidal_bus import HandlerError, StartAt, tracing
-from tidal_bus.kafka_backend import record_key
+from tidal_bus.kafka_records import record_key
 from tidal_bus.nats_backend import NatsBackend
 from tidal_bus.subjects import kafka_topic, nats_subject
 from tidal_bus.trace_context import TraceContext

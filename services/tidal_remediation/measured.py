@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime, timezone
 
-from tidal_policy.action_memory import ATTEMPT, SENT_AT  # the shared memory reads them back
+from tidal_policy.action_memory import ATTEMPT, SENT_AT  # noqa: F401 (keys of `measured`; the shared memory reads them back)
 
 AT = "at"
 NUMA = "numa"
