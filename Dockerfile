@@ -11,8 +11,9 @@ WORKDIR /src
 COPY . .
 # A regular (non-editable) install: the image runs from site-packages, so the
 # source tree is not needed at run time and the root filesystem can be
-# mounted read-only.
-RUN pip install --no-cache-dir . \
+# mounted read-only. The tracing extra lets a deployment export spans over
+# OTLP by setting OTEL_EXPORTER_OTLP_ENDPOINT (off otherwise).
+RUN pip install --no-cache-dir '.[tracing]' \
     && rm -rf /src
 
 # Numeric UID/GID so Kubernetes can verify `runAsNonRoot` without a passwd

@@ -16,6 +16,8 @@ from typing import Literal
 
 from tidal_schemas.streams import StreamSpec
 
+from .trace_context import TraceContext
+
 
 @dataclass(frozen=True)
 class StartAt:
@@ -100,6 +102,7 @@ class RawMessage:
     pending: int | None = None  # messages after this one not yet delivered (lag)
     stored_at: datetime | None = None  # when the broker stored it (NATS) or the producer sent it (Kafka)
     cluster: str | None = None  # the cluster it was published under (subject token / record key), when known
+    trace: TraceContext | None = None  # from its trace headers; None when absent or malformed
 
 
 class GroupSubscription(abc.ABC):
@@ -154,8 +157,10 @@ class Backend(abc.ABC):
         """Create the stream/topic when missing (idempotent)."""
 
     @abc.abstractmethod
-    async def publish(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str) -> int:
-        """Append one message; return its position. Waits for the broker's ack."""
+    async def publish(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
+                      trace: TraceContext | None = None) -> int:
+        """Append one message, with `trace` in its headers; return its
+        position. Waits for the broker's ack."""
 
     @abc.abstractmethod
     async def subscribe(

@@ -22,6 +22,8 @@ from .backends import backend_from_url
 from .consumer import Consumer, Handler, SeenIds
 from .intake import MAX_EVENT_BYTES, accept, check_size, dedupe_key
 from .subjects import check_namespace
+from .trace_context import TraceContext
+from .tracing import handler_span, publishing, trace_of
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +62,12 @@ class Bus:
         event_id: str | None = None,
         discriminator: str = "",
         cluster: str | None = None,
+        trace: TraceContext | None = None,
     ) -> Envelope[Any]:
         """Wrap and publish `payload`; an output of `cause` belongs to the
-        cause's cluster and gets an id derived from it (idempotent)."""
+        cause's cluster and gets an id derived from it (idempotent). It
+        continues `trace`, else the trace of `cause` when that is the event
+        being handled (tracing.trace_of), else starts a trace."""
         envelope = make_envelope(
             payload,
             cluster=cluster or (cause.cluster if cause is not None else self.cluster),
@@ -71,15 +76,19 @@ class Bus:
             event_id=event_id,
             discriminator=discriminator,
         )
-        await self.publish_envelope(envelope)
+        parent = trace or (trace_of(cause) if cause is not None else None)
+        with publishing(self.source, envelope, parent) as sent:
+            await self.publish_envelope(envelope, trace=sent)
         return envelope
 
-    async def publish_envelope(self, envelope: Envelope[Any]) -> int:
-        """Publish an envelope as it is; returns its stream position.
-        EventTooLarge (not retriable) above MAX_EVENT_BYTES."""
+    async def publish_envelope(self, envelope: Envelope[Any], *, trace: TraceContext | None = None) -> int:
+        """Publish an envelope as it is, in `trace` (None: no trace
+        headers); returns its stream position. EventTooLarge (not
+        retriable) above MAX_EVENT_BYTES."""
         data = encode(envelope)
         check_size(len(data), f"{envelope.type} event {envelope.id}")
-        return await self.backend.publish(stream(envelope.type), envelope.cluster, envelope.key, data, envelope.id)
+        return await self.backend.publish(stream(envelope.type), envelope.cluster, envelope.key, data, envelope.id,
+                                          trace)
 
     async def publish_raw(self, stream_name: str, key: str, data: bytes, *, cluster: str | None = None) -> int:
         """Publish bytes that are not (necessarily) an event: tests and tools.
@@ -98,15 +107,17 @@ class Bus:
         retriable: bool = False,
         deliveries: int = 1,
         cause: Envelope[Any] | None = None,
+        trace: TraceContext | None = None,
     ) -> None:
-        """Keep an event that could not be handled, with why, in `dead.letter`."""
+        """Keep an event that could not be handled, with why, in `dead.letter`
+        (in the trace of the event, `trace`)."""
         letter = DeadLetter(
             stream=stream, key=key, consumer=consumer, reason=reason[:2000], retriable=retriable,
             deliveries=deliveries, original_b64=base64.b64encode(data[:MAX_EVENT_BYTES // 2]).decode(),
             original_size=len(data),
         )
         log.warning("dead letter from %s on %s: %s", consumer, stream, reason)
-        await self.publish(letter, cause=cause, discriminator=consumer)
+        await self.publish(letter, cause=cause, discriminator=consumer, trace=trace)
 
     def consumer(self, stream_name: str, group: str, handler: Handler, *, start: StartAt | None = None,
                  **options: Any) -> Consumer:
@@ -123,20 +134,28 @@ class Bus:
         last: dict[int, int] = {}
         seen = SeenIds()  # a retried publish may have stored an event twice (StreamSpec.written_by_nodes)
 
-        async def hand_over(event: Envelope[Any] | SchemaError) -> None:
+        async def hand_over(raw: RawMessage, event: Envelope[Any] | SchemaError, live: bool) -> None:
             if isinstance(event, SchemaError):
                 return
             key = dedupe_key(event.cluster, event.key, event.id)
-            if key not in seen:
-                seen.add(key)
-                await on_event(event)
+            if key in seen:
+                return
+            seen.add(key)
+            span = handler_span(self.source, "", event, raw.trace, record=live)
+            try:
+                with span.current():
+                    await on_event(event)
+            except BaseException as exc:
+                span.end("failed", exc)
+                raise
+            span.end("ok")
 
         async for raw, event in self.read(stream_name, StartAt.earliest()):
             last[raw.partition] = raw.position
-            await hand_over(event)
+            await hand_over(raw, event, live=False)
         await on_caught_up()
         async for raw, event in self.read(stream_name, StartAt.after(last), follow=True):
-            await hand_over(event)
+            await hand_over(raw, event, live=True)
 
     async def read(
         self, stream_name: str, start: StartAt, *, follow: bool = False

@@ -8,6 +8,8 @@ then ack. A failing
 handler is retried with exponential back-off (in place when `ordered`, so a
 key's events keep their order; by nak-with-delay otherwise) until
 `max_attempts`, then the message is dead-lettered and the loop goes on.
+Each invocation continues the trace the message came in (tracing.py), in
+a span of its own when spans are on.
 
 When the group hands this member a partition it already has history in,
 the partition is first replayed up to the group's committed position with
@@ -31,6 +33,8 @@ from tidal_schemas.streams import StreamSpec
 from .api import GroupSubscription, RawMessage, StartAt
 from .errors import is_retriable
 from .intake import accept, dedupe_key
+from .trace_context import TraceContext
+from .tracing import handler_span
 
 if TYPE_CHECKING:
     from .bus import Bus
@@ -209,19 +213,24 @@ class Consumer:
         attempt = raw.deliveries
         while True:
             started = time.perf_counter()
+            span = handler_span(self.bus.source, self.group, envelope, raw.trace)
             try:
                 delivery = Delivery(self.spec.name, raw.partition, raw.position, attempt, replaying=False)
-                await self.handler(envelope, delivery)
-            except asyncio.CancelledError:
+                with span.current():
+                    await self.handler(envelope, delivery)
+            except asyncio.CancelledError as exc:
+                span.end("cancelled", exc)
                 raise
             except Exception as exc:
                 retriable = is_retriable(exc)
                 if not retriable or attempt >= self.retry.max_attempts:
+                    span.end("dead-lettered", exc)
                     log.error("%s/%s: event %s failed (attempt %d): %r",
                               self.group, self.spec.name, envelope.id, attempt, exc)
                     await self._dead_letter(raw, f"handler failed: {exc!r}", retriable=retriable,
-                                            attempts=attempt, envelope=envelope)
+                                            attempts=attempt, envelope=envelope, trace=span.context)
                     return
+                span.end("retrying", exc)
                 log.warning("%s/%s: event %s attempt %d failed, retrying: %r",
                             self.group, self.spec.name, envelope.id, attempt, exc)
                 if not self.ordered:
@@ -230,16 +239,17 @@ class Consumer:
                 await asyncio.sleep(self.retry.delay(attempt))
                 attempt += 1
                 continue
+            span.end("ok")
             self.observer.handled(self.spec.name, time.perf_counter() - started, raw.partition)
             self.seen.add(seen_as)
             await raw.ack()
             return
 
-    async def _dead_letter(self, raw: RawMessage, reason: str, *, retriable: bool,
-                           attempts: int | None = None, envelope: Envelope[Any] | None = None) -> None:
+    async def _dead_letter(self, raw: RawMessage, reason: str, *, retriable: bool, attempts: int | None = None,
+                           envelope: Envelope[Any] | None = None, trace: TraceContext | None = None) -> None:
         await self.bus.dead_letter(
             raw.data, stream=self.spec.name, key=raw.key, consumer=self.group, reason=reason,
-            retriable=retriable, deliveries=attempts or raw.deliveries, cause=envelope,
+            retriable=retriable, deliveries=attempts or raw.deliveries, cause=envelope, trace=trace or raw.trace,
         )
         self.observer.dead_lettered(self.spec.name)
         await raw.ack()

@@ -26,6 +26,7 @@ from .kafka_records import noop_ack, noop_nak, position_of, raw_message, record_
 from .kafka_topics import ensure_topic
 from .membership import raise_if_cancelling
 from .subjects import kafka_topic
+from .trace_context import TraceContext
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +88,14 @@ class KafkaBackend(Backend):
                 pass
         self._known_topics.discard(topic)
 
-    async def publish(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str) -> int:
+    async def publish(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
+                      trace: TraceContext | None = None) -> int:
         await self.ensure_stream(spec)
         if self._producer is None:
             raise BusError("Kafka backend used before connect()")
         headers = [("tidal-id", msg_id.encode()), ("tidal-cluster", cluster.encode())]
+        if trace is not None:
+            headers += [(name, value.encode()) for name, value in trace.headers().items()]
         topic, partition = kafka_topic(self.namespace, spec), partition_for(key, spec.partitions)
         try:
             await self._known_partition(spec, topic, partition)

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from .api import RawMessage, StartAt
+from .trace_context import carried
 
 
 def record_key(cluster: str, key: str) -> str:
@@ -43,6 +44,7 @@ def raw_message(record, *, deliveries: int, ack, nak, highwater: int | None = No
         nak=nak,
         pending=None if highwater is None else max(highwater - record.offset - 1, 0),
         stored_at=None if record.timestamp is None else datetime.fromtimestamp(record.timestamp / 1000, timezone.utc),
+        trace=carried(record.headers) if record.headers else None,
     )
 
 

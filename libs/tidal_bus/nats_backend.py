@@ -33,6 +33,7 @@ from .nats_reader import read_stream
 from .nats_refusals import AUTH_FAILURE, Refusals, credentials_hint
 from .nats_streams import same_stream_config, stream_config
 from .subjects import decode_token, nats_stream_name, nats_subject
+from .trace_context import TraceContext, carried
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +190,8 @@ class NatsBackend(Backend):
             pass
         self._known_streams.discard(name)
 
-    async def publish(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str) -> int:
+    async def publish(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
+                      trace: TraceContext | None = None) -> int:
         await self.ensure_stream(spec)
         subject = nats_subject(self.namespace, spec, cluster, partition_for(key, spec.partitions), key)
         # The server drops a second message with the same id within its window
@@ -197,6 +199,8 @@ class NatsBackend(Backend):
         # streams node agents write do without it (see StreamSpec.written_by_nodes).
         scoped = dedupe_key(cluster, key, msg_id) if msg_id and not spec.written_by_nodes else ""
         headers = {"Nats-Msg-Id": scoped} if scoped else None
+        if trace is not None:
+            headers = {**(headers or {}), **trace.headers()}
         if self._nc is not None:
             # Over max_payload (headers count) the server closes the connection,
             # and every retry would close it again: refuse the message here.
@@ -268,6 +272,7 @@ class NatsBackend(Backend):
             pending=meta.num_pending,
             stored_at=meta.timestamp,
             cluster=decode_token(tokens[-3]),
+            trace=carried(msg.headers.items()) if msg.headers else None,
         )
 
     @staticmethod

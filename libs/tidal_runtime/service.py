@@ -25,6 +25,7 @@ from .http import HealthServer
 from .logs import configure_logging
 from .metrics import ServiceMetrics
 from .settings import ServiceSettings
+from .tracing_setup import TracingConfigError, configure_tracing
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,11 @@ def run_service(service_class: type[Service], settings: ServiceSettings | None =
     settings = settings or service_class.settings_class()
     configure_logging(service_class.name, settings.log_level)
     log = logging.getLogger(f"tidal.{service_class.name}")
+    try:
+        provider = configure_tracing(service_class.name)
+    except TracingConfigError as exc:
+        log.error("service %s cannot start: %s", service_class.name, exc)
+        return 2
 
     async def main() -> None:
         service = service_class(settings)
@@ -195,6 +201,9 @@ def run_service(service_class: type[Service], settings: ServiceSettings | None =
     except Exception as exc:  # the service failed: say why on one line, exit non-zero
         log.error("service %s failed: %s", service_class.name, _describe(exc), exc_info=exc)
         return 1
+    finally:
+        if provider is not None:
+            provider.shutdown()  # sends the spans still batched
     return 0
 
 

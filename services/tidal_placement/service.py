@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tidal_bus import Delivery
+from tidal_bus.trace_context import TraceContext
+from tidal_bus.tracing import current_trace
 from tidal_schemas import BindResult, PlacementDecision, PodLifecycle, TenantUsage
 from tidal_schemas.fence import fence_decision
 
@@ -50,6 +52,8 @@ class PlacementService(Service):
         self.clock = time.time
         self.reported: dict[tuple[str, str], TenantUsage] = {}  # (cluster, tenant) -> last tenant.usage
         self.scheduling = SchedulingMetrics(self.metrics.registry, lambda: self.clusters, lambda: self.active)
+        # a decision has no cause event: it continues the trace of its pod's pending event
+        self.pending_traces: dict[tuple[str, str], TraceContext | None] = {}
 
     # -- wiring ---------------------------------------------------------------
     def subscriptions(self) -> list[Subscription]:
@@ -93,6 +97,11 @@ class PlacementService(Service):
     async def apply(self, envelope: Any) -> None:
         cache, p, now = self.cluster(envelope.cluster), envelope.payload, self.clock()
         self._time(envelope)
+        if isinstance(p, PodLifecycle):
+            if p.phase == "pending" and not p.foreign:
+                self.pending_traces[envelope.cluster, p.event_key()] = current_trace()
+            else:
+                self.pending_traces.pop((envelope.cluster, p.event_key()), None)
         if not isinstance(p, PlacementDecision):
             if cache.apply(p, now):
                 self.wake.set()
@@ -163,7 +172,7 @@ class PlacementService(Service):
             if decision.outcome == "placed":
                 self.decisions += 1
                 self.scheduling.decisions.labels(name, strategy.name).inc()
-            await self.publish(decision, cluster=name)
+            await self.publish(decision, cluster=name, trace=self.pending_traces.get((name, decision.event_key())))
             if name not in self.active:  # deposed while publishing: the new leader decides the rest
                 return
 
