@@ -15,12 +15,14 @@ raises and the service retries the action.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tidal_bus import HandlerError
 from tidal_schemas import NodeAction
 
-from .errors import KubeStatusError
+from .errors import BridgeError, KubeStatusError, unavailable
 from .kube import Kube
 from .nodes import with_taint, without_taint
 from .objects import eviction_body, taints_patch
@@ -109,3 +111,21 @@ class Actuator:
                 raise
             return ActionOutcome("failed", f"eviction of {ns}/{name}: {exc}")
         return ActionOutcome("done", f"evicted {ns}/{name}")
+
+
+async def carry_out(run: Callable[[NodeAction], Awaitable[ActionOutcome]], action: NodeAction, age_s: float,
+                    max_age_s: float, attempt: int, limit: int) -> ActionOutcome:
+    """What became of `action`: skipped when a dry run or older than
+    `max_age_s`, else `run`'s outcome; a retriable failure raises for a
+    later delivery while `attempt` < `limit`."""
+    if action.dry_run:
+        return ActionOutcome("skipped", "dry run: not executed")
+    if age_s > max_age_s:
+        return ActionOutcome("skipped", f"stale: issued {age_s:.0f}s ago (limit {max_age_s:.0f}s)")
+    try:
+        outcome = await run(action)
+    except BridgeError as exc:
+        outcome = ActionOutcome("failed", unavailable(exc, attempt, limit))
+    if outcome.retry and attempt < limit:
+        raise HandlerError(outcome.reason, retriable=True)
+    return outcome

@@ -3,6 +3,8 @@ retriable ones into a later retry and the rest into a failed result."""
 
 from __future__ import annotations
 
+from tidal_bus import HandlerError
+
 RETRIABLE_CODES = frozenset({429, 500, 502, 503, 504})
 
 
@@ -39,3 +41,11 @@ class KubeStatusError(BridgeError):
 
 class WatchExpired(BridgeError):
     """410 Gone: the resourceVersion asked for is older than the server keeps."""
+
+
+def unavailable(exc: BridgeError, attempt: int, limit: int) -> str:
+    """Retry later while deliveries are left (raises a retriable
+    HandlerError); else the reason the call failed for good."""
+    if exc.retriable and attempt < limit:
+        raise HandlerError(f"API server: {exc}", retriable=True) from exc
+    return f"API server failed after {attempt} attempt(s): {exc}"

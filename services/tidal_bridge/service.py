@@ -43,15 +43,15 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from tidal_bus import Delivery, HandlerError, RetryPolicy, StartAt
+from tidal_bus import Delivery, RetryPolicy, StartAt
 from tidal_schemas.fence import DecisionFence
 from tidal_runtime import Service, Subscription
 from tidal_schemas import (ActionResult, BindResult, Envelope, NodeTopology, PlacementDecision, PodLifecycle,
                            derived_id)
 
-from .actuator import ActionOutcome, Actuator
+from .actuator import Actuator, carry_out
 from .binder import Binder, BindOutcome
-from .errors import BridgeError, KubeStatusError
+from .errors import BridgeError, KubeStatusError, unavailable
 from .event_budget import EventBudget
 from .kube import Kube
 from .nodes import node_topology
@@ -221,12 +221,6 @@ class BridgeService(Service):
             return False
         return True
 
-    def _unavailable(self, exc: BridgeError, delivery: Delivery, limit: int) -> str:
-        """Retry later while deliveries are left (raises); else the failure reason."""
-        if exc.retriable and delivery.attempt < limit:
-            raise HandlerError(f"API server: {exc}", retriable=True) from exc
-        return f"API server failed after {delivery.attempt} attempt(s): {exc}"
-
     async def on_decision(self, envelope: Envelope[Any], delivery: Delivery) -> None:
         decision = envelope.payload
         counts = self.fence.admit(decision)  # in log order, replayed or not: see tidal_schemas.fence
@@ -241,7 +235,7 @@ class BridgeService(Service):
         try:
             outcome = await self.binder.bind(decision)
         except BridgeError as exc:
-            outcome = BindOutcome(False, self._unavailable(exc, delivery, self.settings.api_attempts))
+            outcome = BindOutcome(False, unavailable(exc, delivery.attempt, self.settings.api_attempts))
         await self.publish(BindResult(decision_id=decision.decision_id, namespace=decision.namespace,
                                       name=decision.name, node=decision.node, ok=outcome.ok, reason=outcome.reason),
                            cause=envelope, delivery=delivery)
@@ -272,7 +266,7 @@ class BridgeService(Service):
                 self.log.info("allocatable of node %s not written: node is gone", allocatable.node)
                 return
             self.log.warning("allocatable of node %s not written: %s",
-                             allocatable.node, self._unavailable(exc, delivery, self.settings.api_attempts))
+                             allocatable.node, unavailable(exc, delivery.attempt, self.settings.api_attempts))
 
     async def on_action(self, envelope: Envelope[Any], delivery: Delivery) -> None:
         """Taints and untaints, in order per node."""
@@ -288,19 +282,8 @@ class BridgeService(Service):
             await self._act(envelope, delivery, self.actuator.evict, self.settings.evict_attempts)
 
     async def _act(self, envelope: Envelope[Any], delivery: Delivery, run, limit: int) -> None:
-        action = envelope.payload
-        age, limit_s = (datetime.now(timezone.utc) - envelope.time).total_seconds(), self.settings.max_event_age_s
-        if action.dry_run:
-            outcome = ActionOutcome("skipped", "dry run: not executed")
-        elif age > limit_s:
-            outcome = ActionOutcome("skipped", f"stale: issued {age:.0f}s ago (limit {limit_s:.0f}s)")
-        else:
-            try:
-                outcome = await run(action)
-            except BridgeError as exc:
-                outcome = ActionOutcome("failed", self._unavailable(exc, delivery, limit))
-            if outcome.retry and delivery.attempt < limit:
-                raise HandlerError(outcome.reason, retriable=True)
+        action, age = envelope.payload, (datetime.now(timezone.utc) - envelope.time).total_seconds()
+        outcome = await carry_out(run, action, age, self.settings.max_event_age_s, delivery.attempt, limit)
         await self.publish(ActionResult(action_id=action.action_id, node=action.node, kind=action.kind,
                                         pod=action.pod, status=outcome.status, reason=outcome.reason),
                            cause=envelope, delivery=delivery)
