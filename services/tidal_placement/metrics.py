@@ -10,10 +10,11 @@ summing over replicas counts each cluster once."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
-from tidal_schemas import resource_type
+from tidal_schemas import BindResult, PodLifecycle, resource_type
 
 from .cache import ClusterCache
 from .sched_metrics import PendingClock, gpu_use_by_model, pending_reason
@@ -40,18 +41,21 @@ class SchedulingMetrics:
         self.clock: dict[str, PendingClock] = {}
         registry.register(self)
 
-    def pending_seen(self, cluster: str, key: str, at: float) -> None:
-        self.clock.setdefault(cluster, PendingClock()).pending(key, at)
-
-    def pod_gone(self, cluster: str, key: str) -> None:
-        self.clock.setdefault(cluster, PendingClock()).forget(key)
-
-    def bound(self, cluster: str, key: str, at: float, count: bool) -> None:
-        """A good bind read at event time `at`; `count` False while catching
-        up (history re-read on a restart must not be counted again)."""
-        seconds = self.clock.setdefault(cluster, PendingClock()).bound(key, at)
-        if seconds is not None and count:
-            self.latency.labels(cluster).observe(seconds)
+    def observe(self, envelope: Any, counting: bool) -> None:
+        """Pending -> bound by event times, so a rebuild reads the same spans;
+        `counting` False while catching up (history re-read on a restart must
+        not be counted again)."""
+        p, at = envelope.payload, envelope.time.timestamp()
+        clock = self.clock.setdefault(envelope.cluster, PendingClock())
+        if isinstance(p, PodLifecycle):
+            if p.phase == "pending" and not p.foreign:
+                clock.pending(p.event_key(), at)
+            elif p.phase == "deleted":
+                clock.forget(p.event_key())
+        elif isinstance(p, BindResult) and p.ok:
+            seconds = clock.bound(p.event_key(), at)
+            if seconds is not None and counting:
+                self.latency.labels(envelope.cluster).observe(seconds)
 
     def collect(self):
         pending = GaugeMetricFamily("tidal_scheduler_pending_pods", "Pods waiting for a placement, by reason "

@@ -18,7 +18,7 @@ from typing import Any
 from tidal_bus import Delivery
 from tidal_bus.trace_context import TraceContext
 from tidal_bus.tracing import current_trace
-from tidal_schemas import BindResult, PlacementDecision, PodLifecycle, TenantUsage
+from tidal_schemas import PlacementDecision, PodLifecycle, TenantUsage
 from tidal_schemas.fence import fence_decision
 
 from tidal_runtime import Service, Subscription
@@ -96,7 +96,7 @@ class PlacementService(Service):
     # -- events (every replica) -------------------------------------------------
     async def apply(self, envelope: Any) -> None:
         cache, p, now = self.cluster(envelope.cluster), envelope.payload, self.clock()
-        self._time(envelope)
+        self.scheduling.observe(envelope, counting="bind.result" in self.caught_up)
         if isinstance(p, PodLifecycle):
             if p.phase == "pending" and not p.foreign:
                 self.pending_traces[envelope.cluster, p.event_key()] = current_trace()
@@ -110,17 +110,6 @@ class PlacementService(Service):
         if p.outcome == "fence":
             self.leadership.fence_read(envelope.cluster, p, admitted, self.bus.backend.member_id)
             self.wake.set()
-
-    def _time(self, envelope: Any) -> None:
-        # pending -> bound by event times, so a rebuild reads the same spans
-        p, at, cluster = envelope.payload, envelope.time.timestamp(), envelope.cluster
-        if isinstance(p, PodLifecycle):
-            if p.phase == "pending" and not p.foreign:
-                self.scheduling.pending_seen(cluster, p.event_key(), at)
-            elif p.phase == "deleted":
-                self.scheduling.pod_gone(cluster, p.event_key())
-        elif isinstance(p, BindResult) and p.ok:
-            self.scheduling.bound(cluster, p.event_key(), at, count="bind.result" in self.caught_up)
 
     async def on_leadership(self, gained: frozenset[int], lost: frozenset[int]) -> None:
         self.leadership.assigned(bool(gained), bool(lost), self.clock())
