@@ -5,12 +5,15 @@ It plays the world, never Tidal: the cluster's API server (`kube_api`,
 with the kubeconfig written to `settings.kubeconfig`), where it creates the
 nodes and, as they arrive, the pods users submit; the kubelets
 (`kubelet.py`), which admit bound pods, run them and delete finished ones;
-and the machines' node agents — `node.topology` of every node at start,
-`node.metrics` per node each tick (when its sample can have changed, or
-after `metrics_heartbeat_s`), `cpu.assignment` (`agents.py`) and the
-results of freeze / thaw / set-cpuset. The bridge, connected to the API
-server, is what publishes pod lifecycle events and bind results, and what
-carries out taints and evictions.
+and the machines — `node.topology` of every node at start, `node.metrics`
+per node each tick (when its sample can have changed, or after
+`metrics_heartbeat_s`), and their pod cgroups in memory. On every machine
+runs the node agent's own code (`agents.py`): it reads pod lifecycle
+events, decisions, bind results and actions, keeps its CPU books, writes
+the cgroup tree and publishes `cpu.assignment` and the results of freeze /
+thaw / set-cpuset. The bridge, connected to the API server, is what
+publishes pod lifecycle events and bind results, and what carries out
+taints and evictions.
 
 It also watches the pipeline for the report: `placement.decision` (a pod
 decided pending is settled), `bind.result`, `node.action` (who asked for
@@ -34,8 +37,8 @@ import numpy as np
 
 from tidal_bus import Delivery, StartAt
 from tidal_schemas import (
-    ActionResult, BindResult, CpuAssignment, Envelope, NodeAction, NodeAllocatable, NodeMetrics, Payload,
-    PlacementDecision, make_envelope,
+    ActionResult, BindResult, Envelope, NodeAction, NodeAllocatable, NodeMetrics, Payload, PlacementDecision,
+    PodLifecycle, make_envelope,
 )
 from tidal_schemas.decision_codec import write_decision
 
@@ -44,8 +47,9 @@ from tidal_runtime import Service, Subscription
 from .clock import SimClock
 from .frag_ledger import FragLedger
 from .kube_api import KubeApiServer, write_kubeconfig
+from .agents import NodeAgents
 from .kubelet import Kubelets
-from .model import AGENT_ACTIONS, ClusterModel
+from .model import ClusterModel
 from .pods import node_manifest, pod_manifest
 from .recorder import Recorder, TickSample
 from .sampling import node_is_static, sample_node
@@ -68,6 +72,8 @@ class SimulatorService(Service):
             workload = workload_from_settings(s)
         self.workload = workload
         self.model = ClusterModel(workload.nodes, workload.pods)
+        self.agents = NodeAgents((n.topology for n in workload.nodes), self.model.cgroups,
+                                 lambda payload, cause=None, delivery=None: self.emit(payload, cause=cause))
         self.clock = SimClock(s.start or datetime.now(timezone.utc).replace(microsecond=0),
                               s.tick_s or workload.tick_s, real_time=s.clock == "real-time")
         self.bind_rng = np.random.default_rng([s.seed, 1])
@@ -101,6 +107,7 @@ class SimulatorService(Service):
         group = f"simulator-{self.run_id}"
         common = dict(group=group, start=StartAt.at_time(self.started_at), replay_on_assign=False)
         return [Subscription("placement.decision", self.on_decision, **common),
+                Subscription("pod.lifecycle", self.on_pod, **common),
                 Subscription("bind.result", self.on_bind_result, **common),
                 Subscription("node.allocatable", self.on_allocatable, **common),
                 Subscription("node.action", self.on_action, **common),
@@ -116,6 +123,7 @@ class SimulatorService(Service):
 
         for consumer in self.consumers:  # decisions go to a group that starts at the latest event
             await consumer.ready.wait()
+        await self.caught_up()
         await run_timed(self, forever=self.clock.real_time)
         self.log.info("workload done at %.0f s of scenario time; still answering", self.clock.t_s)
         await asyncio.Event().wait()
@@ -145,6 +153,23 @@ class SimulatorService(Service):
                 await self._start_placed(spec)
         await self.publish_metrics(force=True)
 
+    async def caught_up(self, timeout_s: float = 60.0) -> bool:
+        """Wait until each node's agent has read of the pods running there
+        since the start (the bridge publishes them once it is connected),
+        so that it adopts their CPUs before any new decision; False (and a
+        warning) after `timeout_s`."""
+        placed = [(s.node, s.key) for s in self.workload.pods if s.node is not None]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            missing = [key for node, key in placed if not self.agents.knows(node, key)]
+            if not missing:
+                return True
+            if time.monotonic() > deadline:
+                self.log.warning("the node agents have not read of %d pod(s) running since the start, e.g. %s",
+                                 len(missing), missing[0])
+                return False
+            await asyncio.sleep(0.05)
+
     async def on_stop(self) -> None:
         await self.api.stop()
 
@@ -161,7 +186,10 @@ class SimulatorService(Service):
         self.api.create_pod(pod_manifest(pod, self.clock.now(), node=spec.node, phase="Running",
                                          annotations=write_decision(earlier)))
         self.record.happen(0.0, "placed", spec.node, spec.key, "running at start")
-        self.kubelets.assigned(spec.key, spec.node, self.model.pods[spec.key].assigned)
+        for numa in spec.pin_numa:  # pinned earlier: as a move by its node's agent
+            refused = await self.agents.pin(spec.node, spec.key, pod.uid, numa)
+            if refused:
+                raise ValueError(f"cannot pin pre-placed pod {spec.key} to NUMA node {numa}: {refused}")
 
     async def emit(self, payload: Payload, *, cause: Envelope[Any] | None = None,
                    discriminator: str = "") -> Envelope[Any]:
@@ -173,8 +201,15 @@ class SimulatorService(Service):
         return envelope
 
     # -- what the pipeline does ----------------------------------------------------
+    async def on_pod(self, envelope: Envelope[PodLifecycle], delivery: Delivery) -> None:
+        if envelope.cluster == self.settings.cluster:
+            self._touch()
+            await self.agents.on_pod(envelope.payload, cause=envelope)
+
     async def on_decision(self, envelope: Envelope[PlacementDecision], delivery: Delivery) -> None:
         decision, t = envelope.payload, self.clock.t_s
+        if envelope.cluster == self.settings.cluster:
+            await self.agents.on_decision(decision, cause=envelope)
         key = decision.event_key()
         pod = self.model.pods.get(key)
         if pod is None or (decision.uid and decision.uid != pod.request.uid):
@@ -191,6 +226,8 @@ class SimulatorService(Service):
 
     async def on_bind_result(self, envelope: Envelope[BindResult], delivery: Delivery) -> None:
         result = envelope.payload
+        if envelope.cluster == self.settings.cluster:
+            await self.agents.on_bind_result(result, cause=envelope)
         if result.event_key() not in self.model.pods:
             return
         self._touch()
@@ -213,26 +250,20 @@ class SimulatorService(Service):
             self.ledger.refresh(figures.node)
 
     async def on_action(self, envelope: Envelope[NodeAction], delivery: Delivery) -> None:
-        """Every action is counted; the node agent's kinds are carried out here
-        (the bridge carries out taints and evictions through the API server)."""
+        """Every action is counted; the node agent's kinds are carried out by
+        the node's agent (the bridge carries out taints and evictions through
+        the API server)."""
         action, t = envelope.payload, self.clock.t_s
         self._touch()
         by = action.requested_by or envelope.source
         self.record.actions[(by, action.kind)] += 1
         self._asked[(action.kind, action.node, action.pod)] = by
-        if action.kind not in AGENT_ACTIONS or action.node not in self.model.nodes:
+        if envelope.cluster != self.settings.cluster:
             return
-        status, reason = self.model.act(action)
-        await self.emit(ActionResult(action_id=action.action_id, node=action.node, kind=action.kind,
-                                     pod=action.pod, status=status, reason=reason), cause=envelope)
-        if status == "done":
+        result = await self.agents.on_action(action, cause=envelope)
+        if result is not None and result.status == "done":
             self.record.happen(t, action.kind, action.node, action.pod, action.reason[:160], by)
             self.changed(action.node)
-            pod = self.model.pods.get(action.pod or "")
-            if action.kind == "set-cpuset" and pod is not None and pod.assigned:  # as the agent announces a move
-                await self.emit(CpuAssignment(node=action.node, pod=pod.key, cpuset=list(pod.assigned),
-                                              numa_cpus=dict(pod.numa_cpus), decision_id=pod.decision_id or "",
-                                              reason=reason[:1024]), cause=envelope)
 
     async def on_action_result(self, envelope: Envelope[ActionResult], delivery: Delivery) -> None:
         result = envelope.payload
@@ -261,6 +292,7 @@ class SimulatorService(Service):
         t = self.clock.advance()
         self.kubelets.finish(self.model.due(t))
         await self.kubelets.idle.wait()
+        await self.agents.expire()
         await self.publish_metrics()
         return t
 
@@ -276,7 +308,7 @@ class SimulatorService(Service):
                    or t - self._sampled_at.get(node, -1e18) >= heartbeat)
             if not due:
                 continue
-            metrics = sample_node(self.model, node, t, now, interval, self.usage_rng)
+            metrics = sample_node(self.model, node, t, now, interval, self.usage_rng, self.agents.shared_pool(node))
             envelope = await self.emit(metrics)
             if self.settings.expect_allocatable:
                 self._awaiting_allocatable.add(envelope.id)
