@@ -18,6 +18,7 @@ import json
 import re
 import shutil
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -152,7 +153,9 @@ def build_plan(args: argparse.Namespace):
         # the protocol's thousands of nodes: sample a node when its pods change, not every tick
         metrics_heartbeat_s=3600.0 if args.arrive_only else None,
         expect_allocatable=not args.arrive_only and not args.bus and "oversell" in _services(args),
-        kubeconfig="" if args.bus else str(args.data_dir / "kubeconfig"))
+        # --bus: the run shares no stack folder, and runs side by side must not share a kubeconfig.
+        kubeconfig=str(Path(tempfile.mkdtemp(prefix="tidal-sim-")) / "kubeconfig") if args.bus
+        else str(args.data_dir / "kubeconfig"))
     return RunPlan(workload, settings, arrive_only=args.arrive_only, order=order, shapes=shapes,
                    reference=reference, progress_every=max(args.progress, 0), extra=extra)
 

@@ -26,7 +26,6 @@ futures tell it when a pod is running or was decided pending.
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -132,7 +131,7 @@ class SimulatorService(Service):
     def kubeconfig(self) -> str:
         """Where the kubeconfig of this cluster is (written at start)."""
         if not self._kubeconfig:
-            self._kubeconfig = self.settings.kubeconfig or str(Path(tempfile.mkdtemp(prefix="tidal-sim-")) / "kubeconfig")
+            self._kubeconfig = self.settings.kubeconfig or str(Path(self.settings.data_dir) / "kubeconfig")
         return self._kubeconfig
 
     async def on_start(self) -> None:
@@ -186,7 +185,7 @@ class SimulatorService(Service):
         self.api.create_pod(pod_manifest(pod, self.clock.now(), node=spec.node, phase="Running",
                                          annotations=write_decision(earlier)))
         self.record.happen(0.0, "placed", spec.node, spec.key, "running at start")
-        for numa in spec.pin_numa:  # pinned earlier: as a move by its node's agent
+        for numa in spec.pin_numa[:1]:  # pinned earlier: as a move by its node's agent (to one NUMA node)
             refused = await self.agents.pin(spec.node, spec.key, pod.uid, numa)
             if refused:
                 raise ValueError(f"cannot pin pre-placed pod {spec.key} to NUMA node {numa}: {refused}")
