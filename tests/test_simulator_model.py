@@ -246,18 +246,25 @@ def test_bundled_demo_is_what_its_script_writes_and_has_its_situations():
 
 
 # -- the simulator plays the cluster, never the bridge ------------------------------------
-def test_the_simulator_has_no_code_path_that_builds_pod_events_or_bind_results():
+def test_the_simulator_and_the_demo_have_no_code_path_that_builds_pod_events_or_bind_results():
     """Only the bridge publishes `pod.lifecycle` and `bind.result` in a simulated
-    run (the `replay_*` files re-publish a recording into a sandbox: not a run)."""
+    run or the demo (the `replay_*` files re-publish a recording into a
+    sandbox: not a run); the node agents' core decides which actions the
+    simulated machines carry out, the simulator does not."""
     from pathlib import Path
 
     from tidal_simulator.service import SimulatorService
 
-    root = Path(__file__).resolve().parents[1] / "services" / "tidal_simulator"
-    offending = [f"{path.relative_to(root)}:{n}" for path in sorted(root.rglob("*.py"))
+    services = Path(__file__).resolve().parents[1] / "services"
+    files = [*(services / "tidal_simulator").rglob("*.py"), services / "tidal_cli" / "demo_cmd.py",
+             services / "tidal_cli" / "sample.py"]
+    assert all(path.is_file() for path in files)
+    offending = [f"{path.relative_to(services)}:{n}" for path in sorted(files)
                  if not path.name.startswith("replay_")
                  for n, line in enumerate(path.read_text().splitlines(), 1)
                  if any(word in line for word in ("PodLifecycle(", "BindResult(", "PodLifecycle.model_",
-                                                  "BindResult.model_"))]
+                                                  "BindResult.model_", "ActionResult(", "bus.publish(",
+                                                  "publish_envelope(PodLifecycle", "freeze_pod", "thaw_pod"))
+                 and not (path.name == "cgroup_tree.py" and "def " in line)]
     assert offending == []
     assert not {"pod.lifecycle", "bind.result"} & set(SimulatorService.produces)

@@ -131,7 +131,7 @@ expect:
     held = sim.agents.held("n1", "t/db")
     assert len(held) == 3 and sim.model.cgroups["n1"].pod_cpuset(sim.model.pods["t/db"].request.uid) == list(held)
     assert pinning_problems(sim) == []
-    assert result.report["node_agents"]["audit_violations_peak"] == dict.fromkeys(KINDS, 0)
+    assert result.report["node_agents"]["audit_violations"] == dict.fromkeys(KINDS, 0)
     async with make_bus(nats_server.url, namespace, cluster="sim") as bus:
         result_events = [e async for _, e in bus.read("bind.result", StartAt.earliest())]
         lifecycle_events = [e async for _, e in bus.read("pod.lifecycle", StartAt.earliest())]

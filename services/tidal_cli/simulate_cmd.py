@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     if result.violations:
         print(f"tidal: {result.violations} invariant violation(s); `tidal audit` lists them", file=sys.stderr)
         return 1
-    found = result.report["node_agents"]["audit_violations_peak"]
+    found = result.report["node_agents"]["audit_violations"]
     if any(found.values()):
         print(f"tidal: the simulated nodes' agents found violations in their own audits: {found}", file=sys.stderr)
         return 1
@@ -320,7 +320,7 @@ def summary(report: dict, seconds: float) -> str:
     lines += [f"  {line}" for line in report["invariants"]["lines"][:10]]
     agents = report.get("node_agents")
     if agents:
-        lines.append(f"node agents: audit violations {sum(agents['audit_violations_peak'].values())}, cgroup writes "
+        lines.append(f"node agents: audit violations {sum(agents['audit_violations'].values())}, cgroup writes "
                      + (", ".join(f"{k} {n}" for k, n in agents["cgroup_writes"].items()) or "none"))
     for e in report["expectations"]:
         lines.append(f"  [{'ok' if e['ok'] else 'FAIL'}] {e['expect']} — {e['seen']}")
