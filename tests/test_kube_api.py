@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from test_simulator_support import double, waits_for_nodes
+from sim_placement import placement as real_placement, waits_for_nodes
 from tidal_cli import simulate_cmd
 from tidal_simulator.kube_api import KubeApiServer, write_kubeconfig
 from tidal_simulator.run import simulate
@@ -105,7 +105,7 @@ pods:
 """)
     plan = simulate_cmd.build_plan(parse("--scenario", str(scenario), "--bus", nats_server.url,
                                          "--namespace", namespace))
-    placement = double(nats_server.url, namespace)
+    placement = real_placement(nats_server.url, namespace)
     seen: dict[str, subprocess.CompletedProcess] = {}
 
     async def warmup(sim) -> None:

@@ -3,8 +3,8 @@ real bridge between the simulated cluster's API server and the bus): the
 arrive-only protocol on the small openb sample, bind-failure injection and
 rollback, scenario expectations (met and not met) with the real remediation
 service, the CLI's one-line error for a bad scenario, and the HTML report
-in headless Chromium. Placement is the contract double of
-`test_simulator_support.py`."""
+in headless Chromium. Placement is the real service, in this process
+(`sim_placement.py`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 
 from conftest import ROOT, make_bus
 from sim_checks import pinning_problems
-from test_simulator_support import double, waits_for_nodes
+from sim_placement import placement as real_placement, waits_for_nodes
 from tidal_bus import StartAt
 from tidal_cli import main as cli
 from tidal_cli import simulate_cmd
@@ -63,7 +63,7 @@ async def arrive_only_run(nats_server, tmp_path_factory):
     args = parse("--nodes", str(SAMPLE / "node_list.csv"), "--pods", str(SAMPLE / "pod_list.csv"), "--arrive-only",
                  "--inflate", "1.3", "--seed", "7", "--bus", nats_server.url, "--namespace", namespace)
     plan = simulate_cmd.build_plan(args)
-    placement = double(nats_server.url, namespace)
+    placement = real_placement(nats_server.url, namespace)
     return plan, await run_with([placement], plan, waits_for_nodes(placement, len(plan.workload.nodes)))
 
 
@@ -119,12 +119,11 @@ expect:
     args = parse("--scenario", str(scenario), "--bind-failure-rate", "0.5", "--seed", "5", "--bus", nats_server.url,
                  "--namespace", namespace)
     plan = simulate_cmd.build_plan(args)
-    placement = double(nats_server.url, namespace)
+    placement = real_placement(nats_server.url, namespace)
     sims = []
     result = await run_with([placement], plan, keeping(sims, waits_for_nodes(placement, 1)))
     binds = result.report["pods"]["bind_results"]
     assert binds["failed"] >= 1 and binds["ok"] == 5
-    assert placement.rolled_back == binds["failed"]
     assert result.failed_expectations == 0 and result.report["pods"]["running"] == 5
     # the node's agent pinned the exclusive pod to the CPUs it holds, and every other pod off them
     sim = sims[0]
@@ -142,6 +141,10 @@ expect:
     assert failed and all("injected bind failure" in r.reason for r in failed)
     first_failed = failed[0].event_key()
     assert any(r.ok and r.event_key() == first_failed for r in results), "placed after its failed bind"
+    # every failed bind was rolled back and the pod decided again: one placed decision per bind
+    async with make_bus(nats_server.url, namespace, cluster="sim") as bus:
+        decisions = [e.payload async for _, e in bus.read("placement.decision", StartAt.earliest())]
+    assert sum(1 for d in decisions if d.outcome == "placed") == binds["ok"] + binds["failed"]
     running = [p for p in lifecycle if p.phase == "running" and p.name.startswith("train")]
     assert sorted(p.event_key() for p in running) == [f"t/train-{i}" for i in range(4)]
     # what each pod holds is what its decision wrote on it, read back by the bridge
@@ -173,7 +176,7 @@ async def test_scenario_expectations_met_and_not_met(nats_server, namespace, tmp
     scenario.write_text(HOTSPOT)
     args = parse("--scenario", str(scenario), "--bus", nats_server.url, "--namespace", namespace)
     plan = simulate_cmd.build_plan(args)
-    placement = double(nats_server.url, namespace)
+    placement = real_placement(nats_server.url, namespace)
     remediation = RemediationService(RemediationSettings(bus_url=nats_server.url, namespace=namespace, cluster="sim",
                                                          http_port=0, http_host="127.0.0.1"))
     sims = []
