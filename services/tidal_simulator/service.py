@@ -39,18 +39,18 @@ from tidal_schemas import (
     ActionResult, BindResult, Envelope, NodeAction, NodeAllocatable, NodeMetrics, Payload, PlacementDecision,
     PodLifecycle, make_envelope,
 )
-from tidal_schemas.decision_codec import write_decision
 
 from tidal_runtime import Service, Subscription
 
+from .agents import NodeAgents
+from .before_start import caught_up, start_placed
 from .clock import SimClock
 from .frag_ledger import FragLedger
 from .kube_api import KubeApiServer, write_kubeconfig
-from .agents import NodeAgents
 from .kubelet import Kubelets
 from .model import ClusterModel
 from .pods import node_manifest, pod_manifest
-from .recorder import Recorder, TickSample
+from .recorder import Recorder, TickSample, tick_sample
 from .sampling import node_is_static, sample_node
 from .settings import SimulatorSettings
 from .workload import Workload
@@ -149,46 +149,15 @@ class SimulatorService(Service):
             await self.emit(tenant)
         for spec in self.workload.pods:
             if spec.node is not None:
-                await self._start_placed(spec)
+                await start_placed(self, spec)
         await self.publish_metrics(force=True)
 
     async def caught_up(self, timeout_s: float = 60.0) -> bool:
-        """Wait until each node's agent has read of the pods running there
-        since the start (the bridge publishes them once it is connected),
-        so that it adopts their CPUs before any new decision; False (and a
-        warning) after `timeout_s`."""
-        placed = [(s.node, s.key) for s in self.workload.pods if s.node is not None]
-        deadline = time.monotonic() + timeout_s
-        while True:
-            missing = [key for node, key in placed if not self.agents.knows(node, key)]
-            if not missing:
-                return True
-            if time.monotonic() > deadline:
-                self.log.warning("the node agents have not read of %d pod(s) running since the start, e.g. %s",
-                                 len(missing), missing[0])
-                return False
-            await asyncio.sleep(0.05)
+        """Whether the node agents read of the pods running since the start (`before_start.caught_up`)."""
+        return await caught_up(self, timeout_s)
 
     async def on_stop(self) -> None:
         await self.api.stop()
-
-    async def _start_placed(self, spec) -> None:
-        """A pod running since before the start: placed earlier, so its
-        decision is written on it as the bridge wrote it then."""
-        numa_cpus, gpus, problem = self.model.place(spec.key, spec.node, self.clock.now(), 0.0)
-        if problem:
-            raise ValueError(f"cannot start pre-placed pod: {problem}")
-        pod = spec.pod
-        earlier = PlacementDecision(decision_id=f"before-start-{pod.uid[:8]}", namespace=pod.namespace,
-                                    name=pod.name, uid=pod.uid, outcome="placed", node=spec.node,
-                                    numa_cpus=numa_cpus, gpus=list(gpus))
-        self.api.create_pod(pod_manifest(pod, self.clock.now(), node=spec.node, phase="Running",
-                                         annotations=write_decision(earlier)))
-        self.record.happen(0.0, "placed", spec.node, spec.key, "running at start")
-        for numa in spec.pin_numa[:1]:  # pinned earlier: as a move by its node's agent (to one NUMA node)
-            refused = await self.agents.pin(spec.node, spec.key, pod.uid, numa)
-            if refused:
-                raise ValueError(f"cannot pin pre-placed pod {spec.key} to NUMA node {numa}: {refused}")
 
     async def emit(self, payload: Payload, *, cause: Envelope[Any] | None = None,
                    discriminator: str = "") -> Envelope[Any]:
@@ -318,21 +287,7 @@ class SimulatorService(Service):
 
     def sample_tick(self) -> TickSample:
         """What the report keeps of this moment."""
-        usage: dict[str, dict[str, float]] = {}
-        cpu_requested = 0
-        for pod in self.model.pods.values():
-            if pod.phase != "running":
-                continue
-            held = usage.setdefault(pod.request.tenant, {})
-            held["cpu"] = held.get("cpu", 0.0) + pod.request.requests.cpu_milli
-            held["memory"] = held.get("memory", 0.0) + pod.request.requests.memory_mib
-            for share in pod.gpus:  # by model, and all models together
-                held[share.model or "gpu"] = held.get(share.model or "gpu", 0.0) + share.milli
-                held["gpu"] = held.get("gpu", 0.0) + share.milli
-            cpu_requested += pod.request.requests.cpu_milli
-        loads = {n: dict(m.numa_load) for n, m in self.last_metrics.items() if m.numa_load}
-        used = sum(m.cpu_used_milli for m in self.last_metrics.values())
-        sample = TickSample(self.clock.t_s, loads, used, cpu_requested, usage)
+        sample = tick_sample(self.model, self.last_metrics, self.clock.t_s)
         self.record.ticks.append(sample)
         return sample
 
