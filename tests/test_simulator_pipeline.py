@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, make_bus
+from conftest import ROOT, make_bus, wait_until
 from sim_checks import pinning_problems
 from sim_placement import placement as real_placement, waits_for_nodes
 from tidal_bus import StartAt
+from tidal_schemas import TenantConfig
 from tidal_cli import main as cli
 from tidal_cli import simulate_cmd
 from tidal_simulator.openb import read_nodes, read_pods
@@ -150,6 +151,42 @@ expect:
     # what each pod holds is what its decision wrote on it, read back by the bridge
     assert all(len(p.gpus) == 1 and p.gpus[0].milli == 500 for p in running)
     assert result.violations == 0
+
+
+async def test_the_node_agents_follow_a_placement_leader_fenced_before_the_simulation_started(nats_server, namespace,
+                                                                                              tmp_path):
+    scenario = tmp_path / "late.yaml"
+    scenario.write_text("""
+name: late
+tick_s: 10
+duration_s: 10
+nodes: [{name: n1, numa_cpus: [4, 4]}]
+pods: [{name: db, tenant: t, cpu_milli: 2000, exclusive_cpus: true}]
+""")
+    placement = real_placement(nats_server.url, namespace)
+    task = asyncio.create_task(placement.run())
+    try:
+        async with make_bus(nats_server.url, namespace, cluster="sim") as bus:  # placement learns of the cluster
+            await bus.publish(TenantConfig(tenant="t"))
+            await wait_until(lambda: "sim" in placement.active, timeout=30, what="placement fenced the cluster")
+            fences = [e async for _, e in bus.read("placement.decision", StartAt.earliest())]
+        assert [e.payload.outcome for e in fences] == ["fence"]
+        await asyncio.sleep(1.5)  # older than what the simulator follows from its start (1 s before it)
+        plan = simulate_cmd.build_plan(parse("--scenario", str(scenario), "--bus", nats_server.url,
+                                             "--namespace", namespace))
+        sims = []
+        result = await asyncio.wait_for(simulate(plan, warmup=keeping(sims, waits_for_nodes(placement, 1)),
+                                                 progress=lambda line: None), 60)
+    finally:
+        placement.stop()
+        await asyncio.gather(task, return_exceptions=True)
+    assert result.report["pods"]["running"] == 1 and result.violations == 0
+    held = sims[0].agents.held("n1", "t/db")
+    assert len(held) == 2 and pinning_problems(sims[0]) == []
+    async with make_bus(nats_server.url, namespace, cluster="sim") as bus:
+        given = [e.payload async for _, e in bus.read("cpu.assignment", StartAt.earliest())]
+    # claimed when the agent read the leader's decision (one that counts), not adopted later from the bound pod
+    assert [(a.pod, a.reason.split()[0]) for a in given] == [("t/db", "decision")], given
 
 
 HOTSPOT = """

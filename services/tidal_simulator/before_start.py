@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from tidal_schemas import PlacementDecision
+from tidal_bus import StartAt
+from tidal_schemas import PlacementDecision, SchemaError
 from tidal_schemas.decision_codec import write_decision
 
 from .pods import pod_manifest
@@ -32,6 +33,17 @@ async def start_placed(sim, spec) -> None:
         refused = await sim.agents.pin(spec.node, spec.key, pod.uid, numa)
         if refused:
             raise ValueError(f"cannot pin pre-placed pod {spec.key} to NUMA node {numa}: {refused}")
+
+
+async def read_fences(sim) -> None:
+    """Give the node agents placement's fences of this cluster from before
+    the start (an agent reads the decision log from its beginning; the
+    simulator follows it from its start): without the latest, an agent
+    would take every decision of the current leader for a deposed one's."""
+    async for _, event in sim.bus.read("placement.decision", StartAt.earliest()):
+        if not isinstance(event, SchemaError) and event.cluster == sim.settings.cluster \
+                and event.payload.outcome == "fence":
+            await sim.agents.on_decision(event.payload)
 
 
 async def caught_up(sim, timeout_s: float = 60.0) -> bool:

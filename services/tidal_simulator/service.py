@@ -43,7 +43,7 @@ from tidal_schemas import (
 from tidal_runtime import Service, Subscription
 
 from .agents import NodeAgents
-from .before_start import caught_up, start_placed
+from .before_start import caught_up, read_fences, start_placed
 from .clock import SimClock
 from .frag_ledger import FragLedger
 from .kube_api import KubeApiServer, write_kubeconfig
@@ -139,6 +139,7 @@ class SimulatorService(Service):
         the pods already running, the machines' inventories, the tenants, and
         a first usage sample of every node."""
         s = self.settings
+        await read_fences(self)
         await self.api.start(s.kube_api_host, s.kube_api_port)
         write_kubeconfig(self.kubeconfig, self.api.url, f"simulator-{s.cluster}")
         self.log.info("API server at %s (kubeconfig %s)", self.api.url, self.kubeconfig)
