@@ -126,6 +126,15 @@ CASES = {
                                                    status="refused", reason="PDB"),
          action("evict", "lo", "e3"), action("freeze", "be", "f1", by="remediation")],
     ),
+    "ineligible-action/moves": (
+        # a move asked again while the first is unanswered
+        [pod("ls", qos="LS"), usage(("ls", "LS", 100)), action("set-cpuset", "ls", "m1", by="remediation"),
+         action("set-cpuset", "ls", "m2", by="remediation")],
+        # a move carried out, then another one (its target got hot in turn): each decided once
+        [pod("ls", qos="LS"), usage(("ls", "LS", 100)), action("set-cpuset", "ls", "m1", by="remediation"),
+         ActionResult(action_id="m1", node="n1", kind="set-cpuset", pod="t/ls", status="done", reason="moved"),
+         action("set-cpuset", "ls", "m2", by="remediation")],
+    ),
     "bind-not-rolled-back": (
         [placed("p", "d1"), bound("p", "d1", ok=False), pod("p", "bound", decision="d1")],
         [placed("p", "d1"), bound("p", "d1", ok=False), placed("p", "d2"), pod("p", "bound", decision="d2")],

@@ -39,6 +39,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, make_bus
+from sim_checks import pinning_problems
 from tidal_bus import StartAt
 from tidal_bus.subjects import encode_durable, nats_stream_name
 from tidal_cli import simulate_cmd
@@ -46,6 +47,7 @@ from tidal_cli.stack import Stack
 from tidal_schemas.fence import DecisionFence
 from tidal_schemas.streams import STREAMS, stream
 from tidal_simulator.run import simulate
+from tidal_topology.audit import KINDS
 
 SCENARIO = ROOT / "tests" / "fixtures" / "faults" / "scenario.yaml"
 SERVICES = ["placement", "scoring", "oversell", "remediation"]
@@ -263,8 +265,10 @@ def assert_same_end(run: Run, baseline: Run) -> None:
 def final_state(run: Run) -> dict:
     """Where every pod is and what it holds, taints, and every action carried out."""
     model = run.sim.model
-    pods = {key: (p.phase, p.node, tuple(sorted(p.numa_cpus.items())), tuple(p.assigned),
-                  tuple(sorted((g.gpu, g.milli) for g in p.gpus)), p.frozen)
+    agents = run.sim.agents
+    pods = {key: (p.phase, p.node, tuple(sorted(p.numa_cpus.items())),
+                  agents.held(p.node, key) if p.phase == "running" else (),
+                  tuple(sorted((g.gpu, g.milli) for g in p.gpus)), model.frozen(p))
             for key, p in sorted(model.pods.items())}
     done = sorted((h.kind, h.node, h.pod) for h in run.sim.record.timeline
                   if h.kind in ("taint", "untaint", "evict", "freeze", "thaw", "set-cpuset", "placed", "deleted"))
@@ -290,9 +294,12 @@ def check_invariants(run: Run) -> None:
     cpus, gpus = Counter(), Counter()
     for p in model.pods.values():
         if p.phase == "running":
-            cpus.update((p.node, c) for c in p.assigned)
+            cpus.update((p.node, c) for c in run.sim.agents.held(p.node, p.key))
             gpus.update({(p.node, g.gpu): g.milli for g in p.gpus})
     assert not cpus or max(cpus.values()) == 1, cpus
+    # the machines as the node agents left them: exclusive pods pinned, shared ones kept off their CPUs
+    assert pinning_problems(run.sim) == []
+    assert run.report["node_agents"]["audit_violations"] == dict.fromkeys(KINDS, 0)
     assert not gpus or max(gpus.values()) <= 1000, gpus
     # each eviction and freeze decided once (an unanswered action sent again keeps its action id)
     decided: dict[tuple, set[str]] = {}

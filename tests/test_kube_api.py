@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from test_simulator_support import double, waits_for_nodes
+from sim_placement import placement as real_placement, waits_for_nodes
 from tidal_cli import simulate_cmd
 from tidal_simulator.kube_api import KubeApiServer, write_kubeconfig
 from tidal_simulator.run import simulate
@@ -105,7 +105,7 @@ pods:
 """)
     plan = simulate_cmd.build_plan(parse("--scenario", str(scenario), "--bus", nats_server.url,
                                          "--namespace", namespace))
-    placement = double(nats_server.url, namespace)
+    placement = real_placement(nats_server.url, namespace)
     seen: dict[str, subprocess.CompletedProcess] = {}
 
     async def warmup(sim) -> None:
@@ -139,3 +139,36 @@ pods:
     assert (rows["huge"][3], rows["huge"][node_at]) == ("Pending", "<none>")  # it fits nowhere
     assert seen["nodes"].returncode == 0 and {"cpu-a", "gpu-b"} <= set(seen["nodes"].stdout.split())
     assert result.violations == 0
+
+
+async def test_tidal_run_simulator_writes_its_kubeconfig_into_its_data_dir(nats_server, namespace, tmp_path):
+    """`tidal run simulator` (as in a container): the kubeconfig goes to
+    TIDAL_SIMULATOR_DATA_DIR (default .tidal/simulate), where the bridge and
+    kubectl find the cluster, unless TIDAL_SIMULATOR_KUBECONFIG names a file."""
+    import sys
+
+    import yaml
+
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if k != "TIDAL_SIMULATOR_KUBECONFIG"}
+    env.update(TIDAL_BUS_URL=nats_server.url, TIDAL_NAMESPACE=namespace, TIDAL_CLUSTER="sim",
+               TIDAL_SIMULATOR_DATA_DIR=str(data), TIDAL_SIMULATOR_SYNTHETIC="nodes=3,pods=1",
+               TIDAL_SIMULATOR_HTTP_PORT="0", TIDAL_SIMULATOR_HTTP_HOST="127.0.0.1")
+    with open(tmp_path / "simulator.log", "wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "tidal_cli.main", "run", "simulator"], env=env,
+                                   cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        config = data / "kubeconfig"
+        for _ in range(300):
+            if config.exists() or process.poll() is not None:
+                break
+            await asyncio.sleep(0.1)
+        assert config.exists(), (tmp_path / "simulator.log").read_text()[-2000:]
+        server = yaml.safe_load(config.read_text())["clusters"][0]["cluster"]["server"]
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{server}/api/v1/nodes") as response:
+                nodes = (await response.json())["items"]
+        assert len(nodes) == 3
+    finally:
+        process.terminate()
+        await asyncio.to_thread(process.wait, 30)

@@ -15,7 +15,7 @@ from tidal_remediation.hotspot import find_cold, find_hotspots, unsampled
 from tidal_remediation.memory import RemediationMemory
 from tidal_remediation.plan import plan_round
 from tidal_remediation.policy_settings import PolicySettings
-from tidal_remediation.state import NodeState, layout_of, node_state_from, numa_shares
+from tidal_remediation.state import NodeState, layout_of, node_state_from, numa_shares, told_exclusive
 from tidal_schemas import ActionResult, Cpu, NodeAction, NodeMetrics, NodeTopology, NumaNode, PodUsage, Resources
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
@@ -147,6 +147,25 @@ def test_nodes_of_the_same_hardware_share_one_layout():
     assert layout_of(topology(2, (0,))) is not layout_of(a)  # reserved CPUs are part of the layout
     assert dict(layout_of(a).numa_cpus) == {0: (0, 1, 2, 3), 1: (4, 5, 6, 7)}
     assert dict(layout_of(a).cores)[5] == 2
+    # whether the node agent offers (and so announces) the exclusive CPUs is part of it too
+    kubelet_owned = topology(2).model_copy(update={"exclusive_cpus": False})
+    assert layout_of(a).announced and not layout_of(kubelet_owned).announced
+
+
+@pytest.mark.parametrize("announced, offers, read_all, exclusive", [
+    (None, True, True, False),  # its agent announces every holding and announced none: none
+    (None, True, False, True),  # announcements not all read yet: the fallback rule (errs towards taken)
+    (None, False, True, True),  # kubelet may own the cpusets: the fallback rule
+    ({"ls"}, True, True, True),  # announced
+    (set(), True, True, False),  # announced, then released
+])
+def test_a_numa_pinned_shared_pod_is_exclusive_only_when_told_or_by_the_fallback_rule(announced, offers, read_all,
+                                                                                      exclusive):
+    # a shared pod pinned to NUMA 1's shared CPUs (4–7), alone there
+    layout = layout_of(topology(2).model_copy(update={"exclusive_cpus": offers}))
+    told = told_exclusive(announced, layout, read_all)
+    state = node_state_from(metrics([0.2, 0.9], [ls("ls", 1000, (4, 5, 6, 7))]), layout, told)
+    assert [p.exclusive for p in state.pods] == [exclusive]
 
 
 # the shared pool is every CPU (0-7, the node agent's), every non-reserved CPU (1-7) or a cpuset two pods hold

@@ -1,6 +1,7 @@
 """The simulator's pure parts: usage curves, pods as the bridge reads them,
-the cluster model (admission, the node agent's CPU books, actions), the
-usage sample, expectations, fairness and the synthetic generator —
+the cluster model (admission, start, deletion), expectations, fairness and
+the synthetic generator (the node agents in the loop and the usage sample:
+`test_simulator_agents.py`) —
 table-driven, expected arithmetic in comments."""
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ import pytest
 
 from tidal_simulator.topology_builder import make_topology
 from tidal_bridge.pods import pod_lifecycle
-from tidal_schemas import GpuAsk, GpuShare, NodeAction, Resources
+from tidal_schemas import GpuAsk, GpuShare, Resources
 from tidal_schemas.decision_codec import HeldDecision
 from tidal_simulator.expectations import CountExpectation, Happening, NodeExpectation, OrderExpectation, \
     PodExpectation, check
 from tidal_simulator.fairness import fairness, jain
 from tidal_simulator.model import ClusterModel
 from tidal_simulator.pods import pod_manifest, sim_pod
-from tidal_simulator.sampling import sample_node
 from tidal_simulator.synthetic import SyntheticSpec, generate, parse_spec
 from tidal_simulator.usage_curves import Constant, Diurnal, Spike, UsageSpec, fraction_at
 from tidal_simulator.workload import SimNode, SimPodSpec
@@ -93,7 +93,7 @@ def test_an_admitted_pod_runs_with_the_gpus_its_decision_names():
     model = cluster(spec("p", gpu=GpuAsk(count=1, milli=500)))
     held = decided(gpus=[("gpu1", 500)])
     assert model.admission("t/p", "n1", held) is None
-    assert model.start("t/p", "n1", held, T0, 5.0) == ((), "")
+    model.start("t/p", "n1", held, T0, 5.0)
     pod = model.pods["t/p"]
     assert (pod.phase, pod.node, pod.decision_id) == ("running", "n1", "d1")
     assert pod.gpus == (GpuShare(gpu="gpu1", milli=500, model="A100"),)
@@ -115,9 +115,9 @@ def test_an_admitted_pod_runs_with_the_gpus_its_decision_names():
 ])
 def test_admission_refusals_change_nothing(held, ask, node, given, reason):
     model = cluster(*held, ask)
-    before = (dict(model.gpu_used["n1"]), model.requested_on("n1"), model.shared_pool("n1"))
+    before = (dict(model.gpu_used["n1"]), model.requested_on("n1"), dict(model.cgroups["n1"].pods))
     assert reason in model.admission(ask.key, node, given)
-    assert (dict(model.gpu_used["n1"]), model.requested_on("n1"), model.shared_pool("n1")) == before
+    assert (dict(model.gpu_used["n1"]), model.requested_on("n1"), dict(model.cgroups["n1"].pods)) == before
     assert model.pods[ask.key].phase == "pending"
 
 
@@ -128,75 +128,19 @@ def test_admission_uses_the_oversold_allocatable():
     assert model.admission("t/p", "n1", None) is None
 
 
-def test_exclusive_cpus_come_from_the_decided_numa_node_and_leave_the_shared_pool():
-    model = cluster(spec("p", cpu=2000, exclusive=True))
-    cpus, problem = model.start("t/p", "n1", decided(numa_cpus={1: 2}), T0, 0)
-    assert problem == "" and set(cpus) <= {4, 5, 6, 7} and len(cpus) == 2  # NUMA 1 of a 4 + 4 layout
-    assert model.shared_pool("n1") == sorted(set(range(8)) - set(cpus))
-    assert model.delete("t/p") == cpus and model.shared_pool("n1") == list(range(8))
-
-
-def test_a_numa_node_without_room_refuses_the_start():
-    model = cluster(spec("a", cpu=4000, exclusive=True), spec("p", cpu=2000, exclusive=True))
-    assert model.start("t/a", "n1", decided(numa_cpus={1: 4}), T0, 0)[1] == ""
-    cpus, problem = model.start("t/p", "n1", decided(numa_cpus={1: 2}), T0, 0)
-    assert cpus == () and "cannot give exclusive CPUs" in problem and model.pods["t/p"].phase == "pending"
-
-
 def test_a_deleted_pod_frees_what_it_held_once():
     model = cluster(spec("p", gpu=GpuAsk(count=1), node="n1"))
     model.delete("t/p")
     assert model.gpu_used["n1"] == {} and model.running_on("n1") == [] and model.pods["t/p"].phase == "deleted"
-    assert model.delete("t/p") == ()
+    assert model.cgroups["n1"].pods == {}  # its cgroup went with it
+    model.delete("t/p")
+    assert model.gpu_used["n1"] == {}
 
 
 def test_pods_leave_when_their_run_time_is_over():
     timed = SimPodSpec(sim_pod("t", "job", cpu_milli=1000, memory_mib=1), duration_s=30.0, node="n1")
     model = cluster(timed)
     assert model.due(29.9) == [] and model.due(30.0) == ["t/job"]
-
-
-# -- the node agent's actions ----------------------------------------------------------
-def action(kind: str, pod: str | None = "t/p", node: str = "n1", **fields) -> NodeAction:
-    defaults = {"taint_key": "k"} if kind in ("taint", "untaint") else {}
-    if kind == "set-cpuset":
-        defaults["cpuset"] = [0, 1]
-    return NodeAction(action_id=f"a-{kind}", node=node, kind=kind, pod=pod if kind not in ("taint", "untaint")
-                      else None, reason="test", **{**defaults, **fields})
-
-
-@pytest.mark.parametrize("act, status", [
-    (action("freeze"), "done"), (action("thaw"), "done"), (action("set-cpuset"), "done"),
-    (action("freeze", pod="t/nobody"), "unknown-pod"),
-    (action("freeze", node="n2"), "refused"),  # the pod runs on n1
-    (action("set-cpuset", cpuset=[0, 99]), "refused"),  # CPU 99 is not on n1
-    (action("freeze", dry_run=True), "skipped"),
-    (action("freeze", node="n9"), "failed"),
-])
-def test_every_agent_action_is_answered(act, status):
-    n2 = SimNode(make_topology("n2", (4,)))
-    model = cluster(spec("p", gpu=GpuAsk(count=1), node="n1"), extra_nodes=[n2])
-    assert model.act(act)[0] == status
-
-
-def test_a_move_goes_through_the_agents_books():
-    # two exclusive CPUs on NUMA 0 (CPUs 0-3 of a 4 + 4 layout) moved to NUMA 1 by the agent's own `books.move`
-    model = cluster(spec("p", cpu=2000, exclusive=True), spec("q", cpu=4000, exclusive=True), spec("s"))
-    model.start("t/p", "n1", decided(numa_cpus={0: 2}), T0, 0)
-    model.start("t/s", "n1", None, T0, 0)
-    move = action("set-cpuset", cpuset=[], target_numa=1, cpu_count=2)
-    assert model.act(move)[0] == "done"
-    p = model.pods["t/p"]
-    assert set(p.assigned) <= {4, 5, 6, 7} and p.numa_cpus == {1: 2}
-    # the next exclusive pod never gets the moved pod's CPUs: NUMA 1 has 2 left, NUMA 0 all 4
-    assert model.start("t/q", "n1", decided(numa_cpus={1: 4}), T0, 0)[0] == ()
-    assert set(model.start("t/q", "n1", decided(numa_cpus={0: 4}), T0, 0)[0]) == {0, 1, 2, 3}
-    # a shared pod is pinned to the shared CPUs of its target NUMA node
-    assert model.act(action("set-cpuset", pod="t/s", cpuset=[], target_numa=1, cpu_count=0))[0] == "done"
-    assert set(model.cpuset(model.pods["t/s"])) == {4, 5, 6, 7} - set(p.assigned)
-    # a stale view of what the pod holds is refused, as the agent refuses it
-    status, reason = model.act(action("set-cpuset", cpuset=[], target_numa=0, cpu_count=3))
-    assert status == "refused" and "not 3" in reason
 
 
 def test_taints_are_what_the_node_object_says():
@@ -206,34 +150,6 @@ def test_taints_are_what_the_node_object_says():
 
 
 # -- the usage sample ---------------------------------------------------------------
-def test_numa_load_is_the_mean_of_its_cpus_from_the_pods_on_them():
-    shared = spec("a", cpu=2000, mem=2048, usage=UsageSpec(cpu=Constant(level=0.5), memory=Constant(level=0.5)),
-                  node="n1")
-    pinned = spec("b", cpu=4000, mem=1024, usage=UsageSpec(cpu=Constant(level=0.75), memory=Constant(level=1.0)),
-                  node="n1", pin=(1,))
-    model = cluster(shared, pinned, background={0: 0.1}, system_mib=1000)
-    m = sample_node(model, "n1", 0.0, T0, 10.0)
-    # a: 2000·0.5 = 1000 milli over the 8 shared CPUs = 0.125 each; b: 4000·0.75 = 3000 over CPUs 4–7 = 0.75 each
-    assert m.numa_load[0] == pytest.approx(0.1 + 0.125)  # background 0.1 on NUMA 0
-    assert m.numa_load[1] == pytest.approx(0.125 + 0.75)
-    assert m.cpu_used_milli == round(1000 * (4 * 0.225 + 4 * 0.875))
-    assert m.memory_used_mib == 1000 + 1024 + 1024  # system + 2048·0.5 + 1024·1.0
-    usage = {u.pod: u for u in m.pods}
-    assert usage["t/b"].numa_nodes == [1] and usage["t/b"].cpuset == [4, 5, 6, 7]
-    assert usage["t/a"].numa_nodes == [0, 1] and usage["t/a"].cpu_milli == 1000
-
-
-def test_a_frozen_pod_uses_no_cpu_and_a_moved_one_loads_its_new_numa_node():
-    model = cluster(spec("p", cpu=4000, usage=UsageSpec(cpu=Constant(level=1.0)), node="n1", pin=(1,)))
-    model.act(action("freeze"))
-    frozen = sample_node(model, "n1", 0.0, T0, 10.0)
-    assert frozen.numa_load[1] == 0.0 and frozen.pods[0].frozen and frozen.pods[0].cpu_milli == 0
-    model.act(action("thaw"))
-    model.act(action("set-cpuset", cpuset=[0, 1, 2, 3]))
-    moved = sample_node(model, "n1", 0.0, T0, 10.0)
-    assert moved.numa_load == {0: 1.0, 1: 0.0}  # 4000 milli over CPUs 0–3
-
-
 # -- expectations ---------------------------------------------------------------------
 TIMELINE = [Happening(10, "freeze", "n1", "t/a"), Happening(20, "freeze", "n1", "t/b"),
             Happening(30, "taint", "n1"), Happening(5, "placed", "n2", "t/c")]
@@ -330,18 +246,25 @@ def test_bundled_demo_is_what_its_script_writes_and_has_its_situations():
 
 
 # -- the simulator plays the cluster, never the bridge ------------------------------------
-def test_the_simulator_has_no_code_path_that_builds_pod_events_or_bind_results():
+def test_the_simulator_and_the_demo_have_no_code_path_that_builds_pod_events_or_bind_results():
     """Only the bridge publishes `pod.lifecycle` and `bind.result` in a simulated
-    run (the `replay_*` files re-publish a recording into a sandbox: not a run)."""
+    run or the demo (the `replay_*` files re-publish a recording into a
+    sandbox: not a run); the node agents' core decides which actions the
+    simulated machines carry out, the simulator does not."""
     from pathlib import Path
 
     from tidal_simulator.service import SimulatorService
 
-    root = Path(__file__).resolve().parents[1] / "services" / "tidal_simulator"
-    offending = [f"{path.relative_to(root)}:{n}" for path in sorted(root.rglob("*.py"))
+    services = Path(__file__).resolve().parents[1] / "services"
+    files = [*(services / "tidal_simulator").rglob("*.py"), services / "tidal_cli" / "demo_cmd.py",
+             services / "tidal_cli" / "sample.py"]
+    assert all(path.is_file() for path in files)
+    offending = [f"{path.relative_to(services)}:{n}" for path in sorted(files)
                  if not path.name.startswith("replay_")
                  for n, line in enumerate(path.read_text().splitlines(), 1)
                  if any(word in line for word in ("PodLifecycle(", "BindResult(", "PodLifecycle.model_",
-                                                  "BindResult.model_"))]
+                                                  "BindResult.model_", "ActionResult(", "bus.publish(",
+                                                  "publish_envelope(PodLifecycle", "freeze_pod", "thaw_pod"))
+                 and not (path.name == "cgroup_tree.py" and "def " in line)]
     assert offending == []
     assert not {"pod.lifecycle", "bind.result"} & set(SimulatorService.produces)

@@ -3,8 +3,8 @@ real bridge between the simulated cluster's API server and the bus): the
 arrive-only protocol on the small openb sample, bind-failure injection and
 rollback, scenario expectations (met and not met) with the real remediation
 service, the CLI's one-line error for a bad scenario, and the HTML report
-in headless Chromium. Placement is the contract double of
-`test_simulator_support.py`."""
+in headless Chromium. Placement is the real service, in this process
+(`sim_placement.py`)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, make_bus
-from test_simulator_support import double, waits_for_nodes
+from conftest import ROOT, make_bus, wait_until
+from sim_checks import pinning_problems
+from sim_placement import placement as real_placement, waits_for_nodes
 from tidal_bus import StartAt
+from tidal_schemas import TenantConfig
 from tidal_cli import main as cli
 from tidal_cli import simulate_cmd
 from tidal_simulator.openb import read_nodes, read_pods
@@ -26,6 +28,7 @@ from tidal_simulator.openb_replay import arrival_sequence
 from tidal_remediation.service import RemediationService
 from tidal_remediation.settings import RemediationSettings
 from tidal_simulator.run import simulate
+from tidal_topology.audit import KINDS
 
 SAMPLE = ROOT / "tests" / "fixtures" / "openb_sample"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -35,6 +38,14 @@ def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     simulate_cmd.add(parser.add_subparsers())
     return parser.parse_args(["simulate", *argv])
+
+
+def keeping(sims: list, warmup):
+    """`warmup`, keeping the simulator it is given in `sims`."""
+    async def keep(sim) -> None:
+        sims.append(sim)
+        await warmup(sim)
+    return keep
 
 
 async def run_with(services, plan, warmup):
@@ -53,7 +64,7 @@ async def arrive_only_run(nats_server, tmp_path_factory):
     args = parse("--nodes", str(SAMPLE / "node_list.csv"), "--pods", str(SAMPLE / "pod_list.csv"), "--arrive-only",
                  "--inflate", "1.3", "--seed", "7", "--bus", nats_server.url, "--namespace", namespace)
     plan = simulate_cmd.build_plan(args)
-    placement = double(nats_server.url, namespace)
+    placement = real_placement(nats_server.url, namespace)
     return plan, await run_with([placement], plan, waits_for_nodes(placement, len(plan.workload.nodes)))
 
 
@@ -99,20 +110,28 @@ duration_s: 20
 nodes: [{name: n1, numa_cpus: [8], gpus: 2}]
 pods:
   - {name: train, replicas: 4, tenant: t, cpu_milli: 1000, gpu: {count: 1, milli: 500}}
+  - {name: db, tenant: t, cpu_milli: 3000, exclusive_cpus: true, arrive_s: 10}
 expect:
   - {kind: placed, pod: train-0}
   - {kind: placed, pod: train-3}
+  - {kind: placed, pod: db}
 """)
     # seed 5: the first draw of the bind-failure generator is below 0.5, so the first bind fails
     args = parse("--scenario", str(scenario), "--bind-failure-rate", "0.5", "--seed", "5", "--bus", nats_server.url,
                  "--namespace", namespace)
     plan = simulate_cmd.build_plan(args)
-    placement = double(nats_server.url, namespace)
-    result = await run_with([placement], plan, waits_for_nodes(placement, 1))
+    placement = real_placement(nats_server.url, namespace)
+    sims = []
+    result = await run_with([placement], plan, keeping(sims, waits_for_nodes(placement, 1)))
     binds = result.report["pods"]["bind_results"]
-    assert binds["failed"] >= 1 and binds["ok"] == 4
-    assert placement.rolled_back == binds["failed"]
-    assert result.failed_expectations == 0 and result.report["pods"]["running"] == 4
+    assert binds["failed"] >= 1 and binds["ok"] == 5
+    assert result.failed_expectations == 0 and result.report["pods"]["running"] == 5
+    # the node's agent pinned the exclusive pod to the CPUs it holds, and every other pod off them
+    sim = sims[0]
+    held = sim.agents.held("n1", "t/db")
+    assert len(held) == 3 and sim.model.cgroups["n1"].pod_cpuset(sim.model.pods["t/db"].request.uid) == list(held)
+    assert pinning_problems(sim) == []
+    assert result.report["node_agents"]["audit_violations"] == dict.fromkeys(KINDS, 0)
     async with make_bus(nats_server.url, namespace, cluster="sim") as bus:
         result_events = [e async for _, e in bus.read("bind.result", StartAt.earliest())]
         lifecycle_events = [e async for _, e in bus.read("pod.lifecycle", StartAt.earliest())]
@@ -123,11 +142,51 @@ expect:
     assert failed and all("injected bind failure" in r.reason for r in failed)
     first_failed = failed[0].event_key()
     assert any(r.ok and r.event_key() == first_failed for r in results), "placed after its failed bind"
-    running = [p for p in lifecycle if p.phase == "running"]
+    # every failed bind was rolled back and the pod decided again: one placed decision per bind
+    async with make_bus(nats_server.url, namespace, cluster="sim") as bus:
+        decisions = [e.payload async for _, e in bus.read("placement.decision", StartAt.earliest())]
+    assert sum(1 for d in decisions if d.outcome == "placed") == binds["ok"] + binds["failed"]
+    running = [p for p in lifecycle if p.phase == "running" and p.name.startswith("train")]
     assert sorted(p.event_key() for p in running) == [f"t/train-{i}" for i in range(4)]
     # what each pod holds is what its decision wrote on it, read back by the bridge
     assert all(len(p.gpus) == 1 and p.gpus[0].milli == 500 for p in running)
     assert result.violations == 0
+
+
+async def test_the_node_agents_follow_a_placement_leader_fenced_before_the_simulation_started(nats_server, namespace,
+                                                                                              tmp_path):
+    scenario = tmp_path / "late.yaml"
+    scenario.write_text("""
+name: late
+tick_s: 10
+duration_s: 10
+nodes: [{name: n1, numa_cpus: [4, 4]}]
+pods: [{name: db, tenant: t, cpu_milli: 2000, exclusive_cpus: true}]
+""")
+    placement = real_placement(nats_server.url, namespace)
+    task = asyncio.create_task(placement.run())
+    try:
+        async with make_bus(nats_server.url, namespace, cluster="sim") as bus:  # placement learns of the cluster
+            await bus.publish(TenantConfig(tenant="t"))
+            await wait_until(lambda: "sim" in placement.active, timeout=30, what="placement fenced the cluster")
+            fences = [e async for _, e in bus.read("placement.decision", StartAt.earliest())]
+        assert [e.payload.outcome for e in fences] == ["fence"]
+        await asyncio.sleep(1.5)  # older than what the simulator follows from its start (1 s before it)
+        plan = simulate_cmd.build_plan(parse("--scenario", str(scenario), "--bus", nats_server.url,
+                                             "--namespace", namespace))
+        sims = []
+        result = await asyncio.wait_for(simulate(plan, warmup=keeping(sims, waits_for_nodes(placement, 1)),
+                                                 progress=lambda line: None), 60)
+    finally:
+        placement.stop()
+        await asyncio.gather(task, return_exceptions=True)
+    assert result.report["pods"]["running"] == 1 and result.violations == 0
+    held = sims[0].agents.held("n1", "t/db")
+    assert len(held) == 2 and pinning_problems(sims[0]) == []
+    async with make_bus(nats_server.url, namespace, cluster="sim") as bus:
+        given = [e.payload async for _, e in bus.read("cpu.assignment", StartAt.earliest())]
+    # claimed when the agent read the leader's decision (one that counts), not adopted later from the bound pod
+    assert [(a.pod, a.reason.split()[0]) for a in given] == [("t/db", "decision")], given
 
 
 HOTSPOT = """
@@ -154,17 +213,25 @@ async def test_scenario_expectations_met_and_not_met(nats_server, namespace, tmp
     scenario.write_text(HOTSPOT)
     args = parse("--scenario", str(scenario), "--bus", nats_server.url, "--namespace", namespace)
     plan = simulate_cmd.build_plan(args)
-    placement = double(nats_server.url, namespace)
+    placement = real_placement(nats_server.url, namespace)
     remediation = RemediationService(RemediationSettings(bus_url=nats_server.url, namespace=namespace, cluster="sim",
                                                          http_port=0, http_host="127.0.0.1"))
-    result = await run_with([placement, remediation], plan, waits_for_nodes(placement, 2))
+    sims = []
+    result = await run_with([placement, remediation], plan, keeping(sims, waits_for_nodes(placement, 2)))
     verdicts = {e["expect"]: e["ok"] for e in result.report["expectations"]}
     assert verdicts == {"pod hot-a is frozen before pod hot-b": True, "pod web is placed": True,
                         "node n2 gets tainted": False}
     assert result.failed_expectations == 1 and result.violations == 0, result.report["invariants"]
     assert result.report["actions"]["requested"]["remediation"]["freeze"] >= 1
     assert result.report["actions"]["results"]["freeze/done"] >= 1
+    # the freeze was the node agent's, written to the machine's cgroup tree
+    tree, hot_a = sims[0].model.cgroups["n1"], sims[0].model.pods["t/hot-a"].request.uid
+    assert ("freeze", hot_a, "frozen") in tree.writes
+    assert result.report["node_agents"]["cgroup_writes"]["freeze"] >= 1
+    # hot-a and hot-b were pinned to NUMA 1 (CPUs 8–15 of 8 + 8, none exclusive) by the agent
+    assert tree.pod_cpuset(hot_a) == list(range(8, 16)) and pinning_problems(sims[0]) == []
     assert "FAIL" in result.html and "node n2 gets tainted" in result.html
+    assert "node agents&#x27; own audits at the end: {&#x27;double-booked&#x27;: 0" in result.html
 
 
 @pytest.mark.parametrize("document, field", [

@@ -13,7 +13,8 @@
 - move (set-cpuset, asked by remediation, §E): the pod is latency-sensitive;
 - once: the same action kind on the same pod is not asked again under a new
   id while an earlier one is done or unanswered (a freeze stands until the
-  pod is thawed, an eviction until it is refused or fails).
+  pod is thawed, an eviction until it is refused or fails); a move is over
+  once answered: the pod may be moved again later.
 
 Which of several eligible BE pods §E freezes first (highest usage) depends
 on the remediation round's own projection; it is not checked here.
@@ -75,7 +76,8 @@ class IneligibleAction:
         elif result.kind == "thaw" and result.status == "done":
             self.frozen.discard(key)
             self.asked.pop(("freeze", key), None)
-        if standing is not None and standing[0] == result.action_id and result.status != "done":
+        if standing is not None and standing[0] == result.action_id and (
+                result.status != "done" or result.kind == "set-cpuset"):
             del self.asked[(result.kind, key)]
 
     def _action(self, action: NodeAction, envelope: Envelope[Any]) -> list[Violation]:

@@ -1,11 +1,20 @@
-"""`tidal demo`: the whole stack on the embedded default, a sample cluster
-published into it, and a summary of what flowed through every stage."""
+"""`tidal demo`: the whole pipeline on the embedded default against a small
+simulated cluster (`sample.py`), and a summary of what flowed through every
+stage.
+
+The cluster is played by the simulator, behind its Kubernetes API server,
+with the node agent's own code on every simulated machine; the real bridge,
+a process of the stack like every service, reads it through the kubeconfig
+the simulator writes into the data dir and is the only publisher of pod
+lifecycle events and bind results — as in `tidal simulate`. The auditor
+checks the run's streams at the end: any violation fails the demo."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import shutil
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -17,53 +26,98 @@ from tidal_schemas.streams import STREAMS
 
 from .errors import CliError
 from .options import seconds
-from .sample import sample_events
-from .services import load
+from .services import available, load
 from .stack import Stack
+
+SERVICES = ("placement", "scoring", "oversell", "remediation")
+# What the simulated cluster must have shown besides the services' own streams:
+# its machines (inventory, usage, the agents' exclusive CPUs) and, through the
+# bridge, its pods and binds.
+CLUSTER_STREAMS = {"node.topology", "node.metrics", "cpu.assignment", "pod.lifecycle", "bind.result"}
 
 
 def add(subparsers) -> None:
     demo = subparsers.add_parser(
-        "demo", help="run the pipeline on a sample cluster and print a summary",
-        description="Start an embedded nats-server and every service, publish a sample cluster, wait until "
-                    "every running stage has produced its events, print a summary, stop everything.")
+        "demo", help="run the pipeline on a sample simulated cluster and print a summary",
+        description="Start an embedded nats-server, the services and the bridge; simulate a small cluster behind "
+                    "a Kubernetes API server (kubeconfig in --data-dir); wait until every stage has produced its "
+                    "events; audit the run; print a summary; stop everything.")
     demo.add_argument("--data-dir", type=Path, default=Path(".tidal/demo"), help="wiped at start")
     demo.add_argument("--timeout", type=seconds, default=90.0, help="seconds to wait for every stage")
     demo.set_defaults(func=run_demo)
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    from tidal_simulator.bridge import stack_bridge
+
     started = time.monotonic()
     shutil.rmtree(args.data_dir, ignore_errors=True)
+    services = [s for s in SERVICES if s in available()]
+    if "placement" not in services:
+        raise CliError("the placement service is not installed in this tidal (not in the service registry)",
+                       exit_code=1)
     # Short periods so a demo of a minute shows several rounds of every stage.
-    demo_env = {"TIDAL_SCORING_PERIOD_S": "1", "TIDAL_TOPOLOGY_INTERVAL_S": "1",
-                "TIDAL_TOPOLOGY_STATE_FILE": str(args.data_dir.resolve() / "cpu-state.json")}
-    with Stack(args.data_dir, nats_port=0, namespace="demo", cluster="demo", extra_env=demo_env) as stack:
+    demo_env = {"TIDAL_SCORING_PERIOD_S": "1", "TIDAL_LOG_LEVEL": "WARNING"}
+    plan = _plan(args.data_dir)
+    with Stack(args.data_dir, nats_port=0, namespace="demo", cluster="demo", services=services,
+               extra_env=demo_env) as stack:
         stack.wait_ready()
         print(stack.describe(), flush=True)
-        expected = {stream for s in stack.services for stream in load(s.name).produces}
-        counts, invalid, decisions = asyncio.run(_publish_and_watch(stack, expected, args.timeout))
+        plan.settings = plan.settings.model_copy(update={"bus_url": stack.bus_url})
+        print(f"the simulated cluster: kubectl --kubeconfig {plan.settings.kubeconfig} get pods -A -o wide",
+              flush=True)
+        expected = {stream for s in stack.services for stream in load(s.name).produces} | CLUSTER_STREAMS
+        result, counts, invalid, sources, decisions = asyncio.run(
+            _simulate_and_watch(stack, plan, stack_bridge(stack), expected, args.timeout))
         stack.check_alive()
     _print_decisions(decisions)
-    _print_summary(counts, invalid, expected, [s.name for s in stack.services], time.monotonic() - started)
+    _print_summary(counts, invalid, sources, expected, ["simulator", "bridge", *services],
+                   time.monotonic() - started)
+    print(f"invariant violations: {result.violations}")
+    for line in result.report["invariants"]["lines"][:10]:
+        print(f"  {line}")
+    agents = result.report["node_agents"]
+    print(f"node agents: audit violations {sum(agents['audit_violations'].values())}, cgroup writes "
+          + (", ".join(f"{k} {n}" for k, n in agents["cgroup_writes"].items()) or "none"))
     missing = sorted(s for s in expected if not counts.get(s))
     if missing:
         raise CliError(f"no events on {', '.join(missing)} within {args.timeout:.0f}s "
                        f"(logs in {args.data_dir}/logs)", exit_code=1)
+    if result.violations:
+        print(f"tidal: {result.violations} invariant violation(s); `tidal audit` lists them", file=sys.stderr)
+        return 1
+    if any(agents["audit_violations"].values()):
+        print(f"tidal: the simulated nodes' agents found violations in their own audits: "
+              f"{agents['audit_violations']}", file=sys.stderr)
+        return 1
     return 0
 
 
-async def _publish_and_watch(stack: Stack, expected: set[str], timeout: float):
-    events = sample_events()
+def _plan(data_dir: Path):
+    from tidal_simulator.run import RunPlan
+    from tidal_simulator.settings import SimulatorSettings
+
+    from .sample import sample_workload
+
+    settings = SimulatorSettings(namespace="demo", cluster="demo", http_host="127.0.0.1", http_port=0, autorun=False,
+                                 log_level="WARNING", expect_allocatable=True, data_dir=str(data_dir),
+                                 kubeconfig=str(data_dir / "kubeconfig"))
+    return RunPlan(sample_workload(), settings)
+
+
+async def _simulate_and_watch(stack: Stack, plan, bridge, expected: set[str], timeout: float):
+    from tidal_simulator.run import simulate
+
+    from .simulate_cmd import _metrics_warmup
+
+    deadline = time.monotonic() + timeout
+    result = await asyncio.wait_for(simulate(plan, warmup=_metrics_warmup(stack, len(plan.workload.nodes)),
+                                             progress=lambda line: None, bridge=bridge), timeout)
     async with Bus.from_url(stack.bus_url, namespace=stack.namespace, cluster=stack.cluster, source="demo") as bus:
-        for payload in events:
-            await bus.publish(payload)
-        print(f"published {len(events)} sample events", flush=True)
-        deadline = time.monotonic() + timeout
-        while True:
-            counts, invalid = await _count(bus)
+        while True:  # the scoring periods run on the wall clock: wait for their rounds too
+            counts, invalid, sources = await _count(bus)
             if all(counts.get(s) for s in expected) or time.monotonic() > deadline:
-                return counts, invalid, await _decisions(bus)
+                return result, counts, invalid, sources, await _decisions(bus)
             await asyncio.sleep(0.5)
 
 
@@ -92,22 +146,25 @@ def _print_decisions(decisions: dict[str, PlacementDecision]) -> None:
         print(f"{key:<26} {what}")
 
 
-async def _count(bus: Bus) -> tuple[Counter, int]:
+async def _count(bus: Bus) -> tuple[Counter, int, dict[str, set[str]]]:
+    """Events per stream, undecodable events, and who published on each stream."""
     counts: Counter = Counter()
-    invalid = 0
+    invalid, sources = 0, {}
     for name in STREAMS:
         async for _, event in bus.read(name, StartAt.earliest()):
             if isinstance(event, SchemaError):
                 invalid += 1
             else:
                 counts[name] += 1
-    return counts, invalid
+                sources.setdefault(name, set()).add(event.source)
+    return counts, invalid, sources
 
 
-def _print_summary(counts: Counter, invalid: int, expected: set[str], services: list[str], seconds: float) -> None:
-    print("\nstream               events  stage")
-    for name, spec in STREAMS.items():
+def _print_summary(counts: Counter, invalid: int, sources: dict[str, set[str]], expected: set[str],
+                   services: list[str], seconds: float) -> None:
+    print("\nstream               events  published by")
+    for name in STREAMS:
         mark = "expected" if name in expected else ""
-        print(f"{name:<20} {counts.get(name, 0):>6}  {', '.join(spec.producers):<28} {mark}")
-    print(f"\nservices: {', '.join(services) or 'none installed yet'}; undecodable: {invalid}; "
+        print(f"{name:<20} {counts.get(name, 0):>6}  {', '.join(sorted(sources.get(name, ()))) or '-':<28} {mark}")
+    print(f"\nparts: {', '.join(services)}; undecodable: {invalid}; "
           f"dead letters: {counts.get('dead.letter', 0)}; took {seconds:.1f}s")

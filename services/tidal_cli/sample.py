@@ -1,15 +1,19 @@
-"""The small sample cluster `tidal demo` publishes: mixed NUMA layouts,
-GPU and CPU-only nodes, two tenants and a handful of pending pods."""
+"""The small sample cluster `tidal demo` simulates: mixed NUMA layouts, GPU
+and CPU-only nodes with a background load per NUMA node, two tenants, three
+pods running since before the start and a dozen that arrive. It is the
+world (machines, tenants, the Pod objects users submit): the simulator
+serves it behind its Kubernetes API server and the real bridge reads it."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-
-from tidal_schemas import (
-    Cpu, Gpu, GpuAsk, GpuBinding, GpuGroup, GpuShare, NodeMetrics, NodeTopology, NumaNode, Payload,
-    PodLifecycle, Resources, TenantConfig,
-)
+from tidal_schemas import Cpu, Gpu, GpuAsk, GpuBinding, GpuGroup, NodeTopology, NumaNode, Resources, TenantConfig
 from tidal_schemas.pod import TenantPermissions
+from tidal_simulator.pods import sim_pod
+from tidal_simulator.usage_curves import Constant, UsageSpec
+from tidal_simulator.workload import SimNode, SimPodSpec, Workload
+
+TICK_S = 5.0
+DURATION_S = 30.0  # six ticks of scenario time: every stage shows several rounds
 
 
 def node(name: str, sockets: int, numa_per_socket: int, cores_per_numa: int, threads: int,
@@ -45,9 +49,8 @@ def node(name: str, sockets: int, numa_per_socket: int, cores_per_numa: int, thr
     )
 
 
-def sample_events(now: datetime | None = None) -> list[Payload]:
-    """Topologies, one metrics sample per node, tenants, then pending pods."""
-    now = now or datetime.now(timezone.utc)
+def sample_workload() -> Workload:
+    """The sample cluster (see the module docstring)."""
     nodes = [
         node("cpu-small", 1, 1, 4, 2, 32 * 1024),
         node("cpu-dual", 2, 1, 8, 2, 128 * 1024),
@@ -56,24 +59,25 @@ def sample_events(now: datetime | None = None) -> list[Payload]:
     ]
     loads = {"cpu-small": [0.35], "cpu-dual": [0.20, 0.75], "gpu-a100": [0.55, 0.10],
              "gpu-t4": [0.30, 0.92, 0.15, 0.40]}
-    metrics = []
-    for topo in nodes:
-        numa_load = dict(enumerate(loads[topo.node]))
-        cpu_util = {c.cpu: numa_load[c.numa] for c in topo.cpus}
-        metrics.append(NodeMetrics(
-            node=topo.node, sampled_at=now, interval_s=10.0, cpu_util=cpu_util, numa_load=numa_load,
-            node_cpu_util=sum(numa_load.values()) / len(numa_load),
-            cpu_used_milli=int(sum(cpu_util.values()) * 1000), memory_used_mib=topo.capacity.memory_mib // 3,
-            memory_total_mib=topo.capacity.memory_mib,
-        ))
-    tenants = [
+    machines = tuple(SimNode(topo, dict(enumerate(loads[topo.node])), topo.capacity.memory_mib // 3)
+                     for topo in nodes)
+    tenants = (
         TenantConfig(tenant="team-vision", quota={"A100": 6000, "cpu": 64000},
                      groups=[GpuGroup(name="a100-pool", bindings=[GpuBinding(
                          node="gpu-a100", gpus=[f"gpu-a100-gpu{i}" for i in range(6)])])]),
         TenantConfig(tenant="team-speech", quota={"T4": 4000},
                      permissions=TenantPermissions(nodes=["gpu-t4", "cpu-dual"])),
-    ]
-    pods = []
+    )
+    busy = UsageSpec(cpu=Constant(level=0.6), memory=Constant(level=0.5))
+    running = (
+        SimPodSpec(sim_pod("team-vision", "resnet-0", cpu_milli=8000, memory_mib=32768,
+                           gpu=GpuAsk(count=2, models=["A100"]), tenant="team-vision", user="alice", qos="LS",
+                           priority=100), busy, node="gpu-a100"),
+        SimPodSpec(sim_pod("team-speech", "asr-0", cpu_milli=4000, memory_mib=8192, gpu=GpuAsk(count=1, models=["T4"]),
+                           tenant="team-speech", user="carol", qos="LS", priority=100), busy, node="gpu-t4"),
+        SimPodSpec(sim_pod("team-vision", "crawler-0", cpu_milli=6000, memory_mib=12288, tenant="team-vision",
+                           user="bob", evictable=True), busy, node="cpu-dual"),
+    )
     shapes = [
         ("web", "team-speech", "carol", 2000, 4096, False, None, GpuAsk(), "LS"),
         ("etl", "team-vision", "alice", 4000, 16384, True, "spread", GpuAsk(), "LS"),
@@ -82,29 +86,12 @@ def sample_events(now: datetime | None = None) -> list[Payload]:
         ("infer", "team-speech", "carol", 1000, 4096, False, None, GpuAsk(count=1, milli=500, models=["T4"]), "LS"),
         ("batch", "team-vision", "bob", 2000, 8192, False, None, GpuAsk(), "BE"),
     ]
+    arriving = []
     for i in range(12):
         kind, tenant, user, cpu, mem, exclusive, policy, gpu, qos = shapes[i % len(shapes)]
-        pods.append(PodLifecycle(
-            namespace=tenant, name=f"{kind}-{i}", uid=f"uid-{i:04d}", phase="pending",
-            requests=Resources(cpu_milli=cpu, memory_mib=mem), exclusive_cpus=exclusive, cpu_policy=policy,
-            gpu=gpu, tenant=tenant, user=user, qos=qos, priority=100 if qos == "LS" else 0,
-            evictable=qos == "BE", created_at=now + timedelta(milliseconds=i),
-        ))
-    running = [
-        PodLifecycle(namespace="team-vision", name="resnet-0", uid="uid-r0", phase="running", node="gpu-a100",
-                     requests=Resources(cpu_milli=8000, memory_mib=32768), gpu=GpuAsk(count=2, models=["A100"]),
-                     gpus=[GpuShare(gpu="gpu-a100-gpu6", milli=1000, model="A100"),
-                           GpuShare(gpu="gpu-a100-gpu7", milli=1000, model="A100")],
-                     tenant="team-vision", user="alice", qos="LS", priority=100,
-                     created_at=now - timedelta(hours=3), started_at=now - timedelta(hours=3)),
-        PodLifecycle(namespace="team-speech", name="asr-0", uid="uid-r1", phase="running", node="gpu-t4",
-                     requests=Resources(cpu_milli=4000, memory_mib=8192), gpu=GpuAsk(count=1, models=["T4"]),
-                     gpus=[GpuShare(gpu="gpu-t4-gpu0", milli=1000, model="T4")],
-                     tenant="team-speech", user="carol", qos="LS", priority=100,
-                     created_at=now - timedelta(hours=1), started_at=now - timedelta(hours=1)),
-        PodLifecycle(namespace="team-vision", name="crawler-0", uid="uid-r2", phase="running", node="cpu-dual",
-                     requests=Resources(cpu_milli=6000, memory_mib=12288), tenant="team-vision", user="bob",
-                     qos="BE", evictable=True, created_at=now - timedelta(minutes=20),
-                     started_at=now - timedelta(minutes=20)),
-    ]
-    return [*nodes, *metrics, *tenants, *running, *pods]
+        pod = sim_pod(tenant, f"{kind}-{i}", cpu_milli=cpu, memory_mib=mem, gpu=gpu, tenant=tenant, user=user,
+                      qos=qos, priority=100 if qos == "LS" else 0, evictable=qos == "BE", exclusive_cpus=exclusive,
+                      cpu_policy=policy)
+        arriving.append(SimPodSpec(pod, busy))
+    return Workload("demo", machines, running + tuple(arriving), tenants, tick_s=TICK_S, duration_s=DURATION_S,
+                    source={"kind": "sample", "name": "tidal demo"})

@@ -18,6 +18,7 @@ import json
 import re
 import shutil
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -90,6 +91,10 @@ def run(args: argparse.Namespace) -> int:
     if result.violations:
         print(f"tidal: {result.violations} invariant violation(s); `tidal audit` lists them", file=sys.stderr)
         return 1
+    found = result.report["node_agents"]["audit_violations"]
+    if any(found.values()):
+        print(f"tidal: the simulated nodes' agents found violations in their own audits: {found}", file=sys.stderr)
+        return 1
     if result.failed_expectations:
         failed = [e["expect"] for e in result.report["expectations"] if not e["ok"]]
         print(f"tidal: {len(failed)} of {len(result.report['expectations'])} expectations not met: "
@@ -148,7 +153,9 @@ def build_plan(args: argparse.Namespace):
         # the protocol's thousands of nodes: sample a node when its pods change, not every tick
         metrics_heartbeat_s=3600.0 if args.arrive_only else None,
         expect_allocatable=not args.arrive_only and not args.bus and "oversell" in _services(args),
-        kubeconfig="" if args.bus else str(args.data_dir / "kubeconfig"))
+        # --bus: the run shares no stack folder, and runs side by side must not share a kubeconfig.
+        kubeconfig=str(Path(tempfile.mkdtemp(prefix="tidal-sim-")) / "kubeconfig") if args.bus
+        else str(args.data_dir / "kubeconfig"))
     return RunPlan(workload, settings, arrive_only=args.arrive_only, order=order, shapes=shapes,
                    reference=reference, progress_every=max(args.progress, 0), extra=extra)
 
@@ -311,6 +318,10 @@ def summary(report: dict, seconds: float) -> str:
                                             for by, kinds in actions.items()))
     lines.append(f"invariant violations: {report['invariants']['violations']}")
     lines += [f"  {line}" for line in report["invariants"]["lines"][:10]]
+    agents = report.get("node_agents")
+    if agents:
+        lines.append(f"node agents: audit violations {sum(agents['audit_violations'].values())}, cgroup writes "
+                     + (", ".join(f"{k} {n}" for k, n in agents["cgroup_writes"].items()) or "none"))
     for e in report["expectations"]:
         lines.append(f"  [{'ok' if e['ok'] else 'FAIL'}] {e['expect']} — {e['seen']}")
     lines.append(f"took {seconds:.1f} s")

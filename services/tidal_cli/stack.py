@@ -102,6 +102,7 @@ class Stack:
         # On one machine the node agent keeps its checkpoint with the stack's data,
         # not in /var/lib/tidal (the DaemonSet's host path).
         env.setdefault("TIDAL_TOPOLOGY_STATE_FILE", str((self.data_dir / "cpu-state.json").resolve()))
+        env.setdefault("TIDAL_SIMULATOR_DATA_DIR", str(self.data_dir.resolve()))
         env.update(self.extra_env)
         env.update(own)
         log_path = logs / f"{name}.log"

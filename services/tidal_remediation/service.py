@@ -22,7 +22,7 @@ from .events import actions_to_events
 from .memory import RemediationMemory
 from .plan import plan_round
 from .settings import RemediationSettings
-from .state import NodeLayout, layout_of, node_state_from
+from .state import NodeLayout, layout_of, node_state_from, told_exclusive
 
 
 # Remediation acts on NUMA CPU load alone (plan.py): freezes and moves off a
@@ -43,6 +43,7 @@ class RemediationService(Service):
         self.exclusive: dict[tuple[str, str], set[str]] = {}
         self.memory: dict[str, RemediationMemory] = {}  # per cluster
         self.memory_ready = asyncio.Event()
+        self.assignments_read = False  # caught up with cpu.assignment
         self.actions = node_actions_counter(self.metrics.registry)
 
     def subscriptions(self) -> list[Subscription]:
@@ -88,7 +89,7 @@ class RemediationService(Service):
                 (pods.discard if a.released else pods.add)(a.pod)
 
         async def done() -> None:
-            return None
+            self.assignments_read = True
 
         await self.bus.catch_up_then_follow("cpu.assignment", on_event, done)
 
@@ -102,7 +103,7 @@ class RemediationService(Service):
             return
         await self.memory_ready.wait()
         memory = self._memory(cluster)
-        exclusive = self.exclusive.get((cluster, metrics.node))
+        exclusive = told_exclusive(self.exclusive.get((cluster, metrics.node)), layout, self.assignments_read)
         state = node_state_from(metrics, layout, exclusive)
         plan = plan_round(state, memory, self.policy, metrics.sampled_at)
         for note in plan.notes:

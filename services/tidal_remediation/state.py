@@ -111,13 +111,16 @@ def _numa_cpus(topology: NodeTopology) -> dict[int, tuple[int, ...]]:
 @dataclass(frozen=True)
 class NodeLayout:
     """What a round needs of a node's topology: its CPUs per NUMA node, each
-    CPU's core, the reserved CPUs. A topology event is ~28 KiB in memory for
+    CPU's core, the reserved CPUs, and whether its node agent offers the
+    exclusive CPUs (then it announces every holding on `cpu.assignment`, so
+    a pod it announced none for holds none). A topology event is ~28 KiB in memory for
     64 CPUs; the layout is one shared object for every node of the same
     hardware (`layout_of`), so 5,000 nodes cost a few layouts, not 140 MiB."""
 
     numa_cpus: tuple[tuple[int, tuple[int, ...]], ...]
     cores: tuple[tuple[int, int], ...]
     reserved: frozenset[int]
+    announced: bool = False
 
 
 _LAYOUTS: weakref.WeakValueDictionary[tuple, NodeLayout] = weakref.WeakValueDictionary()
@@ -126,11 +129,22 @@ _LAYOUTS: weakref.WeakValueDictionary[tuple, NodeLayout] = weakref.WeakValueDict
 def layout_of(topology: NodeTopology) -> NodeLayout:
     """The layout of `topology`, shared with every node laid out the same."""
     fields = (tuple(_numa_cpus(topology).items()), tuple(sorted((c.cpu, c.core) for c in topology.cpus)),
-              frozenset(topology.reserved_cpus))
+              frozenset(topology.reserved_cpus), topology.exclusive_cpus)
     layout = _LAYOUTS.get(fields)
     if layout is None:
         layout = _LAYOUTS[fields] = NodeLayout(*fields)
     return layout
+
+
+def told_exclusive(announced: Collection[str] | None, layout: NodeLayout, read_all: bool) -> Collection[str] | None:
+    """The pods holding exclusive CPUs on a node as far as the agent told
+    (`announced` on `cpu.assignment`, None when it announced nothing for the
+    node): an agent offering the exclusive CPUs announces every holding, so
+    once every announcement is read (`read_all`) it announced none means
+    none; else None (the fallback rule of the module docstring)."""
+    if announced is None and layout.announced and read_all:
+        return frozenset()
+    return announced
 
 
 def _shared_cpusets(pods: list[PodUsage], allocatable: frozenset[int],

@@ -96,9 +96,13 @@ def _table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
 def _invariants(report: dict[str, Any]) -> str:
     found = report.get("invariants") or {}
     lines = found.get("lines") or []
+    agents = report.get("node_agents")
+    nodes = "" if not agents else escape(
+        f"node agents' own audits at the end: {agents['audit_violations']}; cgroup writes: {agents['cgroup_writes']}")
+    nodes = f"<p>{nodes}</p>" if nodes else ""
     if not lines:
-        return f"<p>invariant violations: {found.get('violations', 'not audited')}</p>"
-    return f"<p>invariant violations: {found['violations']}</p><pre>{escape(chr(10).join(lines))}</pre>"
+        return f"<p>invariant violations: {found.get('violations', 'not audited')}</p>{nodes}"
+    return f"<p>invariant violations: {found['violations']}</p><pre>{escape(chr(10).join(lines))}</pre>{nodes}"
 
 
 def render_html(report: dict[str, Any], record: Recorder, fair_share: Sequence[dict],

@@ -2,13 +2,15 @@
 every node's kubelet (with its device plugin and node agent) over the model.
 
 - A binding is admitted or refused at the API server (`admit`): the pod
-  starts on its node in the model as the decision written on it says (GPUs,
-  exclusive CPUs from the node's agent), or the binding is refused with the
-  reason (a failed bind for the bridge to report and roll back). Admission
-  reserves at once, so two bindings in a row are never both admitted into
-  the same room.
-- A bound pod is then marked Running (status.phase, startTime, Ready).
-- A deleted pod (finished, evicted, or deleted by anyone) leaves its node.
+  starts on its node in the model as the decision written on it says (its
+  GPUs, its pod cgroup in the machine's tree), or the binding is refused
+  with the reason (a failed bind for the bridge to report and roll back).
+  Admission reserves at once, so two bindings in a row are never both
+  admitted into the same room.
+- The node's agent finds the new pod cgroup and pins it (its scan), then
+  the pod is marked Running (status.phase, startTime, Ready).
+- A deleted pod (finished, evicted, or deleted by anyone) leaves its node,
+  its cgroup with it.
 - A node's taints, as the bridge patched them, are the node's taints.
 - A pod whose run time is over is deleted (`finish`).
 
@@ -22,7 +24,6 @@ import asyncio
 import copy
 from typing import Any
 
-from tidal_schemas import CpuAssignment
 from tidal_schemas.decision_codec import read_decision
 
 from .kube_api.protocol import stamp
@@ -49,12 +50,11 @@ class Kubelets:
         held, unread = read_decision(meta.get("annotations"))
         problem = unread or sim.model.admission(key, node, held)
         if problem is None:
-            assigned, problem = sim.model.start(key, node, held, sim.clock.now(), sim.clock.t_s)
-            if not problem:
-                sim.record.happen(sim.clock.t_s, "placed", node, key)
-                sim.changed(node)
-                self._later("started", key, node, assigned)
-                return None
+            sim.model.start(key, node, held, sim.clock.now(), sim.clock.t_s)
+            sim.record.happen(sim.clock.t_s, "placed", node, key)
+            sim.changed(node)
+            self._later("started", key, node)
+            return None
         sim.record.happen(sim.clock.t_s, "refused", node, key, problem)
         return problem
 
@@ -78,14 +78,12 @@ class Kubelets:
         node, was_running = pod.node, pod.phase == "running"
         # The eviction endpoint records the eviction, then deletes: this call is that deletion.
         evicted = (meta["namespace"], meta["name"]) in sim.api.evictions[-1:]
-        released = sim.model.delete(key)
+        sim.model.delete(key)
         if evicted:
             sim.record.happen(sim.clock.t_s, "evict", node, key, "", sim.asked_by("evict", node, key))
         if was_running:
             sim.record.happen(sim.clock.t_s, "deleted", node, key, "evicted" if evicted else "deleted")
             sim.changed(node)
-        if released:
-            self._later("released", key, node, released)
 
     def finish(self, keys: list[str]) -> None:
         """Pods whose run time is over: their containers exit, the pods are deleted."""
@@ -93,11 +91,6 @@ class Kubelets:
             namespace, name = key.split("/", 1)
             if self.sim.api.pod(namespace, name) is not None:
                 self.sim.api.delete_pod(namespace, name)
-
-    def assigned(self, key: str, node: str, cpus: tuple[int, ...]) -> None:
-        """A pod running since before the start holds `cpus`: say so."""
-        if cpus:
-            self._later("assigned", key, node, cpus)
 
     # -- on the event loop ---------------------------------------------------------
     def _later(self, *work: Any) -> None:
@@ -107,15 +100,11 @@ class Kubelets:
     async def run(self) -> None:
         """Carry out what `admit` and `observe` queued, in order."""
         while True:
-            what, key, node, cpus = await self.queue.get()
+            what, key, node = await self.queue.get()
             if what == "started":
+                await self.sim.agents.rescan(node)
                 self._running(key)
-            if what in ("started", "assigned") and cpus:
-                await self.sim.emit(CpuAssignment(node=node, pod=key, cpuset=list(cpus)))
-            if what == "started":
                 self.sim.settle(key, "running")
-            elif what == "released":
-                await self.sim.emit(CpuAssignment(node=node, pod=key, cpuset=list(cpus), released=True))
             if self.queue.empty():
                 self.idle.set()
 

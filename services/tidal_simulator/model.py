@@ -1,15 +1,16 @@
-"""The simulated machines (pure): which pod runs where, holding which GPUs
-and exclusive CPUs, frozen or not, pinned to which cpuset, and which node
-is tainted. The kubelets (`kubelet.py`) drive it from what happens in the
-API server; it publishes nothing.
+"""The simulated machines (pure): which pod runs where, holding which GPUs,
+each machine's pod cgroups (`cgroup_tree.py`: created when a pod starts,
+removed when it goes; pinned, frozen and thawed by the node agents,
+`agents.py`), and which node is tainted. The kubelets (`kubelet.py`) drive
+it from what happens in the API server; it publishes nothing.
 
-Admission (`admission`) checks what a node's kubelet, device plugin and
-node agent would before the pod may run there: the node exists; its
-(possibly oversold) allocatable still covers every pod's CPU and memory
-requests; the decision written on the pod gives the GPUs asked, each
-existing, healthy and with the milli left; its exclusive CPUs can be taken
-per NUMA node from the shared pool (by the node's agent, `agents.py`). A
-refused pod changes nothing.
+Admission (`admission`) checks what a node's kubelet and device plugin
+would before the pod may run there: the node exists; its (possibly
+oversold) allocatable still covers every pod's CPU and memory requests;
+the decision written on the pod gives the GPUs asked, each existing,
+healthy and with the milli left, and as many exclusive CPUs as the pod
+asks. Which CPUs is the node agent's business (it claimed them when it
+read the decision). A refused pod changes nothing.
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tidal_schemas import GpuShare, NodeAction, Resources
+from tidal_schemas import GpuShare, Resources
 from tidal_schemas.decision_codec import HeldDecision
+from tidal_topology.cpu_allocator import pick_cpus
 
-from .agents import NodeAgent, make_agent
+from .cgroup_tree import MemoryCgroups
 from .pods import SimPod
 from .workload import SimNode, SimPodSpec
 
 GPU_MILLI = 1000
-AGENT_ACTIONS = ("freeze", "thaw", "set-cpuset")
 
 
 @dataclass
@@ -39,9 +40,6 @@ class PodState:
     node: str | None = None
     numa_cpus: dict[int, int] = field(default_factory=dict)
     gpus: tuple[GpuShare, ...] = ()
-    assigned: tuple[int, ...] = ()
-    pinned: tuple[int, ...] | None = None
-    frozen: bool = False
     created_at: datetime | None = None
     started_at: datetime | None = None
     started_s: float | None = None
@@ -65,7 +63,9 @@ class ClusterModel:
         self.taints: dict[str, set[str]] = {k: set() for k in self.nodes}
         self.gpu_used: dict[str, dict[str, int]] = {k: {} for k in self.nodes}
         self.gpu_model = {k: {g.id: g.model for g in n.topology.gpus} for k, n in self.nodes.items()}
-        self.agents: dict[str, NodeAgent] = {k: make_agent(n.topology) for k, n in self.nodes.items()}
+        self.cgroups = {k: MemoryCgroups(tuple(c.cpu for c in n.topology.cpus),
+                                         tuple(m.id for m in n.topology.numa_nodes)) for k, n in self.nodes.items()}
+        self._taken_at_start: dict[str, set[int]] = {k: set() for k in self.nodes}
         self.pods: dict[str, PodState] = {}
         for spec in pods:
             if spec.key in self.pods:
@@ -86,18 +86,14 @@ class ClusterModel:
                          memory_mib=sum(p.request.requests.memory_mib for p in pods),
                          gpu_milli=sum(self.gpu_used[node].values()))
 
-    def shared_pool(self, node: str) -> list[int]:
-        """CPUs not reserved and not held exclusively: what shared pods run on."""
-        return self.agents[node].shared_pool()
-
     def cpuset(self, pod: PodState) -> list[int]:
-        """The CPUs a pod runs on: set by an action, else its exclusive CPUs,
-        else the shared pool of its node."""
-        if pod.pinned is not None:
-            return list(pod.pinned)
-        if pod.assigned:
-            return list(pod.assigned)
-        return self.shared_pool(pod.node) if pod.node else []
+        """The CPUs a running pod runs on: its cgroup's cpuset."""
+        found = self.cgroups[pod.node].pod_cpuset(pod.request.uid) if pod.node in self.cgroups else None
+        return found or []
+
+    def frozen(self, pod: PodState) -> bool:
+        """Whether a running pod's cgroup is frozen."""
+        return bool(pod.node in self.cgroups and self.cgroups[pod.node].pod_frozen(pod.request.uid))
 
     def gpu_free(self, node: str) -> dict[str, int]:
         """Milli-GPU left on each healthy GPU of `node`."""
@@ -143,48 +139,40 @@ class ClusterModel:
                    f"{ask.requests.cpu_milli // 1000}"
         return None
 
-    def start(self, key: str, node: str, held: HeldDecision | None, at: datetime, t_s: float
-              ) -> tuple[tuple[int, ...], str]:
-        """Run an admitted pod as `held` says; (its exclusive CPUs, "") or
-        ((), why) when its node's agent cannot give them (nothing changed)."""
+    def start(self, key: str, node: str, held: HeldDecision | None, at: datetime, t_s: float) -> None:
+        """Run an admitted pod as `held` says: its GPUs, its cgroup."""
         pod = self.pods[key]
-        numa_cpus = dict(held.numa_cpus) if held else {}
-        assigned: tuple[int, ...] = ()
-        if pod.request.exclusive_cpus:
-            assigned, why = self.agents[node].assign(key, numa_cpus)
-            if not assigned:
-                return (), f"node {node} cannot give exclusive CPUs {numa_cpus}: {why}"
         gpus = tuple(GpuShare(gpu=g.gpu, milli=g.milli, model=self.gpu_model[node].get(g.gpu, ""))
                      for g in (held.gpus if held else ()))
-        self._start(pod, node, at, t_s, numa_cpus, gpus, assigned)
+        self._start(pod, node, at, t_s, dict(held.numa_cpus) if held else {}, gpus)
         pod.decision_id = held.decision_id if held else None
-        return assigned, ""
 
     def place(self, key: str, node: str, at: datetime, t_s: float) -> tuple[dict[int, int], tuple[GpuShare, ...], str]:
         """Start a pod already running when the simulation begins, on `node`:
-        the first GPUs with room, exclusive CPUs as the node's agent packs
-        them, its cpuset pinned to `pin_numa` when given. (NUMA CPU counts,
-        GPUs, "") — or with the reason it cannot, nothing changed."""
+        the first GPUs with room, and exclusive CPUs counted per NUMA node
+        as kubelet's allocator packs them among those not given to an
+        earlier such pod (its node's agent adopts them from the decision
+        written on the pod). (NUMA CPU counts, GPUs, "") — or with the
+        reason it cannot, nothing changed."""
         pod = self.pods[key]
         ask, topology = pod.request, self.nodes[node].topology
         free = self.gpu_free(node)
         fitting = [g for g, left in free.items() if left >= ask.gpu.milli][:ask.gpu.count] if ask.gpu.count else []
         if len(fitting) < ask.gpu.count:
             return {}, (), f"pod {key}: node {node} has not {ask.gpu.count} GPUs with {ask.gpu.milli} milli left"
-        assigned: tuple[int, ...] = ()
         numa_cpus: dict[int, int] = {}
         if ask.exclusive_cpus:
-            assigned, why = self.agents[node].assign_count(key, ask.requests.cpu_milli // 1000)
-            if not assigned:
-                return {}, (), f"pod {key}: node {node}: {why}"
+            free = frozenset(c.cpu for c in topology.cpus) - set(topology.reserved_cpus) - self._taken_at_start[node]
+            picked = pick_cpus(topology.cpus, free, ask.requests.cpu_milli // 1000)
+            if picked.cpus is None:
+                return {}, (), f"pod {key}: node {node}: {picked.reason}"
+            self._taken_at_start[node] |= set(picked.cpus)
             numa_of = {c.cpu: c.numa for c in topology.cpus}
-            for cpu in assigned:
+            for cpu in picked.cpus:
                 numa_cpus[numa_of[cpu]] = numa_cpus.get(numa_of[cpu], 0) + 1
         gpus = tuple(GpuShare(gpu=g, milli=ask.gpu.milli, model=self.gpu_model[node][g]) for g in fitting)
         pod.phase, pod.created_at = "pending", at
-        self._start(pod, node, at, t_s, numa_cpus, gpus, assigned)
-        if pod.spec.pin_numa:
-            pod.pinned = tuple(sorted(c.cpu for c in topology.cpus if c.numa in pod.spec.pin_numa))
+        self._start(pod, node, at, t_s, numa_cpus, gpus)
         return numa_cpus, gpus, ""
 
     def due(self, t_s: float) -> list[str]:
@@ -192,12 +180,13 @@ class ClusterModel:
         return [key for key in sorted(self._timed)
                 if t_s >= (self.pods[key].started_s or 0.0) + (self.pods[key].spec.duration_s or 0.0)]
 
-    def delete(self, key: str) -> tuple[int, ...]:
-        """The pod is gone: what it held goes back; the exclusive CPUs it had."""
+    def delete(self, key: str) -> None:
+        """The pod is gone: its GPUs go back, its cgroup goes (its node's
+        agent gives its CPUs back when it reads of the deletion)."""
         pod = self.pods.get(key)
         if pod is None or pod.phase in ("waiting", "deleted"):
-            return ()
-        node, released = pod.node, ()
+            return
+        node = pod.node
         if node is not None and pod.phase == "running":
             for share in pod.gpus:
                 left = self.gpu_used[node].get(share.gpu, 0) - share.milli
@@ -206,46 +195,9 @@ class ClusterModel:
                 else:
                     self.gpu_used[node].pop(share.gpu, None)
             self._on_node[node].discard(key)
-            released = self.agents[node].release(key)
+            self.cgroups[node].remove_pod(pod.request.uid)
         self._timed.discard(key)
-        pod.phase, pod.assigned, pod.pinned, pod.frozen = "deleted", (), None, False
-        return released
-
-    # -- the node agent's actions ------------------------------------------------
-    def act(self, action: NodeAction) -> tuple[str, str]:
-        """Carry out a freeze, thaw or set-cpuset on a pod's (simulated)
-        cgroup; (status, reason) as the agent reports it."""
-        if action.node not in self.nodes:
-            return "failed", f"no node {action.node} in the simulation"
-        if action.dry_run:
-            return "skipped", "dry run: not executed"
-        pod = self.pods.get(action.pod or "")
-        if pod is None or pod.phase != "running":
-            return "unknown-pod", f"no running pod {action.pod}"
-        if pod.node != action.node:
-            return "refused", f"pod {action.pod} runs on {pod.node}"
-        if action.kind in ("freeze", "thaw"):
-            pod.frozen = action.kind == "freeze"
-            return "done", ""
-        if action.target_numa is not None:  # a move: the node's agent chooses the CPUs
-            moved, why = self.agents[action.node].move(pod.key, pod.request.uid, action.target_numa,
-                                                       action.cpu_count)
-            if not moved:
-                return "refused", why
-            cpus = tuple(self.agents[action.node].cpuset(pod.key))
-            if pod.assigned:
-                numa_of = {c.cpu: c.numa for c in self.nodes[action.node].topology.cpus}
-                pod.assigned, pod.pinned = cpus, None
-                pod.numa_cpus = {n: sum(1 for c in cpus if numa_of[c] == n)
-                                 for n in sorted({numa_of[c] for c in cpus})}
-            else:
-                pod.pinned = cpus
-            return "done", why
-        known = {c.cpu for c in self.nodes[action.node].topology.cpus}
-        if not set(action.cpuset) <= known:  # a stand-in's concrete cpuset (the schema allows it)
-            return "refused", f"cpuset {action.cpuset} names CPUs {action.node} does not have"
-        pod.pinned = tuple(sorted(action.cpuset))
-        return "done", ""
+        pod.phase = "deleted"
 
     # -- the node object -----------------------------------------------------------
     def set_taints(self, node: str, keys: Iterable[str]) -> tuple[set[str], set[str]]:
@@ -263,9 +215,10 @@ class ClusterModel:
 
     # -- internals --------------------------------------------------------------
     def _start(self, pod: PodState, node: str, at: datetime, t_s: float, numa_cpus: dict[int, int],
-               gpus: tuple[GpuShare, ...], assigned: tuple[int, ...]) -> None:
-        pod.phase, pod.node, pod.numa_cpus, pod.gpus, pod.assigned = "running", node, numa_cpus, gpus, assigned
-        pod.started_at, pod.started_s, pod.frozen, pod.pinned = at, t_s, False, None
+               gpus: tuple[GpuShare, ...]) -> None:
+        pod.phase, pod.node, pod.numa_cpus, pod.gpus = "running", node, numa_cpus, gpus
+        pod.started_at, pod.started_s = at, t_s
+        self.cgroups[node].create_pod(pod.request.uid)
         for share in gpus:
             self.gpu_used[node][share.gpu] = self.gpu_used[node].get(share.gpu, 0) + share.milli
         self._on_node[node].add(pod.key)

@@ -54,3 +54,23 @@ class Recorder:
     def happen(self, t_s: float, kind: str, node: str | None = None, pod: str | None = None, detail: str = "",
                source: str = "") -> None:
         self.timeline.append(Happening(t_s, kind, node, pod, detail, source))
+
+
+def tick_sample(model, last_metrics, t_s: float) -> TickSample:
+    """The tick at `t_s`: NUMA loads and CPU used from each node's latest
+    sample, and what the running pods request, per tenant."""
+    usage: dict[str, dict[str, float]] = {}
+    cpu_requested = 0
+    for pod in model.pods.values():
+        if pod.phase != "running":
+            continue
+        held = usage.setdefault(pod.request.tenant, {})
+        held["cpu"] = held.get("cpu", 0.0) + pod.request.requests.cpu_milli
+        held["memory"] = held.get("memory", 0.0) + pod.request.requests.memory_mib
+        for share in pod.gpus:  # by model, and all models together
+            held[share.model or "gpu"] = held.get(share.model or "gpu", 0.0) + share.milli
+            held["gpu"] = held.get("gpu", 0.0) + share.milli
+        cpu_requested += pod.request.requests.cpu_milli
+    loads = {n: dict(m.numa_load) for n, m in last_metrics.items() if m.numa_load}
+    used = sum(m.cpu_used_milli for m in last_metrics.values())
+    return TickSample(t_s, loads, used, cpu_requested, usage)

@@ -71,6 +71,7 @@ async def simulate(plan: RunPlan, *, warmup: Callable[[SimulatorService], Awaita
                 raise RuntimeError("the simulator stopped before it was ready")
             await asyncio.sleep(0.02)
         stop_bridge = await bridge(sim)
+        await sim.caught_up()
         if warmup is not None:
             await warmup(sim)
         attach_ledger(sim, plan.shapes)
@@ -95,6 +96,7 @@ async def simulate(plan: RunPlan, *, warmup: Callable[[SimulatorService], Awaita
                                      "seed": plan.settings.seed, "clock": plan.settings.clock,
                                      "tick_s": sim.clock.tick_s})
         report["invariants"] = {"violations": len(violations), "lines": [v.line() for v in violations[:MAX_LINES]]}
+        report["node_agents"] = await sim.agents.summary()
         if plan.reference:
             report["reference"] = {"source": "published_results_default.csv (median of 10 seeds)",
                                    "allocation_pct_by_arrived": plan.reference}

@@ -106,7 +106,9 @@ class PodSpec(_Strict):
     every_s: float = Field(0.0, ge=0, description="replica i arrives at arrive_s + i · every_s")
     duration_s: float | None = Field(None, gt=0)
     node: str | None = Field(None, description="already running there when the simulation starts")
-    numa: list[int] = Field(default_factory=list, description="pin a pre-placed pod's cpuset to these NUMA nodes")
+    numa: list[int] = Field(default_factory=list, max_length=1,
+                            description="pin a pre-placed pod to the shared CPUs of this NUMA node (as a move by "
+                                        "its node's agent, which moves to one NUMA node)")
     usage: UsageSpec = UsageSpec()
 
     def names(self) -> list[str]:

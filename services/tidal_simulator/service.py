@@ -5,12 +5,15 @@ It plays the world, never Tidal: the cluster's API server (`kube_api`,
 with the kubeconfig written to `settings.kubeconfig`), where it creates the
 nodes and, as they arrive, the pods users submit; the kubelets
 (`kubelet.py`), which admit bound pods, run them and delete finished ones;
-and the machines' node agents — `node.topology` of every node at start,
-`node.metrics` per node each tick (when its sample can have changed, or
-after `metrics_heartbeat_s`), `cpu.assignment` (`agents.py`) and the
-results of freeze / thaw / set-cpuset. The bridge, connected to the API
-server, is what publishes pod lifecycle events and bind results, and what
-carries out taints and evictions.
+and the machines — `node.topology` of every node at start, `node.metrics`
+per node each tick (when its sample can have changed, or after
+`metrics_heartbeat_s`), and their pod cgroups in memory. On every machine
+runs the node agent's own code (`agents.py`): it reads pod lifecycle
+events, decisions, bind results and actions, keeps its CPU books, writes
+the cgroup tree and publishes `cpu.assignment` and the results of freeze /
+thaw / set-cpuset. The bridge, connected to the API server, is what
+publishes pod lifecycle events and bind results, and what carries out
+taints and evictions.
 
 It also watches the pipeline for the report: `placement.decision` (a pod
 decided pending is settled), `bind.result`, `node.action` (who asked for
@@ -23,7 +26,6 @@ futures tell it when a pod is running or was decided pending.
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -34,21 +36,22 @@ import numpy as np
 
 from tidal_bus import Delivery, StartAt
 from tidal_schemas import (
-    ActionResult, BindResult, CpuAssignment, Envelope, NodeAction, NodeAllocatable, NodeMetrics, Payload,
-    PlacementDecision, make_envelope,
+    ActionResult, BindResult, Envelope, NodeAction, NodeAllocatable, NodeMetrics, Payload, PlacementDecision,
+    PodLifecycle, make_envelope,
 )
 from tidal_schemas import crd
-from tidal_schemas.decision_codec import write_decision
 
 from tidal_runtime import Service, Subscription
 
+from .agents import NodeAgents
+from .before_start import caught_up, read_fences, start_placed
 from .clock import SimClock
 from .frag_ledger import FragLedger
 from .kube_api import KubeApiServer, write_kubeconfig
 from .kubelet import Kubelets
-from .model import AGENT_ACTIONS, ClusterModel
+from .model import ClusterModel
 from .pods import node_manifest, pod_manifest
-from .recorder import Recorder, TickSample
+from .recorder import Recorder, TickSample, tick_sample
 from .sampling import node_is_static, sample_node
 from .settings import SimulatorSettings
 from .workload import Workload
@@ -69,6 +72,8 @@ class SimulatorService(Service):
             workload = workload_from_settings(s)
         self.workload = workload
         self.model = ClusterModel(workload.nodes, workload.pods)
+        self.agents = NodeAgents((n.topology for n in workload.nodes), self.model.cgroups,
+                                 lambda payload, cause=None, delivery=None: self.emit(payload, cause=cause))
         self.clock = SimClock(s.start or datetime.now(timezone.utc).replace(microsecond=0),
                               s.tick_s or workload.tick_s, real_time=s.clock == "real-time")
         self.bind_rng = np.random.default_rng([s.seed, 1])
@@ -104,6 +109,7 @@ class SimulatorService(Service):
         group = f"simulator-{self.run_id}"
         common = dict(group=group, start=StartAt.at_time(self.started_at), replay_on_assign=False)
         return [Subscription("placement.decision", self.on_decision, **common),
+                Subscription("pod.lifecycle", self.on_pod, **common),
                 Subscription("bind.result", self.on_bind_result, **common),
                 Subscription("node.allocatable", self.on_allocatable, **common),
                 Subscription("node.action", self.on_action, **common),
@@ -119,6 +125,7 @@ class SimulatorService(Service):
 
         for consumer in self.consumers:  # decisions go to a group that starts at the latest event
             await consumer.ready.wait()
+        await self.caught_up()
         await run_timed(self, forever=self.clock.real_time)
         self.log.info("workload done at %.0f s of scenario time; still answering", self.clock.t_s)
         await asyncio.Event().wait()
@@ -127,7 +134,7 @@ class SimulatorService(Service):
     def kubeconfig(self) -> str:
         """Where the kubeconfig of this cluster is (written at start)."""
         if not self._kubeconfig:
-            self._kubeconfig = self.settings.kubeconfig or str(Path(tempfile.mkdtemp(prefix="tidal-sim-")) / "kubeconfig")
+            self._kubeconfig = self.settings.kubeconfig or str(Path(self.settings.data_dir) / "kubeconfig")
         return self._kubeconfig
 
     async def on_start(self) -> None:
@@ -135,6 +142,7 @@ class SimulatorService(Service):
         the pods already running, the machines' inventories, the tenants, and
         a first usage sample of every node."""
         s = self.settings
+        await read_fences(self)
         await self.api.start(s.kube_api_host, s.kube_api_port)
         write_kubeconfig(self.kubeconfig, self.api.url, f"simulator-{s.cluster}")
         self.log.info("API server at %s (kubeconfig %s)", self.api.url, self.kubeconfig)
@@ -145,26 +153,15 @@ class SimulatorService(Service):
             await self.emit(tenant)
         for spec in self.workload.pods:
             if spec.node is not None:
-                await self._start_placed(spec)
+                await start_placed(self, spec)
         await self.publish_metrics(force=True)
+
+    async def caught_up(self, timeout_s: float = 60.0) -> bool:
+        """Whether the node agents read of the pods running since the start (`before_start.caught_up`)."""
+        return await caught_up(self, timeout_s)
 
     async def on_stop(self) -> None:
         await self.api.stop()
-
-    async def _start_placed(self, spec) -> None:
-        """A pod running since before the start: placed earlier, so its
-        decision is written on it as the bridge wrote it then."""
-        numa_cpus, gpus, problem = self.model.place(spec.key, spec.node, self.clock.now(), 0.0)
-        if problem:
-            raise ValueError(f"cannot start pre-placed pod: {problem}")
-        pod = spec.pod
-        earlier = PlacementDecision(decision_id=f"before-start-{pod.uid[:8]}", namespace=pod.namespace,
-                                    name=pod.name, uid=pod.uid, outcome="placed", node=spec.node,
-                                    numa_cpus=numa_cpus, gpus=list(gpus))
-        self.api.create_pod(pod_manifest(pod, self.clock.now(), node=spec.node, phase="Running",
-                                         annotations=write_decision(earlier)))
-        self.record.happen(0.0, "placed", spec.node, spec.key, "running at start")
-        self.kubelets.assigned(spec.key, spec.node, self.model.pods[spec.key].assigned)
 
     async def emit(self, payload: Payload, *, cause: Envelope[Any] | None = None,
                    discriminator: str = "") -> Envelope[Any]:
@@ -176,8 +173,15 @@ class SimulatorService(Service):
         return envelope
 
     # -- what the pipeline does ----------------------------------------------------
+    async def on_pod(self, envelope: Envelope[PodLifecycle], delivery: Delivery) -> None:
+        if envelope.cluster == self.settings.cluster:
+            self._touch()
+            await self.agents.on_pod(envelope.payload, cause=envelope)
+
     async def on_decision(self, envelope: Envelope[PlacementDecision], delivery: Delivery) -> None:
         decision, t = envelope.payload, self.clock.t_s
+        if envelope.cluster == self.settings.cluster:
+            await self.agents.on_decision(decision, cause=envelope)
         key = decision.event_key()
         pod = self.model.pods.get(key)
         if pod is None or (decision.uid and decision.uid != pod.request.uid):
@@ -194,6 +198,8 @@ class SimulatorService(Service):
 
     async def on_bind_result(self, envelope: Envelope[BindResult], delivery: Delivery) -> None:
         result = envelope.payload
+        if envelope.cluster == self.settings.cluster:
+            await self.agents.on_bind_result(result, cause=envelope)
         if result.event_key() not in self.model.pods:
             return
         self._touch()
@@ -216,26 +222,20 @@ class SimulatorService(Service):
             self.ledger.refresh(figures.node)
 
     async def on_action(self, envelope: Envelope[NodeAction], delivery: Delivery) -> None:
-        """Every action is counted; the node agent's kinds are carried out here
-        (the bridge carries out taints and evictions through the API server)."""
+        """Every action is counted; the node agent's kinds are carried out by
+        the node's agent (the bridge carries out taints and evictions through
+        the API server)."""
         action, t = envelope.payload, self.clock.t_s
         self._touch()
         by = action.requested_by or envelope.source
         self.record.actions[(by, action.kind)] += 1
         self._asked[(action.kind, action.node, action.pod)] = by
-        if action.kind not in AGENT_ACTIONS or action.node not in self.model.nodes:
+        if envelope.cluster != self.settings.cluster:
             return
-        status, reason = self.model.act(action)
-        await self.emit(ActionResult(action_id=action.action_id, node=action.node, kind=action.kind,
-                                     pod=action.pod, status=status, reason=reason), cause=envelope)
-        if status == "done":
+        result = await self.agents.on_action(action, cause=envelope)
+        if result is not None and result.status == "done":
             self.record.happen(t, action.kind, action.node, action.pod, action.reason[:160], by)
             self.changed(action.node)
-            pod = self.model.pods.get(action.pod or "")
-            if action.kind == "set-cpuset" and pod is not None and pod.assigned:  # as the agent announces a move
-                await self.emit(CpuAssignment(node=action.node, pod=pod.key, cpuset=list(pod.assigned),
-                                              numa_cpus=dict(pod.numa_cpus), decision_id=pod.decision_id or "",
-                                              reason=reason[:1024]), cause=envelope)
 
     async def on_action_result(self, envelope: Envelope[ActionResult], delivery: Delivery) -> None:
         result = envelope.payload
@@ -264,6 +264,7 @@ class SimulatorService(Service):
         t = self.clock.advance()
         self.kubelets.finish(self.model.due(t))
         await self.kubelets.idle.wait()
+        await self.agents.expire()
         await self.publish_metrics()
         return t
 
@@ -279,7 +280,7 @@ class SimulatorService(Service):
                    or t - self._sampled_at.get(node, -1e18) >= heartbeat)
             if not due:
                 continue
-            metrics = sample_node(self.model, node, t, now, interval, self.usage_rng)
+            metrics = sample_node(self.model, node, t, now, interval, self.usage_rng, self.agents.shared_pool(node))
             envelope = await self.emit(metrics)
             if self.settings.expect_allocatable:
                 self._awaiting_allocatable.add(envelope.id)
@@ -290,21 +291,7 @@ class SimulatorService(Service):
 
     def sample_tick(self) -> TickSample:
         """What the report keeps of this moment."""
-        usage: dict[str, dict[str, float]] = {}
-        cpu_requested = 0
-        for pod in self.model.pods.values():
-            if pod.phase != "running":
-                continue
-            held = usage.setdefault(pod.request.tenant, {})
-            held["cpu"] = held.get("cpu", 0.0) + pod.request.requests.cpu_milli
-            held["memory"] = held.get("memory", 0.0) + pod.request.requests.memory_mib
-            for share in pod.gpus:  # by model, and all models together
-                held[share.model or "gpu"] = held.get(share.model or "gpu", 0.0) + share.milli
-                held["gpu"] = held.get("gpu", 0.0) + share.milli
-            cpu_requested += pod.request.requests.cpu_milli
-        loads = {n: dict(m.numa_load) for n, m in self.last_metrics.items() if m.numa_load}
-        used = sum(m.cpu_used_milli for m in self.last_metrics.values())
-        sample = TickSample(self.clock.t_s, loads, used, cpu_requested, usage)
+        sample = tick_sample(self.model, self.last_metrics, self.clock.t_s)
         self.record.ticks.append(sample)
         return sample
 

@@ -5,8 +5,10 @@ then every pod cgroup is pinned as `cpuset_plan` says (pods leaving the
 shared pool's CPUs before an exclusive pod gets them), then the node is
 audited (`audit.py`) and violations are logged. One lock serialises
 changes, so a change never interleaves with another's cgroup writes.
-Independent of the service around it (publishing is a callable), so a
-simulated node can run the same code on its own cgroup tree.
+Independent of the service around it (publishing is a callable) and of
+the machine (the pod cgroups are a `cgroup_tree.CgroupTree`), so a
+simulated node runs the same code on a cgroup tree kept in memory, with no
+checkpoint file (`state_file` None).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from tidal_schemas import CpuAssignment, PodLifecycle
 from . import cgroups
 from .audit import Violation, audit, counts
 from .books import Step
+from .cgroup_tree import CgroupTree
 from .checkpoint import CpuState, save_state
 from .cpu_allocator import CpuLike
 from .cpuset_plan import expected_cpusets
@@ -30,8 +33,8 @@ Publish = Callable[..., Awaitable[Any]]
 
 
 class CpuAuthority:
-    def __init__(self, *, node: str, topology: Sequence[CpuLike], state: CpuState, fs: cgroups.CgroupFs,
-                 memory_nodes: frozenset[int], manage_all: bool, state_file: str | Path, publish: Publish,
+    def __init__(self, *, node: str, topology: Sequence[CpuLike], state: CpuState, fs: CgroupTree,
+                 memory_nodes: frozenset[int], manage_all: bool, state_file: str | Path | None, publish: Publish,
                  live_pods: Callable[[], list[PodLifecycle]],
                  on_audit: Callable[[dict[str, int]], None] = lambda c: None,
                  log: logging.Logger | None = None) -> None:
@@ -44,6 +47,10 @@ class CpuAuthority:
         self.live = False  # cgroups are written once the pod table has caught up
         self.seen: dict[str, frozenset[str]] = {}  # uid -> container cgroups, at the last pass
         self.violations: list[Violation] = []
+
+    async def io(self, call: Callable[..., Any], *args: Any) -> Any:
+        """`call` on the cgroup tree: in a worker thread when it waits on a filesystem."""
+        return await asyncio.to_thread(call, *args) if self.fs.blocking else call(*args)
 
     async def change(self, make: Callable[[CpuState], Step], **cause: Any) -> Step:
         """Compute a step from the current books and keep it."""
@@ -61,7 +68,8 @@ class CpuAuthority:
         if not step.changed:
             return {}
         self.state = step.state
-        await asyncio.to_thread(save_state, self.state, self.state_file)
+        if self.state_file is not None:
+            await asyncio.to_thread(save_state, self.state, self.state_file)
         for c in step.changes:
             await self.publish(CpuAssignment(node=self.node, pod=c.pod, cpuset=list(c.cpus), released=c.released,
                                              numa_cpus=dict(c.numa_cpus), decision_id=c.decision_id,
@@ -73,7 +81,7 @@ class CpuAuthority:
     async def apply(self) -> dict[str, cgroups.Outcome]:
         """Pin every pod cgroup whose cpuset (or set of containers) is not as
         expected, then audit. The caller holds `lock`."""
-        found = await asyncio.to_thread(cgroups.scan_pod_cpusets, self.fs)
+        found = await self.io(self.fs.scan_pod_cpusets)
         expected = expected_cpusets(self.state, found, self.numa_of, self.memory_nodes, self.manage_all)
         exclusive_last = sorted(expected.items(), key=lambda kv: (bool(self.state.held_by(kv[1].pod)), kv[0]))
         outcomes = {}
@@ -84,7 +92,7 @@ class CpuAuthority:
                 continue
             if found[uid].cpus == pin.cpus and self.seen.get(uid) == found[uid].children:
                 continue
-            outcome = await asyncio.to_thread(cgroups.set_pod_cpuset, self.fs, uid, pin.cpus, pin.mems)
+            outcome = await self.io(self.fs.set_pod_cpuset, uid, pin.cpus, pin.mems)
             outcomes[uid] = outcome
             if outcome.status not in ("done", "unknown-pod"):  # unknown: gone meanwhile
                 self.log.warning("pod %s (uid %s): cpuset %s not applied: %s", pin.pod or "?", uid, pin.cpus,
@@ -95,14 +103,14 @@ class CpuAuthority:
 
     async def rescan(self) -> None:
         """Apply when a pod or container cgroup appeared or went since the last pass."""
-        found = await asyncio.to_thread(cgroups.scan_pod_cpusets, self.fs)
+        found = await self.io(self.fs.scan_pod_cpusets)
         if {uid: p.children for uid, p in found.items()} != self.seen:
             async with self.lock:
                 await self.apply()
 
     async def audit(self) -> list[Violation]:
         """Audit the node now; log the violations when they changed."""
-        found = await asyncio.to_thread(cgroups.scan_pod_cpusets, self.fs)
+        found = await self.io(self.fs.scan_pod_cpusets)
         actual = {uid: p.cpus for uid, p in found.items() if p.cpus is not None}
         expected = expected_cpusets(self.state, actual, self.numa_of, self.memory_nodes, self.manage_all)
         live = self.live_pods()

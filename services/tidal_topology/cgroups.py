@@ -34,6 +34,25 @@ class CgroupFs:
     root: Path
     parent: str = "kubepods"
     version: CgroupVersion = "v1"
+    blocking = True  # the agent's seam (`cgroup_tree.CgroupTree`), answered from the filesystem
+
+    def scan_pod_cpusets(self) -> dict[str, PodCpuset]:
+        return scan_pod_cpusets(self)
+
+    def set_pod_cpuset(self, uid: str, cpus: Iterable[int], mems: Iterable[int] | None = None) -> Outcome:
+        return set_pod_cpuset(self, uid, cpus, mems)
+
+    def freeze_pod(self, uid: str) -> Outcome:
+        return freeze_pod(self, uid)
+
+    def thaw_pod(self, uid: str) -> Outcome:
+        return thaw_pod(self, uid)
+
+    def pod_frozen(self, uid: str) -> bool | None:
+        return pod_frozen(self, uid)
+
+    def pod_cpuset(self, uid: str) -> list[int] | None:
+        return pod_cpuset(self, uid)
 
 
 @dataclass(frozen=True)

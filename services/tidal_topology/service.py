@@ -2,7 +2,9 @@
 authority over the node's CPU sets (exclusive CPUs tied to their bind, the
 shared pool, NUMA pinning, moves — see `books.py` and `authority.py`), and
 carries out freeze / thaw / set-cpuset actions on the pod cgroups. One
-instance per node (a DaemonSet)."""
+instance per node (a DaemonSet). What it does with each event is the
+agent's core (`agent_core.py`); this is its wiring to the bus and the
+machine."""
 
 from __future__ import annotations
 
@@ -17,26 +19,22 @@ from typing import Any
 from prometheus_client import Gauge
 
 from tidal_bus import Delivery
-from tidal_schemas import ActionResult, BindResult, Envelope, NodeAction, PlacementDecision, PodLifecycle
-
-from tidal_schemas.fence import DecisionFence
+from tidal_schemas import BindResult, Envelope, NodeAction, PlacementDecision, PodLifecycle
 
 from tidal_runtime import Service, Subscription
 
-from . import books, cgroups, checkpoint
-from .authority import CpuAuthority
+from . import cgroups, checkpoint
+from .agent_core import AgentCore
 from .cgroup_paths import detect_version
 from .gpus import discover_gpus
 from .inventory import build_node_topology
 from .kubelet import check_kubelet
-from .node_pods import NodePods, shown
 from .sampling import build_metrics
 from .settings import TopologySettings
 from .sysfs import memory_nodes, read_topology
 from .usage import cpu_utilisation, pod_usage, read_meminfo, read_pod_counters, read_proc_stat
 
 _TOPOLOGY_IDS = uuid.UUID("0c1f0f5e-2d8b-4a61-a7a2-0e4b7d0b3c11")
-_AGENT_ACTIONS = {"freeze", "thaw", "set-cpuset"}
 
 
 class TopologyService(Service):
@@ -62,18 +60,16 @@ class TopologyService(Service):
         root = Path(s.cgroup_root)
         version = detect_version(root) if s.cgroup_version == "auto" else s.cgroup_version
         self.cgroups = cgroups.CgroupFs(root=root, parent=s.cgroup_parent, version=version)
-        self.pods = NodePods(self.node)
-        self.fence = DecisionFence()
-        self.memory_nodes = memory_nodes(Path(s.sysfs_root))
         self.audit_gauge = Gauge("tidal_node_audit_violations", "Violations the last node audit found, by kind "
                                  "(see tidal_topology.audit): each must be 0", ["service", "kind"],
                                  registry=self.metrics.registry)
-        self.cpus = CpuAuthority(
-            node=self.node, topology=self.topology.cpus, state=self._load_checkpoint(), fs=self.cgroups,
-            memory_nodes=frozenset(self.memory_nodes), manage_all=s.exclusive_cpus, state_file=s.state_file,
-            publish=self.publish, live_pods=self.pods.here,
+        self.core = AgentCore(
+            topology=self.topology, fs=self.cgroups, state=self._load_checkpoint(),
+            memory_nodes=frozenset(memory_nodes(Path(s.sysfs_root))), exclusive_cpus=s.exclusive_cpus,
+            state_file=s.state_file, publish=self.publish,
             on_audit=lambda found: [self.audit_gauge.labels(self.name, k).set(n) for k, n in found.items()],
             log=self.log)
+        self.pods, self.cpus = self.core.pods, self.core.cpus
 
     @property
     def cpu_state(self) -> checkpoint.CpuState:
@@ -114,13 +110,8 @@ class TopologyService(Service):
     # -- pods and their CPUs (the books: books.py) -----------------------------
     async def follow_pods(self) -> None:
         async def on_event(envelope: Envelope[Any]) -> None:
-            pod = envelope.payload
-            if not isinstance(pod, PodLifecycle) or not self._mine(envelope):
-                return
-            self.pods.apply(pod)
-            await self.cpus.change(lambda state: books.on_pod(
-                state, pod, self.node, self.topology.cpus, time.time(), adopt=self.settings.exclusive_cpus),
-                cause=envelope)
+            if isinstance(envelope.payload, PodLifecycle) and self._mine(envelope):
+                await self.core.on_pod(envelope.payload, cause=envelope)
 
         async def done() -> None:
             self.log.info("pod table caught up: %d pods here", len(self.pods.here()))
@@ -134,20 +125,12 @@ class TopologyService(Service):
         return envelope.cluster == self.settings.cluster
 
     async def on_decision(self, envelope: Envelope[PlacementDecision], delivery: Delivery) -> None:
-        decision = envelope.payload
-        if not self.fence.admit(decision):  # a deposed placement leader's decision: see tidal_schemas.fence
-            return
-        if not self.settings.exclusive_cpus or decision.outcome == "fence":
-            return  # kubelet may own the cpusets of a node offering no exclusive CPUs: leave them
-        await self.cpus.change(lambda state: books.on_decision(
-            state, decision, self.node, self.topology.cpus, time.time(), self.pods.get(decision.event_key())),
-            cause=envelope, delivery=delivery)
+        await self.core.on_decision(envelope.payload, cause=envelope, delivery=delivery)
 
     async def follow_binds(self) -> None:
         async def on_event(envelope: Envelope[Any]) -> None:
             if isinstance(envelope.payload, BindResult) and self._mine(envelope):
-                await self.cpus.change(lambda state: books.on_bind_result(state, envelope.payload, self.node),
-                                       cause=envelope)
+                await self.core.on_bind_result(envelope.payload, cause=envelope)
 
         async def done() -> None:
             return None
@@ -158,7 +141,7 @@ class TopologyService(Service):
         timeout = self.settings.bind_timeout_s
         while True:
             await asyncio.sleep(min(1.0, timeout / 4))
-            await self.cpus.change(lambda state: books.expire(state, time.time(), timeout))
+            await self.core.expire(timeout)
 
     async def watch_cgroups(self) -> None:
         """New pod and container cgroups are pinned as they appear; the node
@@ -176,64 +159,10 @@ class TopologyService(Service):
 
     # -- actions --------------------------------------------------------------
     async def on_action(self, envelope: Envelope[NodeAction], delivery: Delivery) -> None:
-        action = envelope.payload
-        if action.node != self.node or action.kind not in _AGENT_ACTIONS:
-            return
-        status, reason = await self._execute(action)
-        self.log.info("action %s %s on %s: %s %s", shown(action.action_id), action.kind, shown(action.pod), status,
-                      reason)
-        await self.publish(ActionResult(action_id=action.action_id, node=self.node, kind=action.kind,
-                                        pod=action.pod, status=status, reason=reason),
-                           cause=envelope, delivery=delivery)
+        await self.core.on_action(envelope.payload, cause=envelope, delivery=delivery)
 
     async def _execute(self, action: NodeAction) -> tuple[str, str]:
-        if action.dry_run:
-            return "skipped", "dry run"
-        # Only pods placed on this node, with a uid of their own, are touched:
-        # the action names a pod, never a path.
-        pod, refusal, why = self.pods.owned(action.pod)
-        if pod is None:
-            return refusal or "refused", why
-        if action.kind == "freeze" and pod.system_critical:
-            return "refused", f"pod {action.pod} is system-critical: never frozen"
-        if action.kind == "freeze":
-            outcome = await asyncio.to_thread(cgroups.freeze_pod, self.cgroups, pod.uid)
-        elif action.kind == "thaw":
-            outcome = await asyncio.to_thread(cgroups.thaw_pod, self.cgroups, pod.uid)
-        else:
-            return await self._move(action, pod)
-        return outcome.status, outcome.reason
-
-    async def _move(self, action: NodeAction, pod: PodLifecycle) -> tuple[str, str]:
-        """A set-cpuset is a request to the books: the agent chooses the CPUs."""
-        if action.target_numa is None:
-            return "refused", "name target_numa: the node agent chooses the CPUs, a concrete cpuset is not taken"
-        key = pod.event_key()
-        async with self.cpus.lock:
-            before = self.cpus.state
-            step = books.move(before, key, pod.uid, action.target_numa, action.cpu_count, self.topology.cpus)
-            if step.refused:
-                return "refused", step.refused
-            outcome = (await self.cpus.commit(step)).get(pod.uid)
-            if outcome is not None and outcome.status == "failed":  # the kernel said no: the books go back
-                held = tuple(sorted(before.held_by(key)))
-                undo = books.Published(key, held, False, books.numa_counts(self.topology.cpus, held),
-                                       before.claims[key].decision_id if key in before.claims else "",
-                                       "move undone") if held else None
-                await self.cpus.commit(books.Step(before, True, (undo,) if undo else ()))
-                return "failed", outcome.reason
-        return "done", step.note or "already there"
-
-    def _actual_cpusets(self, by_uid: dict[str, PodLifecycle]) -> dict[str, list[int]]:
-        """Each pod's cpuset as its cgroup has it (what the kernel enforces,
-        including moves made by actions); the agent's own assignment where
-        the cgroup cannot be read."""
-        found = {pod: sorted(cpus) for (pod, _), cpus in self.cpu_state.assignments.items()}
-        for uid, pod in by_uid.items():
-            actual = cgroups.pod_cpuset(self.cgroups, uid)
-            if actual:
-                found[pod.event_key()] = actual
-        return found
+        return await self.core.execute(action)
 
     # -- usage ----------------------------------------------------------------
     async def sample_usage(self) -> None:
@@ -258,9 +187,9 @@ class TopologyService(Service):
             cpu_util=cpu_utilisation(stat, stat_now), memory_used_mib=memory.used_mib,
             memory_total_mib=memory.total_mib, pod_samples=pod_usage(counters, counters_now),
             pods_by_uid=by_uid,
-            cpusets=self._actual_cpusets(by_uid),
+            cpusets=self.core.actual_cpusets(by_uid),
             shared_pool=sorted(self.cpu_state.shared_pool),  # kubelet's default set: reserved CPUs included
-            frozen={uid: bool(cgroups.pod_frozen(self.cgroups, uid)) for uid in by_uid},
+            frozen={uid: bool(self.cgroups.pod_frozen(uid)) for uid in by_uid},
         )
 
 

@@ -1,0 +1,132 @@
+"""The node agent's core: what it does with each event it reads, on one
+node's pod cgroups — independent of the bus and of the machine, so the
+service (`service.py`) and every simulated node run the same code.
+
+- a pod lifecycle event updates the pod table (`node_pods.py`) and the
+  books (`books.on_pod`);
+- a placement decision that counts (`tidal_schemas.fence`) updates the
+  books (`books.on_decision`), unless the node offers no exclusive CPUs
+  (kubelet may own its cpusets then);
+- a bind result updates the books (`books.on_bind_result`);
+- `expire` gives back the CPUs of decisions not bound in time;
+- an action (freeze, thaw, set-cpuset) for this node is carried out on a
+  pod it owns and answered with an `ActionResult`. A set-cpuset is a move
+  the books make (`books.move`); the agent chooses the CPUs. Every change
+  of the books is written to the cgroups by the CPU authority
+  (`authority.py`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from tidal_schemas import ActionResult, BindResult, NodeAction, NodeTopology, PlacementDecision, PodLifecycle
+from tidal_schemas.fence import DecisionFence
+
+from . import books, checkpoint
+from .authority import CpuAuthority, Publish
+from .cgroup_tree import CgroupTree
+from .node_pods import NodePods, shown
+
+AGENT_ACTIONS = frozenset({"freeze", "thaw", "set-cpuset"})
+
+
+class AgentCore:
+    def __init__(self, *, topology: NodeTopology, fs: CgroupTree, state: checkpoint.CpuState | None = None,
+                 memory_nodes: frozenset[int], exclusive_cpus: bool, state_file, publish: Publish,
+                 clock: Callable[[], float] = time.time, on_audit: Callable[[dict[str, int]], None] = lambda c: None,
+                 log: logging.Logger | None = None) -> None:
+        self.node, self.topology, self.fs, self.exclusive_cpus = topology.node, topology, fs, exclusive_cpus
+        self.publish, self.clock = publish, clock
+        self.log = log or logging.getLogger("tidal.topology")
+        self.pods = NodePods(self.node)
+        self.fence = DecisionFence()
+        if state is None:
+            state = checkpoint.new_state([c.cpu for c in topology.cpus], topology.reserved_cpus)
+        self.cpus = CpuAuthority(node=self.node, topology=topology.cpus, state=state, fs=fs,
+                                 memory_nodes=memory_nodes, manage_all=exclusive_cpus, state_file=state_file,
+                                 publish=publish, live_pods=self.pods.here, on_audit=on_audit, log=self.log)
+
+    async def on_pod(self, pod: PodLifecycle, cause=None) -> None:
+        self.pods.apply(pod)
+        await self.cpus.change(lambda state: books.on_pod(state, pod, self.node, self.topology.cpus, self.clock(),
+                                                          adopt=self.exclusive_cpus), cause=cause)
+
+    async def on_decision(self, decision: PlacementDecision, cause=None, delivery=None) -> None:
+        if not self.fence.admit(decision):  # a deposed placement leader's decision: see tidal_schemas.fence
+            return
+        if not self.exclusive_cpus or decision.outcome == "fence":
+            return  # kubelet may own the cpusets of a node offering no exclusive CPUs: leave them
+        await self.cpus.change(lambda state: books.on_decision(
+            state, decision, self.node, self.topology.cpus, self.clock(), self.pods.get(decision.event_key())),
+            cause=cause, delivery=delivery)
+
+    async def on_bind_result(self, result: BindResult, cause=None) -> None:
+        await self.cpus.change(lambda state: books.on_bind_result(state, result, self.node), cause=cause)
+
+    async def expire(self, timeout_s: float) -> None:
+        await self.cpus.change(lambda state: books.expire(state, self.clock(), timeout_s))
+
+    # -- actions --------------------------------------------------------------
+    async def on_action(self, action: NodeAction, cause=None, delivery=None) -> ActionResult | None:
+        """Carry out an action for this node and publish its result (None: not the agent's)."""
+        if action.node != self.node or action.kind not in AGENT_ACTIONS:
+            return None
+        status, reason = await self.execute(action)
+        self.log.info("action %s %s on %s: %s %s", shown(action.action_id), action.kind, shown(action.pod), status,
+                      reason)
+        result = ActionResult(action_id=action.action_id, node=self.node, kind=action.kind, pod=action.pod,
+                              status=status, reason=reason)
+        await self.publish(result, cause=cause, delivery=delivery)
+        return result
+
+    async def execute(self, action: NodeAction) -> tuple[str, str]:
+        if action.dry_run:
+            return "skipped", "dry run"
+        # Only pods placed on this node, with a uid of their own, are touched:
+        # the action names a pod, never a path.
+        pod, refusal, why = self.pods.owned(action.pod)
+        if pod is None:
+            return refusal or "refused", why
+        if action.kind == "freeze" and pod.system_critical:
+            return "refused", f"pod {action.pod} is system-critical: never frozen"
+        if action.kind == "freeze":
+            outcome = await self.cpus.io(self.fs.freeze_pod, pod.uid)
+        elif action.kind == "thaw":
+            outcome = await self.cpus.io(self.fs.thaw_pod, pod.uid)
+        else:
+            return await self._move(action, pod)
+        return outcome.status, outcome.reason
+
+    async def _move(self, action: NodeAction, pod: PodLifecycle) -> tuple[str, str]:
+        """A set-cpuset is a request to the books: the agent chooses the CPUs."""
+        if action.target_numa is None:
+            return "refused", "name target_numa: the node agent chooses the CPUs, a concrete cpuset is not taken"
+        key = pod.event_key()
+        async with self.cpus.lock:
+            before = self.cpus.state
+            step = books.move(before, key, pod.uid, action.target_numa, action.cpu_count, self.topology.cpus)
+            if step.refused:
+                return "refused", step.refused
+            outcome = (await self.cpus.commit(step)).get(pod.uid)
+            if outcome is not None and outcome.status == "failed":  # the kernel said no: the books go back
+                held = tuple(sorted(before.held_by(key)))
+                undo = books.Published(key, held, False, books.numa_counts(self.topology.cpus, held),
+                                       before.claims[key].decision_id if key in before.claims else "",
+                                       "move undone") if held else None
+                await self.cpus.commit(books.Step(before, True, (undo,) if undo else ()))
+                return "failed", outcome.reason
+        return "done", step.note or "already there"
+
+    def actual_cpusets(self, by_uid: dict[str, PodLifecycle]) -> dict[str, list[int]]:
+        """Each pod's cpuset as its cgroup has it (what the kernel enforces,
+        including moves made by actions); the agent's own assignment where
+        the cgroup cannot be read."""
+        found = {pod: sorted(cpus) for (pod, _), cpus in self.cpus.state.assignments.items()}
+        for uid, pod in by_uid.items():
+            actual = self.fs.pod_cpuset(uid)
+            if actual:
+                found[pod.event_key()] = actual
+        return found
