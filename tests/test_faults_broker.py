@@ -26,7 +26,6 @@ import time
 
 import pytest
 
-
 from conftest import make_bus, start_service, stop_service, wait_until
 from builders import metrics
 from test_faults_kill import check_invariants, simulate_on_stack, wait_until_async
