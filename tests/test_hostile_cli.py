@@ -307,3 +307,11 @@ def test_from_minus_two_hours_works_as_the_readme_writes_it(capsys):
     assert "cannot connect to NATS" in err and "expected one argument" not in err
     assert main(["events", "tail", "node.metrics", "--from", "-30m", "--no-follow", *NO_BUS]) == 1
     assert "cannot connect" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("breaker", ["\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\n"])
+def test_a_message_quoting_a_line_break_stays_one_line(breaker):
+    from tidal_cli.errors import one_line
+
+    message = one_line(f"scenario.yaml: pods.0.name: {breaker!s}x{breaker}y is not a name")
+    assert len(message.splitlines()) == 1 and "x" in message and "y is not a name" in message

@@ -15,7 +15,7 @@ from tidal_schemas import SchemaError
 
 from . import demo_cmd, events_cmd, explain_cmd, replay_cmd, schemas_cmd, simulate_cmd, tenants_cmd, tools_cmd, up_cmd
 from . import audit_cmd, nats_config_cmd, node_cmd
-from .errors import CliError
+from .errors import CliError, one_line
 
 COMMANDS = [up_cmd, demo_cmd, simulate_cmd, replay_cmd, audit_cmd, events_cmd, explain_cmd, tenants_cmd, schemas_cmd,
             tools_cmd, nats_config_cmd, node_cmd]
@@ -83,7 +83,7 @@ def join_negative_times(argv: list[str]) -> list[str]:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"tidal: {message}", file=sys.stderr)
+    print(f"tidal: {one_line(message)}", file=sys.stderr)
     return code
 
 
