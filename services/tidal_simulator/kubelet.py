@@ -67,7 +67,7 @@ class Kubelets:
             added, removed = sim.model.set_taints(node, keys)
             for kind_, keys_ in (("taint", added), ("untaint", removed)):
                 for taint in sorted(keys_):
-                    sim.record.happen(sim.clock.t_s, kind_, node, None, taint, sim.asked_by(kind_, node, None))
+                    sim.record.happen(sim.clock.t_s, kind_, node, None, taint, sim.record.asked_by(kind_, node, None))
             return
         if resource != "pods" or kind != "DELETED":
             return
@@ -80,7 +80,7 @@ class Kubelets:
         evicted = (meta["namespace"], meta["name"]) in sim.api.evictions[-1:]
         sim.model.delete(key)
         if evicted:
-            sim.record.happen(sim.clock.t_s, "evict", node, key, "", sim.asked_by("evict", node, key))
+            sim.record.happen(sim.clock.t_s, "evict", node, key, "", sim.record.asked_by("evict", node, key))
         if was_running:
             sim.record.happen(sim.clock.t_s, "deleted", node, key, "evicted" if evicted else "deleted")
             sim.changed(node)

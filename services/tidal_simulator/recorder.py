@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from tidal_schemas import BindResult, NodeAllocatable, PlacementDecision
+
 from .expectations import Happening
 
 
@@ -50,10 +52,35 @@ class Recorder:
     results: Counter = field(default_factory=Counter)  # (kind, status) -> count
     allocatable: dict[str, dict[str, float]] = field(default_factory=dict)  # node -> last figures
     allocatable_events: int = 0
+    asked: dict[tuple[str, str, str | None], str] = field(default_factory=dict)  # (kind, node, pod) -> who
+
+    def asked_by(self, kind: str, node: str | None, pod: str | None) -> str:
+        """Who asked for an action the bridge carried out, when known."""
+        return self.asked.get((kind, node or "", pod), "")
 
     def happen(self, t_s: float, kind: str, node: str | None = None, pod: str | None = None, detail: str = "",
                source: str = "") -> None:
         self.timeline.append(Happening(t_s, kind, node, pod, detail, source))
+
+    def decision(self, t_s: float, key: str, decision: PlacementDecision, now: float) -> None:
+        """A decision for a pod of this run, read at wall time `now`."""
+        self.decisions += 1
+        if key in self.released_at and key not in self.latencies_s:
+            self.latencies_s[key] = now - self.released_at[key]
+        self.last_decision[key] = (decision.outcome, decision.reason, dict(decision.filtered))
+        if decision.outcome == "pending":
+            self.happen(t_s, "pending", None, key, decision.reason)
+
+    def bind_result(self, t_s: float, result: BindResult) -> None:
+        self.bind_results["ok" if result.ok else "failed"] += 1
+        if not result.ok:
+            self.happen(t_s, "bind-failed", result.node, result.event_key(), result.reason)
+
+    def allocatable_seen(self, figures: NodeAllocatable) -> None:
+        self.allocatable_events += 1
+        self.allocatable[figures.node] = {"cpu_milli": figures.allocatable.cpu_milli,
+                                          "memory_mib": figures.allocatable.memory_mib,
+                                          "factor": figures.factor or 1.0}
 
 
 def tick_sample(model, last_metrics, t_s: float) -> TickSample:

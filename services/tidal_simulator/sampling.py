@@ -84,3 +84,26 @@ def sample_node(model: ClusterModel, node: str, t_s: float, at: datetime, interv
                          pod_samples=samples, pods_by_uid=by_uid, cpusets=cpusets,
                          shared_pool=sorted(c.cpu for c in topology.cpus) if shared_pool is None else shared_pool,
                          frozen=frozen)
+
+
+class SampleSchedule:
+    """Which nodes to sample this tick: those whose pods changed, those whose
+    sample moves with time, and the rest every `heartbeat_s` (None: every tick)."""
+
+    def __init__(self, nodes: list[str], heartbeat_s: float | None) -> None:
+        self.nodes, self.heartbeat_s = sorted(nodes), heartbeat_s
+        self.dirty: set[str] = set(nodes)
+        self.static: dict[str, bool] = {}
+        self.sampled_at: dict[str, float] = {}
+
+    def due(self, model: ClusterModel, t: float, force: bool = False) -> list[str]:
+        for node in self.dirty:  # whether a node's sample moves with time changes only with its pods
+            self.static[node] = node_is_static(model, node)
+        heartbeat, dirty = self.heartbeat_s, self.dirty
+        self.dirty = set()
+        due = [node for node in self.nodes
+               if force or heartbeat is None or node in dirty or not self.static.get(node, True)
+               or t - self.sampled_at.get(node, -1e18) >= heartbeat]
+        for node in due:
+            self.sampled_at[node] = t
+        return due

@@ -2,7 +2,7 @@
 Kubernetes API server.
 
 It plays the world, never Tidal: the cluster's API server (`kube_api`,
-with the kubeconfig written to `settings.kubeconfig`), where it creates the
+with the kubeconfig written to `settings.kubeconfig_path()`), where it creates the
 nodes and, as they arrive, the pods users submit; the kubelets
 (`kubelet.py`), which admit bound pods, run them and delete finished ones;
 and the machines — `node.topology` of every node at start, `node.metrics`
@@ -29,7 +29,6 @@ import asyncio
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -52,7 +51,7 @@ from .kubelet import Kubelets
 from .model import ClusterModel
 from .pods import node_manifest, pod_manifest
 from .recorder import Recorder, TickSample, tick_sample
-from .sampling import node_is_static, sample_node
+from .sampling import SampleSchedule, sample_node
 from .settings import SimulatorSettings
 from .workload import Workload
 
@@ -90,12 +89,8 @@ class SimulatorService(Service):
         self.kubelets = Kubelets(self)
         self.api.admit_binding = self.kubelets.admit
         self.api.store.listeners.append(self.kubelets.observe)
-        self._kubeconfig = ""
-        self._asked: dict[tuple[str, str, str | None], str] = {}  # (kind, node, pod) -> who asked
-        self._nodes = sorted(self.model.nodes)
-        self._dirty: set[str] = set(self.model.nodes)
-        self._static: dict[str, bool] = {}
-        self._sampled_at: dict[str, float] = {}
+        self.kubeconfig = s.kubeconfig_path()
+        self.schedule = SampleSchedule(list(self.model.nodes), self.settings.metrics_heartbeat_s)
         self._awaiting_allocatable: set[str] = set()
         self._last_input = time.monotonic()
         self.started_at = datetime.now(timezone.utc) - timedelta(seconds=1)
@@ -129,13 +124,6 @@ class SimulatorService(Service):
         await run_timed(self, forever=self.clock.real_time)
         self.log.info("workload done at %.0f s of scenario time; still answering", self.clock.t_s)
         await asyncio.Event().wait()
-
-    @property
-    def kubeconfig(self) -> str:
-        """Where the kubeconfig of this cluster is (written at start)."""
-        if not self._kubeconfig:
-            self._kubeconfig = self.settings.kubeconfig or str(Path(self.settings.data_dir) / "kubeconfig")
-        return self._kubeconfig
 
     async def on_start(self) -> None:
         """The cluster as it is at time 0: its API server with every node and
@@ -187,13 +175,8 @@ class SimulatorService(Service):
         if pod is None or (decision.uid and decision.uid != pod.request.uid):
             return  # not a pod of this simulation
         self._touch()
-        record = self.record
-        record.decisions += 1
-        if key in record.released_at and key not in record.latencies_s:
-            record.latencies_s[key] = time.monotonic() - record.released_at[key]
-        record.last_decision[key] = (decision.outcome, decision.reason, dict(decision.filtered))
+        self.record.decision(t, key, decision, time.monotonic())
         if decision.outcome == "pending":
-            record.happen(t, "pending", None, key, decision.reason)
             self.settle(key, "pending")
 
     async def on_bind_result(self, envelope: Envelope[BindResult], delivery: Delivery) -> None:
@@ -203,9 +186,7 @@ class SimulatorService(Service):
         if result.event_key() not in self.model.pods:
             return
         self._touch()
-        self.record.bind_results["ok" if result.ok else "failed"] += 1
-        if not result.ok:
-            self.record.happen(self.clock.t_s, "bind-failed", result.node, result.event_key(), result.reason)
+        self.record.bind_result(self.clock.t_s, result)
 
     async def on_allocatable(self, envelope: Envelope[NodeAllocatable], delivery: Delivery) -> None:
         figures = envelope.payload
@@ -214,10 +195,7 @@ class SimulatorService(Service):
         self._touch()
         self._awaiting_allocatable.discard(envelope.causation_id or "")
         self.model.set_allocatable(figures.node, figures.allocatable)
-        self.record.allocatable_events += 1
-        self.record.allocatable[figures.node] = {"cpu_milli": figures.allocatable.cpu_milli,
-                                                 "memory_mib": figures.allocatable.memory_mib,
-                                                 "factor": figures.factor or 1.0}
+        self.record.allocatable_seen(figures)
         if self.ledger is not None:
             self.ledger.refresh(figures.node)
 
@@ -229,7 +207,7 @@ class SimulatorService(Service):
         self._touch()
         by = action.requested_by or envelope.source
         self.record.actions[(by, action.kind)] += 1
-        self._asked[(action.kind, action.node, action.pod)] = by
+        self.record.asked[(action.kind, action.node, action.pod)] = by
         if envelope.cluster != self.settings.cluster:
             return
         result = await self.agents.on_action(action, cause=envelope)
@@ -242,10 +220,6 @@ class SimulatorService(Service):
         if result.node in self.model.nodes:
             self._touch()
             self.record.results[(result.kind, result.status)] += 1
-
-    def asked_by(self, kind: str, node: str | None, pod: str | None) -> str:
-        """Who asked for an action the bridge carried out, when known."""
-        return self._asked.get((kind, node or "", pod), "")
 
     # -- what the driver calls ---------------------------------------------------
     async def release(self, key: str) -> asyncio.Future:
@@ -271,22 +245,14 @@ class SimulatorService(Service):
     async def publish_metrics(self, force: bool = False) -> int:
         """A sample of each node that may have changed; the count published."""
         t, now, count = self.clock.t_s, self.clock.now(), 0
-        interval = self.clock.tick_s
-        heartbeat = self.settings.metrics_heartbeat_s
-        for node in self._dirty:  # whether a node's sample moves with time changes only with its pods
-            self._static[node] = node_is_static(self.model, node)
-        for node in self._nodes:
-            due = (force or heartbeat is None or node in self._dirty or not self._static.get(node, True)
-                   or t - self._sampled_at.get(node, -1e18) >= heartbeat)
-            if not due:
-                continue
-            metrics = sample_node(self.model, node, t, now, interval, self.usage_rng, self.agents.shared_pool(node))
+        for node in self.schedule.due(self.model, t, force):
+            metrics = sample_node(self.model, node, t, now, self.clock.tick_s, self.usage_rng,
+                                  self.agents.shared_pool(node))
             envelope = await self.emit(metrics)
             if self.settings.expect_allocatable:
                 self._awaiting_allocatable.add(envelope.id)
-            self.last_metrics[node], self._sampled_at[node] = metrics, t
+            self.last_metrics[node] = metrics
             count += 1
-        self._dirty.clear()
         return count
 
     def sample_tick(self) -> TickSample:
@@ -315,7 +281,7 @@ class SimulatorService(Service):
     def changed(self, node: str | None) -> None:
         """`node`'s pods changed: sample it, refresh its GPU figures."""
         if node in self.model.nodes:
-            self._dirty.add(node)
+            self.schedule.dirty.add(node)
             if self.ledger is not None:
                 self.ledger.refresh(node)
 

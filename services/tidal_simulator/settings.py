@@ -9,6 +9,7 @@ and releases pods by their arrival times.
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -46,3 +47,7 @@ class SimulatorSettings(ServiceSettings):
                             "simulated cluster (default: DATA_DIR/kubeconfig)")
     kube_history: int = Field(50_000, ge=100, description="changes the API server keeps for watches to resume "
                               "from (older resourceVersions get 410 Gone, as after etcd compaction)")
+
+    def kubeconfig_path(self) -> str:
+        """Where the kubeconfig of the simulated cluster is written at start."""
+        return self.kubeconfig or str(Path(self.data_dir) / "kubeconfig")
