@@ -26,7 +26,7 @@ from pathlib import Path
 from tidal_bus.auth import redact_url
 
 from .errors import CliError
-from .files import check_size, check_yaml_file
+from .simulate_workload import read_workload
 from .options import cluster_name, count, make_dir, namespace_name, number, seconds, seconds_or_zero, write_file
 
 DEFAULT_SERVICES = "placement,scoring,oversell,remediation"
@@ -106,7 +106,6 @@ def run(args: argparse.Namespace) -> int:
 def build_plan(args: argparse.Namespace):
     """Validate the flags and read the workload; CliError (exit 2) naming the problem."""
     from tidal_simulator.run import RunPlan
-    from tidal_simulator.scenario import ScenarioError, load_scenario
     from tidal_simulator.settings import SimulatorSettings
 
     chosen = [name for name, given in (("--nodes/--pods", args.nodes or args.pods), ("--scenario", args.scenario),
@@ -128,17 +127,8 @@ def build_plan(args: argparse.Namespace):
 
         if args.gpu_strategy not in GPU_STRATEGIES:
             raise CliError(f"--gpu-strategy: unknown {args.gpu_strategy!r}; known: {', '.join(sorted(GPU_STRATEGIES))}")
-    order, shapes, reference, extra = (), None, {}, {"gpu_strategy": args.gpu_strategy}
-    if args.nodes:
-        workload, order, shapes, reference = _trace(args)
-    elif args.scenario:
-        check_yaml_file(args.scenario)  # size, aliases, duplicate keys: before the scenario parser sees it
-        try:
-            workload = load_scenario(args.scenario)
-        except ScenarioError as exc:
-            raise CliError(str(exc)) from None
-    else:
-        workload = _synthetic(args)
+    extra = {"gpu_strategy": args.gpu_strategy}
+    workload, order, shapes, reference = read_workload(args)
     if args.arrive_only and not args.nodes:
         order = [p.key for p in sorted(workload.pods, key=lambda p: (p.arrive_s, p.key)) if p.node is None]
     if args.limit is not None:
@@ -158,48 +148,6 @@ def build_plan(args: argparse.Namespace):
         else str(args.data_dir / "kubeconfig"))
     return RunPlan(workload, settings, arrive_only=args.arrive_only, order=order, shapes=shapes,
                    reference=reference, progress_every=max(args.progress, 0), extra=extra)
-
-
-def _trace(args: argparse.Namespace):
-    from tidal_simulator.openb import TraceError, read_pods
-    from tidal_simulator.report import published_reference
-    from tidal_simulator.trace import trace_workload
-
-    for path in (args.nodes, args.pods):
-        if not path.is_file():
-            raise CliError(f"{path}: no such file")
-        check_size(path)
-    inflate = (args.inflate or 1.3) if args.arrive_only else None
-    try:
-        workload, _ = trace_workload(args.nodes, args.pods, seed=args.seed, arrive_only=args.arrive_only,
-                                     inflate=inflate, tenants=args.tenants, usage_level=args.usage_level,
-                                     tick_s=args.tick)
-    except TraceError as exc:  # already names the file, line and column
-        raise CliError(str(exc)) from None
-    except (KeyError, ValueError) as exc:
-        raise CliError(f"{args.pods} / {args.nodes}: not an openb trace ({type(exc).__name__}: {exc})") from None
-    # The measure's typical pods come from the trace as published, before inflation.
-    shapes = [p.shape for p in read_pods(args.pods)]
-    order = [p.key for p in workload.pods] if args.arrive_only else ()
-    return workload, order, shapes, published_reference(args.pods, args.nodes) if args.arrive_only else {}
-
-
-def _synthetic(args: argparse.Namespace):
-    from pydantic import ValidationError
-
-    from tidal_schemas.envelope import describe_validation_error
-    from tidal_simulator.sources import synthetic_workload
-    from tidal_simulator.synthetic import parse_spec
-
-    text = args.synthetic or ""
-    if "seed=" not in text:
-        text = f"{text},seed={args.seed}" if text else f"seed={args.seed}"
-    try:
-        return synthetic_workload(parse_spec(text))
-    except ValidationError as exc:
-        raise CliError(f"--synthetic: {describe_validation_error(exc)}") from None
-    except ValueError as exc:
-        raise CliError(str(exc).splitlines()[0]) from None
 
 
 def _services(args: argparse.Namespace) -> list[str]:
