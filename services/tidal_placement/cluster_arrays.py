@@ -57,6 +57,11 @@ class ClusterArrays:
         self.mem_free[r] = max(int(self.mem_alloc[r] - self.mem_used[r]), 0)
         self._touch(r)
 
+    @property
+    def stamp(self) -> int:
+        """The latest version given to any row."""
+        return self._stamp
+
     def _touch(self, r: int) -> None:
         self._stamp += 1
         self.version[r] = self._stamp

@@ -22,10 +22,14 @@ FGD then fills the scarce models first, the very ones constrained pods
 need (on the `spec35` variant most GPUs left idle are G2 while T4- and
 P100-constrained pods fail).
 
-Shapes with the same GPU part (milli, count, models) share one column `j`,
-weighted by Σ p_m over their members whose CPU fits. `after_share`
-evaluates the node after putting `milli` on each device in turn with a
-per-device delta, so no (node × device) copies of the node are built.
+Computed per GPU demand d = (milli, count) — shapes differing only in CPU
+or models share its `can`/`small` figures — with the q3 weight read from a
+table: W[k, i, d] = Σ p_m over shapes of demand d that may use model k
+and whose CPU fits in i thresholds (i = how many distinct shape CPUs are
+≤ c). A row's figures come from its own values only, the same whatever
+other rows are computed with it (`gpu_score_cache` relies on that).
+`after_share` evaluates the node after putting `milli` on each device in
+turn with a per-device delta, so no (node × device) copies are built.
 """
 
 from __future__ import annotations
@@ -43,54 +47,51 @@ class FragModel:
 
     workload: TargetWorkload
     no_access_is_fragment: bool = True
-    _access: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict, repr=False)
-    _idle_weight: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict, repr=False)
+    _tables: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        gpu_parts = sorted({(s.gpu_milli, s.gpu_count, s.models) for s in self.workload.shapes if s.gpu_milli > 0})
-        self.parts = gpu_parts
-        self.milli = np.array([p[0] for p in gpu_parts], dtype=np.int64)
-        self.count = np.array([p[1] for p in gpu_parts], dtype=np.int64)
-        self.shape_cpu = np.array([s.cpu_milli for s in self.workload.shapes], dtype=np.int64)
-        weight = np.zeros((len(self.workload.shapes), len(gpu_parts)))
-        index = {p: j for j, p in enumerate(gpu_parts)}
-        for i, (s, p) in enumerate(zip(self.workload.shapes, self.workload.popularity)):
-            if s.gpu_milli > 0:
-                weight[i, index[(s.gpu_milli, s.gpu_count, s.models)]] = p
-        self.weight = weight
+        gpu = [(s, p) for s, p in zip(self.workload.shapes, self.workload.popularity) if s.gpu_milli > 0]
+        self.demands = sorted({(s.gpu_milli, s.gpu_count) for s, _ in gpu})
+        self.milli = np.array([d[0] for d in self.demands], dtype=np.int64)
+        self.count = np.array([d[1] for d in self.demands], dtype=np.int64)
+        self.thresholds = np.array(sorted({s.cpu_milli for s, _ in gpu}), dtype=np.int64)
+        self._gpu_shapes = gpu
 
-    def access(self, models: tuple[str, ...]) -> np.ndarray:
-        """(parts × (len(models)+1)): may part j use model id k; the last
-        column stands for "node without GPUs" and is always False."""
-        table = self._access.get(models)
-        if table is None:
-            table = np.zeros((len(self.parts), len(models) + 1), dtype=bool)
-            for j, (_, _, allowed) in enumerate(self.parts):
-                table[j, :len(models)] = [not allowed or m in allowed for m in models]
-            self._access[models] = table
-        return table
+    def tables(self, models: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """W ((models+1) × (thresholds+1) × demands) and the idle weight per
+        model ((models+1)); the last model row stands for "no GPU"."""
+        tables = self._tables.get(models)
+        if tables is None:
+            k, d = len(models) + 1, {dem: j for j, dem in enumerate(self.demands)}
+            steps = np.zeros((k, len(self.thresholds) + 1, len(self.demands)))
+            barred = np.zeros(k)
+            for s, p in self._gpu_shapes:
+                fits_from = int(np.searchsorted(self.thresholds, s.cpu_milli)) + 1
+                for m, name in enumerate(models):
+                    if not s.models or name in s.models:
+                        steps[m, fits_from, d[(s.gpu_milli, s.gpu_count)]] += p
+                    else:
+                        barred[m] += p
+            idle_weight = np.ones(k) if self.no_access_is_fragment else 1.0 - barred
+            idle_weight[-1] = 1.0
+            tables = (np.cumsum(steps, axis=1), idle_weight)
+            self._tables[models] = tables
+        return tables
+
+    def q3_weight(self, cpu_left: np.ndarray, model: np.ndarray, models: tuple[str, ...]) -> np.ndarray:
+        """(nodes × demands): Σ p_m of the shapes of demand d whose CPU fits
+        and whose model constraint admits the node's model."""
+        weight, _ = self.tables(models)
+        return weight[np.where(model < 0, len(models), model), np.searchsorted(self.thresholds, cpu_left, side="right")]
 
     def idle_weight(self, model: np.ndarray, models: tuple[str, ...]) -> np.ndarray:
         """Per node, the popularity of the shapes that count the node's idle
         GPU (1, or 1 − Σ p_m over GPU shapes barred from its model)."""
-        table = self._idle_weight.get(models)
-        if table is None:
-            barred = self.weight.sum(axis=0) @ ~self.access(models) if len(self.parts) else np.zeros(len(models) + 1)
-            table = 1.0 - (0.0 if self.no_access_is_fragment else barred)
-            table = np.where(np.arange(len(models) + 1) < len(models), table, 1.0)
-            self._idle_weight[models] = table
-        return table[np.where(model < 0, len(models), model)]
-
-    def q3_weight(self, cpu_left: np.ndarray, model: np.ndarray, models: tuple[str, ...]) -> np.ndarray:
-        """(nodes × parts): Σ p_m of the shapes in part j whose CPU fits and
-        whose model constraint admits the node's model."""
-        fits = (cpu_left[:, None] >= self.shape_cpu[None, :]).astype(np.float64)
-        access = self.access(models)
-        return (fits @ self.weight) * access[:, np.where(model < 0, len(models), model)].T
+        return self.tables(models)[1][np.where(model < 0, len(models), model)]
 
     def counts(self, gpu_left: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(nodes × parts): devices able to host a part's per-GPU milli, and
-        the milli left on the devices too small for it."""
+        """(nodes × demands): devices able to host a demand's per-GPU milli,
+        and the milli left on the devices too small for it."""
         left = gpu_left[:, :, None]
         small = left < self.milli[None, None, :]
         return (~small).sum(axis=1), (left * small).sum(axis=1)
@@ -104,25 +105,28 @@ class FragModel:
         return idle * self.idle_weight(model, models) - (q3 * (idle[:, None] - small)).sum(axis=1)
 
     def after_whole(self, cpu_left: np.ndarray, gpu_left: np.ndarray, model: np.ndarray,
-                    models: tuple[str, ...], gpus: int) -> np.ndarray:
-        """F_n after taking `gpus` whole free devices (which ones does not
-        matter: a full device is never "too small") and the CPU already
-        subtracted from `cpu_left`."""
+                    models: tuple[str, ...], gpus: int | np.ndarray) -> np.ndarray:
+        """F_n after taking `gpus` (per row, or one number) whole free devices
+        (which ones does not matter: a full device is never "too small") and
+        the CPU already subtracted from `cpu_left`."""
+        gpus = np.asarray(gpus)
         idle = gpu_left.sum(axis=1) - 1000 * gpus
         can, small = self.counts(gpu_left)
-        q3 = self.q3_weight(cpu_left, model, models) * (can - gpus >= self.count[None, :])
+        q3 = self.q3_weight(cpu_left, model, models) * (can - gpus.reshape(-1, 1) >= self.count[None, :])
         return idle * self.idle_weight(model, models) - (q3 * (idle[:, None] - small)).sum(axis=1)
 
     def after_share(self, cpu_left: np.ndarray, gpu_left: np.ndarray, model: np.ndarray,
-                    models: tuple[str, ...], milli: int) -> np.ndarray:
-        """(nodes × devices): F_n after putting `milli` on device g (CPU
-        already subtracted from `cpu_left`); meaningless where L_g < milli."""
+                    models: tuple[str, ...], milli: int | np.ndarray) -> np.ndarray:
+        """(nodes × devices): F_n after putting `milli` (per row, or one
+        number) on device g (CPU already subtracted from `cpu_left`);
+        meaningless where L_g < milli."""
+        milli = np.asarray(milli).reshape(-1, 1)
         can, small = self.counts(gpu_left)
         left = gpu_left[:, :, None]
-        after = left - milli
+        after = left - milli[:, :, None]
         m = self.milli[None, None, :]
         can2 = can[:, None, :] + (after >= m).astype(np.int64) - (left >= m)
         small2 = small[:, None, :] + after * (after < m) - left * (left < m)
-        idle2 = (gpu_left.sum(axis=1) - milli)[:, None, None]
+        idle2 = (gpu_left.sum(axis=1)[:, None] - milli)[:, :, None]
         q3 = self.q3_weight(cpu_left, model, models)[:, None, :] * (can2 >= self.count[None, None, :])
         return idle2[:, :, 0] * self.idle_weight(model, models)[:, None] - (q3 * (idle2 - small2)).sum(axis=2)
