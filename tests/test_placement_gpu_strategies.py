@@ -111,12 +111,31 @@ def test_fgd_cpu_sends_cpu_pods_where_cpu_is_spare():
     assert decide(state, pod, make_strategy("fgd-cpu", workload)).node == "rich"
 
 
-def test_fgd_cpu_packs_on_equal_scores():
-    # one shape (no CPU, 1 GPU): any node with an idle GPU fits it, so every
-    # placement scores 50 and ρ = 0. Pack: 1 GPU left on "some" beats 3 on "empty".
+def test_fgd_cpu_leaves_equal_scores_to_the_final_tie_rule():
+    # one shape (no CPU, 1 GPU): every placement scores 50, ρ = 0 so no deficit.
+    # No packing key: the tie goes to decide's final rule (the lowest row here)
+    # — packing sent pods to small nodes of scarce models first (see gpu_fgd_cpu)
     workload = TargetWorkload((Shape(0, 1000, 1),), np.array([1.0]))
     state = cluster(("empty", 8, [1000] * 4), ("some", 8, [1000, 1000, 0, 0]))
-    assert decide(state, PodRequest("p", 0, gpu_count=1), make_strategy("fgd-cpu", workload)).node == "some"
+    strategy = make_strategy("fgd-cpu", workload)
+    assert strategy.score(candidates(state), Shape(0, 1000, 1)).tiebreaks[0].tolist() == [0, 0]
+    assert decide(state, PodRequest("p", 0, gpu_count=1), strategy).node == "empty"
+    assert decide(state, PodRequest("p", 0, gpu_count=1), strategy, rank=np.array([1, 0])).node == "some"
+
+
+def test_fgd_cpu_does_not_pull_pods_onto_the_model_fewer_shapes_may_use():
+    # ⅓ of the GPU pods may only use G2, ⅔ any model; a G2 node (8 GPUs), a T4 node (2).
+    # An unconstrained 1-GPU pod. FGD counts the barred G2-only share as fragment on the T4:
+    #   T4: F = ⅓·2000 → ⅓·1000, Δ +333 → ⌊100·sigmoid(0.333)⌋ = 58; G2: all fit, Δ 0 → 50
+    #   — FGD fills the T4, the model fewer shapes may use, however scarce it is.
+    # fgd-cpu: the G2-only shape counts nothing on the T4: Δ 0 on both, 50 and 50
+    g2, anyone = Shape(0, 1000, 1, ("G2",)), Shape(0, 1000, 1)
+    workload = typical_workload([g2, anyone, anyone], coverage=1.0)
+    state = ClusterState()
+    state.upsert_node(make_topology("g2", (8,), gpus=8, model="G2"))
+    state.upsert_node(make_topology("t4", (8,), gpus=2, model="T4"))
+    assert make_strategy("fgd", workload).score(candidates(state), anyone).cost.tolist() == [-50, -58]
+    assert make_strategy("fgd-cpu", workload).score(candidates(state), anyone).cost.tolist() == [-50, -50]
 
 
 def test_fgd_cpu_share_ties_go_to_the_fullest_device():

@@ -35,6 +35,7 @@ turn with a per-device delta, so no (node × device) copies are built.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -78,55 +79,71 @@ class FragModel:
             self._tables[models] = tables
         return tables
 
-    def q3_weight(self, cpu_left: np.ndarray, model: np.ndarray, models: tuple[str, ...]) -> np.ndarray:
-        """(nodes × demands): Σ p_m of the shapes of demand d whose CPU fits
-        and whose model constraint admits the node's model."""
-        weight, _ = self.tables(models)
-        return weight[np.where(model < 0, len(models), model), np.searchsorted(self.thresholds, cpu_left, side="right")]
-
-    def idle_weight(self, model: np.ndarray, models: tuple[str, ...]) -> np.ndarray:
-        """Per node, the popularity of the shapes that count the node's idle
-        GPU (1, or 1 − Σ p_m over GPU shapes barred from its model)."""
-        return self.tables(models)[1][np.where(model < 0, len(models), model)]
-
-    def counts(self, gpu_left: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(nodes × demands): devices able to host a demand's per-GPU milli,
-        and the milli left on the devices too small for it."""
+    def figures(self, gpu_left: np.ndarray, model: np.ndarray, models: tuple[str, ...]) -> "Figures":
+        """The CPU-independent figures of every row, computed once per call."""
         left = gpu_left[:, :, None]
         small = left < self.milli[None, None, :]
-        return (~small).sum(axis=1), (left * small).sum(axis=1)
+        weight, idle_weight = self.tables(models)
+        k = np.where(model < 0, len(models), model)
+        return Figures(idle=gpu_left.sum(axis=1), can=gpu_left.shape[1] - small.sum(axis=1),
+                       small=(left * small).sum(axis=1), model=k, idle_weight=idle_weight[k], table=weight)
 
-    def node_frag(self, cpu_left: np.ndarray, gpu_left: np.ndarray, model: np.ndarray,
-                  models: tuple[str, ...]) -> np.ndarray:
-        """F_n for every row (milli-GPU)."""
-        idle = gpu_left.sum(axis=1)
-        can, small = self.counts(gpu_left)
-        q3 = self.q3_weight(cpu_left, model, models) * (can >= self.count[None, :])
-        return idle * self.idle_weight(model, models) - (q3 * (idle[:, None] - small)).sum(axis=1)
+    def q3_weight(self, fig: "Figures", cpu_left: np.ndarray) -> np.ndarray:
+        """(nodes × demands): Σ p_m of the shapes of demand d whose CPU fits
+        and whose model constraint admits the node's model."""
+        return fig.table[fig.model, np.searchsorted(self.thresholds, cpu_left, side="right")]
 
-    def after_whole(self, cpu_left: np.ndarray, gpu_left: np.ndarray, model: np.ndarray,
-                    models: tuple[str, ...], gpus: int | np.ndarray) -> np.ndarray:
+    def frag_of(self, fig: "Figures", cpu_left: np.ndarray) -> np.ndarray:
+        """F_n for every row (milli-GPU), CPU left `cpu_left`."""
+        q3 = self.q3_weight(fig, cpu_left) * (fig.can >= self.count[None, :])
+        return fig.idle * fig.idle_weight - (q3 * (fig.idle[:, None] - fig.small)).sum(axis=1)
+
+    def whole_after(self, fig: "Figures", cpu_left: np.ndarray, gpus: int | np.ndarray) -> np.ndarray:
         """F_n after taking `gpus` (per row, or one number) whole free devices
         (which ones does not matter: a full device is never "too small") and
         the CPU already subtracted from `cpu_left`."""
         gpus = np.asarray(gpus)
-        idle = gpu_left.sum(axis=1) - 1000 * gpus
-        can, small = self.counts(gpu_left)
-        q3 = self.q3_weight(cpu_left, model, models) * (can - gpus.reshape(-1, 1) >= self.count[None, :])
-        return idle * self.idle_weight(model, models) - (q3 * (idle[:, None] - small)).sum(axis=1)
+        idle = fig.idle - 1000 * gpus
+        q3 = self.q3_weight(fig, cpu_left) * (fig.can - gpus.reshape(-1, 1) >= self.count[None, :])
+        return idle * fig.idle_weight - (q3 * (idle[:, None] - fig.small)).sum(axis=1)
 
-    def after_share(self, cpu_left: np.ndarray, gpu_left: np.ndarray, model: np.ndarray,
-                    models: tuple[str, ...], milli: int | np.ndarray) -> np.ndarray:
+    def share_after(self, fig: "Figures", gpu_left: np.ndarray, cpu_left: np.ndarray,
+                    milli: int | np.ndarray) -> np.ndarray:
         """(nodes × devices): F_n after putting `milli` (per row, or one
         number) on device g (CPU already subtracted from `cpu_left`);
         meaningless where L_g < milli."""
         milli = np.asarray(milli).reshape(-1, 1)
-        can, small = self.counts(gpu_left)
         left = gpu_left[:, :, None]
         after = left - milli[:, :, None]
         m = self.milli[None, None, :]
-        can2 = can[:, None, :] + (after >= m).astype(np.int64) - (left >= m)
-        small2 = small[:, None, :] + after * (after < m) - left * (left < m)
-        idle2 = (gpu_left.sum(axis=1)[:, None] - milli)[:, :, None]
-        q3 = self.q3_weight(cpu_left, model, models)[:, None, :] * (can2 >= self.count[None, None, :])
-        return idle2[:, :, 0] * self.idle_weight(model, models)[:, None] - (q3 * (idle2 - small2)).sum(axis=2)
+        can2 = fig.can[:, None, :] + (after >= m).astype(np.int64) - (left >= m)
+        small2 = fig.small[:, None, :] + after * (after < m) - left * (left < m)
+        idle2 = (fig.idle[:, None] - milli)[:, :, None]
+        q3 = self.q3_weight(fig, cpu_left)[:, None, :] * (can2 >= self.count[None, None, :])
+        return idle2[:, :, 0] * fig.idle_weight[:, None] - (q3 * (idle2 - small2)).sum(axis=2)
+
+    # the same figures for callers holding plain arrays (replay logs, tests)
+    def node_frag(self, cpu_left, gpu_left, model, models) -> np.ndarray:
+        """F_n for every row (milli-GPU)."""
+        return self.frag_of(self.figures(gpu_left, model, models), cpu_left)
+
+    def after_whole(self, cpu_left, gpu_left, model, models, gpus) -> np.ndarray:
+        """F_n after taking `gpus` whole free devices (see `whole_after`)."""
+        return self.whole_after(self.figures(gpu_left, model, models), cpu_left, gpus)
+
+    def after_share(self, cpu_left, gpu_left, model, models, milli) -> np.ndarray:
+        """(nodes × devices): F_n after a `milli` share on each device (see `share_after`)."""
+        return self.share_after(self.figures(gpu_left, model, models), gpu_left, cpu_left, milli)
+
+
+class Figures(NamedTuple):
+    """Per row: idle milli-GPU, per demand the devices able to host it and
+    the milli left on those too small, the model's row in W and the idle
+    weight; and W itself."""
+
+    idle: np.ndarray
+    can: np.ndarray
+    small: np.ndarray
+    model: np.ndarray
+    idle_weight: np.ndarray
+    table: np.ndarray
