@@ -60,6 +60,8 @@ class _States:
     def refresh(self) -> None:
         """Give every row that changed since the last refresh its state id."""
         cluster = self.cluster
+        if cluster.stamp == self.seen:
+            return
         if len(self.row_state) < cluster.capacity:
             self.row_state = np.concatenate([self.row_state, np.full(cluster.capacity - len(self.row_state), -1)])
         n = cluster.size
