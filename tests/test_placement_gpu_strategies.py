@@ -107,8 +107,23 @@ def test_fgd_cpu_sends_cpu_pods_where_cpu_is_spare():
     pod = PodRequest("p", 2000)
     assert decide(state, pod, make_strategy("fgd", workload)).node == "tight"  # tie: lowest row
     scored = make_strategy("fgd-cpu", workload).score(candidates(state), Shape(2000))
-    assert scored.cost.tolist() == [-50, -50] and scored.tiebreaks[0].tolist() == [1, 0]
+    # both have 1 idle GPU (the first key of a CPU-only pod), so the deficit decides
+    assert scored.cost.tolist() == [-50, -50] and scored.tiebreaks[0].tolist() == [1000, 1000]
+    assert scored.tiebreaks[1].tolist() == [1, 0]
     assert decide(state, pod, make_strategy("fgd-cpu", workload)).node == "rich"
+
+
+def test_fgd_cpu_sends_cpu_pods_where_fewest_idle_gpus_could_need_the_cpu():
+    # same workload (ρ = 2): "spent" has its one GPU taken, "rich" one idle GPU and CPU to
+    # spare. FGD scores both 50 (nothing stops fitting); no deficit grows on either.
+    # The CPU-only pod goes where no idle GPU could need the CPU: "spent" (0 idle) before "rich"
+    workload = TargetWorkload((Shape(100, 1000, 1), Shape(3900, 1000, 1)), np.array([0.5, 0.5]))
+    state = cluster(("rich", 10, [1000]), ("spent", 10, [0]))
+    scored = make_strategy("fgd-cpu", workload).score(candidates(state), Shape(2000))
+    assert scored.cost.tolist() == [-50, -50] and scored.tiebreaks[0].tolist() == [1000, 0]
+    assert decide(state, PodRequest("p", 2000), make_strategy("fgd-cpu", workload)).node == "spent"
+    # a GPU pod is not sent by idle GPUs: its only tiebreak is the deficit
+    assert len(make_strategy("fgd-cpu", workload).score(candidates(state), Shape(100, 1000, 1)).tiebreaks) == 1
 
 
 def test_fgd_cpu_leaves_equal_scores_to_the_final_tie_rule():

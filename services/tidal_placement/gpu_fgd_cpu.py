@@ -66,7 +66,7 @@ class FgdCpu:
     deficit_unit: float = 1000.0
 
     def score(self, c: Candidates, shape: Shape) -> Scored:
-        """FGD score per node, then the CPU-deficit tiebreak."""
+        """FGD score per node, then the tiebreaks (see the module docstring)."""
         delta = frag_deltas(self.frag, c, shape)
         device = None
         if delta.ndim == 2:
@@ -82,7 +82,10 @@ class FgdCpu:
         before = np.maximum(self.rho * c.gpu_idle - c.cpu_free, 0.0)
         after = np.maximum(self.rho * idle_after - cpu_after, 0.0)
         deficit = np.round((after - before) / self.deficit_unit)
-        return Scored(cost=-score, device=device, tiebreaks=(deficit,))
+        if shape.gpu_count:
+            return Scored(cost=-score, device=device, tiebreaks=(deficit,))
+        # a CPU-only pod takes its CPU where the fewest idle GPUs could need it
+        return Scored(cost=-score, tiebreaks=(c.gpu_idle.astype(np.float64), deficit))
 
 
 def new(workload: TargetWorkload | None = None, *, rho: float | None = None, rho_scale: float = 1.0,
