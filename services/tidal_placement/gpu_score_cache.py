@@ -135,9 +135,8 @@ class ScoreCache:
         entry = self._entry(shape, len(states))
         sids = states.row_state[c.rows]
         cost = entry.cost[sids]
-        missing = np.isnan(cost)
-        if missing.any():
-            new = np.unique(sids[missing])
+        if np.isnan(cost.sum()):  # some state not scored for this shape yet
+            new = np.unique(sids[np.isnan(cost)])
             entry.store(new, self.inner.score(Candidates(states, new), shape))  # type: ignore[arg-type]
             cost = entry.cost[sids]
         return Scored(cost=cost, device=None if entry.device is None else entry.device[sids],
