@@ -36,9 +36,19 @@ $(CHROMIUM):
 		apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	else echo "chromium not installed: the HTML report test will skip"; fi
 
+# `kubectl get pods -o wide` against a running simulation is tested with the real
+# kubectl: Debian's kubernetes-client, installed the same way. Without it that
+# one test skips and says why.
+KUBECTL := /usr/bin/kubectl
+
+$(KUBECTL):
+	-@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null; \
+	else echo "kubectl not installed: the kubectl test will skip"; fi
+
 # Test files run on 3 workers, each with its own brokers: the tests mostly
 # wait on brokers and processes (2.5 CPU-minutes in 9 wall-minutes serially).
-test: $(STAMP) $(CHROMIUM)
+test: $(STAMP) $(CHROMIUM) $(KUBECTL)
 	$(BIN)/python -m pytest -q -n 3 --dist loadfile
 
 schemas: $(STAMP)

@@ -23,7 +23,7 @@ from tidal_placement.decide import decide
 from tidal_placement.gpu_strategies import make_strategy
 from tidal_placement.gpu_workload import typical_workload
 from tidal_simulator.openb import read_nodes, read_pods
-from tidal_placement.service import refresh_due
+from tidal_placement.learning import refresh_due
 
 DATA = OPENB
 NODES, PODS = DATA / "openb_node_list_gpu_node.csv", DATA / "openb_pod_list_default.csv"

@@ -75,11 +75,12 @@ async def test_publishing_an_event_over_the_limit_is_refused_at_once(bus_url, na
 
 async def test_nats_refuses_what_its_server_would_close_the_connection_for(nats_server, namespace):
     async with make_bus(nats_server.url, namespace) as bus:
-        await bus.ensure_streams(["node.metrics"])
-        # Within our limit, but with its Nats-Msg-Id header over the server's max_payload.
+        await bus.ensure_streams(["node.metrics", "score.node"])
+        # Within our limit, but with its Nats-Msg-Id header over the server's max_payload
+        # (node.metrics, written by node agents, carries no such header: StreamSpec.written_by_nodes).
         data = b"x" * (MAX_EVENT_BYTES - 10)
         with pytest.raises(EventTooLarge, match=f"over the {MAX_EVENT_BYTES}-byte limit") as caught:
-            await bus.backend.publish(stream("node.metrics"), "c1", "n1", data, "some-event-id")
+            await bus.backend.publish(stream("score.node"), "c1", "n1", data, "some-event-id")
         assert not caught.value.retriable and bus.backend.connected
         await bus.publish(metrics("n1"))
         assert [e.payload.node async for _, e in bus.read("node.metrics", StartAt.earliest())] == ["n1"]

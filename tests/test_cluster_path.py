@@ -90,7 +90,7 @@ class Path:
         await wait_until(lambda: all(self._seen_bound(n) for n in names), timeout, "bound pods seen by placement")
 
     def _seen_bound(self, name: str) -> bool:
-        record = self.placement.records.get((CLUSTER, f"default/{name}"))
+        record = self.placement.clusters[CLUSTER].records.get(f"default/{name}")
         return record is not None and record.pod is not None and record.pod.phase in ("bound", "running")
 
     async def pending_reason(self, name: str) -> str:
@@ -151,9 +151,8 @@ def cpu_node(name: str, cpus_per_numa: int = 4):
 def cache(service: PlacementService) -> dict:
     """Placement's cache, field by field: free figures per node, NUMA node
     and GPU, and what each tenant holds."""
-    state = service.state[CLUSTER]
-    return {"free": state.free_by_node(),
-            "tenants": tenant_usage(service._holdings(CLUSTER), service.gpu_model)}
+    cache = service.clusters[CLUSTER]
+    return {"free": cache.state.free_by_node(), "tenants": tenant_usage(cache.holdings(), cache.gpu_model)}
 
 
 # -- quota --------------------------------------------------------------------
@@ -178,7 +177,7 @@ async def test_a_daemonset_pods_cpu_and_gpu_are_never_handed_out_again(nats_serv
         path.pod("gpu-agent", cpu="6", gpus=1, scheduler="default-scheduler", node="g1", phase="Running",
                  spec={"priorityClassName": "system-node-critical"})
         await path.start_placement()
-        await wait_until(lambda: path.placement.state[CLUSTER].held("default/gpu-agent") is not None, 20,
+        await wait_until(lambda: path.placement.clusters[CLUSTER].state.held("default/gpu-agent") is not None, 20,
                          "the foreign pod counted")
         path.pod("cpu-hog", cpu="3")  # 8 CPUs − 6 held by the DaemonSet pod: does not fit
         path.pod("t1", cpu="1", gpus=1)
@@ -308,7 +307,7 @@ async def test_fair_share_orders_two_users_a100_pods_by_their_a100_usage(nats_se
         path.pod("alice-run", gpus=1, annotations=a100, labels={"tidal.dev/user": "alice"})
         path.pod("holder", gpus=1, labels={"tidal.dev/user": "carol"})
         await path.wait_bound("alice-run", "holder")
-        await wait_until(lambda: placement.scores.get((CLUSTER, "alice", "A100"), 0) > 0, 20,
+        await wait_until(lambda: placement.clusters[CLUSTER].scores.get(("alice", "A100"), 0) > 0, 20,
                          "alice charged for her A100")
         # alice asks first (and sorts first by name): only fair share can put bob ahead
         path.pod("a-next", gpus=1, annotations=a100, labels={"tidal.dev/user": "alice"})

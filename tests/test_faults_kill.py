@@ -273,6 +273,8 @@ def final_state(run: Run) -> dict:
 
 def check_invariants(run: Run) -> None:
     model, record = run.sim.model, run.sim.record
+    # the auditor, over every stream of the run
+    assert run.report["invariants"]["violations"] == 0, run.report["invariants"]["lines"]
     # no pod lost: every pod that arrived runs or has finished / was evicted, none undecided
     assert all(p.phase in ("running", "deleted") for p in model.pods.values()), \
         {k: p.phase for k, p in model.pods.items() if p.phase not in ("running", "deleted")}

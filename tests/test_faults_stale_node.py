@@ -93,7 +93,7 @@ async def test_a_node_that_stops_publishing_goes_stale_and_comes_back(nats_serve
     clock = Clock(at(0))
     service.clock = clock
     task = await start_service(service)
-    held = lambda key: service.state["c1"].held(key)  # noqa: E731
+    held = lambda key: service.clusters["c1"].state.held(key)  # noqa: E731
     async with make_bus(nats_server.url, namespace) as bus:
         for name in ("n1", "n2"):  # 2 NUMA x 4 CPUs, 8000 m each
             await bus.publish(node(name, 1, 2, 4, 1, 64 * 1024, reserved=0))
@@ -105,15 +105,15 @@ async def test_a_node_that_stops_publishing_goes_stale_and_comes_back(nats_serve
         # t = 45 s: n2 sampled at 40 s, n1 not since 0 s → n1 is stale
         clock.now = at(45)
         await bus.publish(score("n2", 40))
-        await wait_until(lambda: service.stale.get("c1") == {"n1"}, timeout=20, what="n1 marked stale")
-        assert service.state["c1"].blocked("n1") == {REASON} and not service.state["c1"].blocked("n2")
+        await wait_until(lambda: service.clusters["c1"].stale == {"n1"}, timeout=20, what="n1 marked stale")
+        assert service.clusters["c1"].state.blocked("n1") == {REASON} and not service.clusters["c1"].state.blocked("n2")
         await bus.publish(pod("after", cpu_milli=2000))
         await wait_until(lambda: held("default/after") is not None, timeout=20, what="a placement while n1 is stale")
         assert held("default/after").node == "n2", "a stale node takes no new pods"
         # 6500 m fits only an empty-enough n1: pending, with n1 counted out as stale
         await bus.publish(pod("huge", cpu_milli=6500))
-        await wait_until(lambda: "default/huge" in service.queue["c1"].entries
-                         and service.queue["c1"].entries["default/huge"].reason, timeout=20, what="huge pending")
+        await wait_until(lambda: "default/huge" in service.clusters["c1"].queue.entries
+                         and service.clusters["c1"].queue.entries["default/huge"].reason, timeout=20, what="huge pending")
         pending = await last_decision(bus, "huge")
         assert pending.outcome == "pending" and pending.filtered == {REASON: 1, "cpu": 1}, pending
         assert REASON in pending.reason
@@ -122,16 +122,16 @@ async def test_a_node_that_stops_publishing_goes_stale_and_comes_back(nats_serve
         await bus.publish(score("n1", 44))
         await wait_until(lambda: held("default/huge") is not None, timeout=20, what="huge placed once n1 is back")
         assert held("default/huge").node == "n1"
-        assert not service.stale["c1"] and not service.state["c1"].blocked("n1")
+        assert not service.clusters["c1"].stale and not service.clusters["c1"].state.blocked("n1")
 
         # n1 silent again while n2 samples: stale again; then everybody silent
         # (scoring down, say): nobody is taken out, placement goes on
         clock.now = at(80)
         await bus.publish(score("n2", 75))
-        await wait_until(lambda: service.stale.get("c1") == {"n1"}, timeout=20, what="n1 stale again")
+        await wait_until(lambda: service.clusters["c1"].stale == {"n1"}, timeout=20, what="n1 stale again")
         clock.now = at(500)
-        await wait_until(lambda: service.stale.get("c1") == frozenset(), timeout=20, what="nobody stale")
-        assert not service.state["c1"].blocked("n1")
+        await wait_until(lambda: service.clusters["c1"].stale == frozenset(), timeout=20, what="nobody stale")
+        assert not service.clusters["c1"].state.blocked("n1")
         await bus.publish(pod("later", cpu_milli=500))
         await wait_until(lambda: held("default/later") is not None, timeout=20, what="placement goes on")
     await stop_service(service, task)

@@ -36,7 +36,7 @@ K8S_VERSION = "1.30.0"
 # The services `tidal run SERVICE` starts and that get deployed.
 FIXED_SERVICES = ("topology", "scoring", "placement", "oversell", "remediation", "bridge")
 # Service packages that exist but are not deployed.
-NOT_DEPLOYED = {"simulator", "cli"}
+NOT_DEPLOYED = {"simulator", "cli", "audit"}  # the auditor is a tool (`tidal audit`), not a service
 # Per-node stages that scale horizontally on CPU.
 AUTOSCALED = {"scoring", "oversell", "remediation"}
 

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tidal_oversell.thresholds import (
-    ThresholdSettings,
-    evict_threshold,
-    level,
-    taint_decision,
-    utilisation,
-)
+from tidal_oversell.settings import OversellSettings
+from tidal_oversell.thresholds import evict_threshold, taint_decision, utilisation
 
 # stop 0.75, hysteresis 0.125 → released below 0.625 (all exact in binary)
 STOP, HYST = 0.75, 0.125
@@ -57,18 +52,6 @@ def test_evict_threshold_comes_from_the_memory_limit(limit, basis, fraction, mib
     assert f"{limit:g} MiB" in threshold.reason
 
 
-@pytest.mark.parametrize("util, evict_at, expected", [
-    (0.50, 0.95, "ok"),
-    (0.75, 0.95, "stop"),    # stop ≤ u < evict
-    (0.949, 0.95, "stop"),
-    (0.95, 0.95, "evict"),   # u ≥ evict
-    (1.20, 0.95, "evict"),
-    (0.70, 0.6333, "evict"), # heavy oversell: evict below the stop threshold
-])
-def test_level(util, evict_at, expected):
-    assert level(util, STOP, evict_at) == expected
-
-
 def test_utilisation_of_an_oversold_basis():
     assert utilisation(98304, 196608) == 0.5
     with pytest.raises(ValueError):
@@ -81,7 +64,7 @@ def test_utilisation_of_an_oversold_basis():
 ])
 def test_settings_are_validated(kwargs):
     with pytest.raises(ValueError):
-        ThresholdSettings(**kwargs)
+        OversellSettings(**kwargs)
 
 
 def test_evict_threshold_rejects_nonsense():

@@ -211,3 +211,11 @@ def test_floating_devices_are_counted_and_give_way_to_named_ones_in_any_order():
     assert results[0] == {"cpu": 8000 - 3500, "mem": results[0]["mem"], "numa": [1, 2], "gpu": [1000, 700, 0, 0]}
     state.release("f")
     assert free(state, "n1")["gpu"] == [1000, 1000, 700, 0]  # the share moves up once room frees
+
+
+def test_a_recorded_pod_naming_ids_its_node_lacks_counts_what_it_can():
+    state = cluster(make_topology("n1", (4, 4), gpus=1))
+    assert state.record("p", Allocation.of("n1", 1000, 0, {0: 1, 99: 2}, {"gpu0": 500, "gpu-x": 1000})).ok
+    assert free(state, "n1")["numa"] == [3, 4] and free(state, "n1")["gpu"] == [500]
+    state.release("p")
+    assert free(state, "n1")["numa"] == [4, 4] and free(state, "n1")["gpu"] == [1000]

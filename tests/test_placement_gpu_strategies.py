@@ -175,6 +175,6 @@ def test_best_fit_quantised_normalises_like_kube_scheduler():
 
 
 def test_the_typical_workload_is_relearnt_doubling_then_every_n_pods():
-    from tidal_placement.service import refresh_due
+    from tidal_placement.learning import refresh_due
     assert [k for k in range(1, 1600) if refresh_due(k, 500)] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 501, 1001, 1501]
     assert [k for k in range(1, 6) if refresh_due(k, 1)] == [1, 2, 3, 4, 5]

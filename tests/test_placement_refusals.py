@@ -47,14 +47,14 @@ async def test_refused_pods_hold_back_no_one(nats_server, namespace):
     async with make_bus(nats_server.url, namespace) as bus:
         await bus.publish(node("g1", 1, 1, 8, 1, 64 * 1024, gpus=[("A100", 40960)] * 2, reserved=0))
         await bus.publish(TenantConfig(tenant="capped", quota={"A100": 0}))
-        await wait_until(lambda: ("c1", "capped") in service.tenants and service.state["c1"].rows, timeout=20,
+        await wait_until(lambda: "c1" in service.clusters and "capped" in service.clusters["c1"].tenants and service.clusters["c1"].state.rows, timeout=20,
                          what="the node and the tenant configuration")
         # Older than "other", so ahead of it in the queue (same fair-share score 0).
         await bus.publish(a100_pod("capped", "capped", 0))
         await bus.publish(a100_pod("bad", "team", 1, invalid_reason="tidal.dev/gpu-count: not a number"))
         assert (await _pending_reason(bus, "capped")).startswith("quota: tenant capped has no room")
         assert (await _pending_reason(bus, "bad")).startswith("invalid pod: ")
-        queue = service.queue["c1"]
+        queue = service.clusters["c1"].queue
         assert all(e.refused and e.waiting_since is None for e in queue.entries.values())
 
         await bus.publish(a100_pod("other", "team", 2))

@@ -99,7 +99,7 @@ async def test_two_replicas_never_double_book(nats_server, namespace):
         await asyncio.wait_for(leader.bus.backend.close(), 10)
         for i in range(10, 16):   # 16 pods x 2 CPUs > 24 CPUs: 12 fit, 4 stay pending
             await bus.publish(pod(f"p{i}", cpu_milli=2000, exclusive_cpus=True, cpu_policy="single-numa"))
-        await wait_until(lambda: standby.active and len(standby.queue["c1"].entries) == 4, timeout=30,
+        await wait_until(lambda: standby.active and len(standby.clusters["c1"].queue.entries) == 4, timeout=30,
                          what="the standby to take over and place what fits")
         placed = await _admitted(bus)
         await _stop(standby, task_b if standby is b else task_a)

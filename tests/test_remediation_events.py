@@ -57,9 +57,9 @@ def test_freeze_figures():
 
 
 def test_move_figures():
-    # a: 0.95 − 0.1 = 0.85 at the source, 0.2 + 0.1 = 0.3 at NUMA 1, onto CPU 4
+    # a: 0.95 − 0.1 = 0.85 at the source, 0.2 + 0.1 = 0.3 at NUMA 1, with its 1 exclusive CPU
     move = actions_to_events(plan([0.95, 0.2], [ls("a", 400, (2,)), ls("b", 3000, (0, 1))]), NODE)[0]
-    assert (move.kind, move.cpuset, move.mems) == ("set-cpuset", [4], [1])
+    assert (move.kind, move.target_numa, move.cpu_count, move.cpuset) == ("set-cpuset", 1, 1, [])
     assert m.decode_cpus(move.measured) == (2,)
     assert (move.measured["target_numa"], move.measured["target_load"]) == (1.0, 0.2)
     assert move.measured["target_projected"] == pytest.approx(0.3)

@@ -17,6 +17,7 @@ import pytest
 
 from builders import pod
 from conftest import make_bus, start_service, stop_service, wait_until
+from test_topology_cgroup_real import allowed_cpus
 from tidal_bus import StartAt
 from tidal_remediation.service import RemediationService
 from tidal_remediation.settings import RemediationSettings
@@ -154,7 +155,9 @@ async def test_freeze_then_move_then_thaw_with_a_restart(nats_server, namespace,
         done = await seen.wait_for("set-cpuset", 1)
         [moved] = [p for k, p in done if k == "set-cpuset"]
         move = next(a for a in seen.actions.values() if a.kind == "set-cpuset")
-        assert moved in {"ls-1", "ls-2"} and move.cpuset == [1] and move.measured["load"] > 0.8
+        assert moved in {"ls-1", "ls-2"} and move.target_numa == 1 and move.measured["load"] > 0.8
+        # the agent chose the CPUs: the moved pod's process now runs on cpu1 only
+        await wait_until(lambda: allowed_cpus(pods[moved][1].pid) == [1], what="the moved pod on cpu1")
         stayed = ({"ls-1", "ls-2"} - {moved}).pop()
 
         # 3. restart remediation while the BE pods are frozen: the log tells it who is frozen

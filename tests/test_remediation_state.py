@@ -145,12 +145,14 @@ def test_snapshot_of_another_node_is_a_bug():
         node_state_from(metrics([0.5]), topology(1).model_copy(update={"node": "other"}))
 
 
-# the shared pool is every non-reserved CPU (here 1-7) or a cpuset two pods hold
+# the shared pool is every CPU (0-7, the node agent's), every non-reserved CPU (1-7) or a cpuset two pods hold
 EXCLUSIVE_CASES = [
     ("own cpuset", [ls("a", 100, (2, 3))], {"a": True}),
     ("same cpuset as another pod: the shared pool", [ls("a", 100, (2, 3)), be("b", 100, cpuset=(2, 3))],
      {"a": False, "b": False}),
     ("every non-reserved CPU: the shared pool", [be("a", 100, numa=(0, 1), cpuset=tuple(range(1, 8)))], {"a": False}),
+    ("every CPU, reserved included: the node agent's shared pool", [be("a", 100, numa=(0, 1),
+                                                                      cpuset=tuple(range(8)))], {"a": False}),
     ("no cpuset", [be("a", 100)], {"a": False}),
 ]
 

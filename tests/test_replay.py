@@ -210,7 +210,7 @@ async def recorded_run(nats_server, tmp_path_factory):
     task = asyncio.create_task(placement.run())
 
     async def warmup(sim) -> None:
-        await wait_until(lambda: "sim" in placement.active and len(placement.state["sim"].rows) == len(plan.workload.nodes),
+        await wait_until(lambda: "sim" in placement.active and len(placement.clusters["sim"].state.rows) == len(plan.workload.nodes),
                          timeout=30, what="placement leads and knows every node")
     try:
         result = await simulate(plan, warmup=warmup, progress=lambda line: None)

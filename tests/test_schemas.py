@@ -11,10 +11,11 @@ import pytest
 from builders import metrics, pod
 from conftest import ROOT
 from tidal_schemas import (
-    NodeAction, SchemaError, decode, derived_id, encode, event_types, make_envelope,
+    Gpu, NodeAction, NodeTopology, SchemaError, decode, derived_id, encode, event_types, make_envelope,
 )
 from tidal_schemas import export
 from tidal_schemas.streams import STREAMS
+from tidal_simulator.topology_builder import make_topology
 
 
 def _wire(payload, **changes) -> dict:
@@ -74,8 +75,13 @@ def test_cross_field_rules():
         pod("p1", cpu_milli=1500, exclusive_cpus=True)
     with pytest.raises(ValueError, match="must name its node"):
         pod("p1", phase="running")
-    with pytest.raises(ValueError, match="must give a non-empty cpuset"):
+    with pytest.raises(ValueError, match="must give target_numa"):
         NodeAction(action_id="a", node="n", kind="set-cpuset", pod="ns/p", reason="r")
+    with pytest.raises(ValueError, match="must name its physical parent"):
+        Gpu(id="mig0", model="A100", kind="virtual")
+    with pytest.raises(ValueError, match="name a parent that is not a physical GPU"):
+        NodeTopology.model_validate({**make_topology("n1").model_dump(), "gpus": [
+            {"id": "mig0", "model": "A100", "kind": "virtual", "parent": "gpu9"}]})
 
 
 def test_outputs_of_the_same_cause_get_the_same_id():

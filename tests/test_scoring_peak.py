@@ -133,15 +133,18 @@ def test_unknown_capacity_gives_no_absolute_figure():
 
 # --- weights from the load profile
 
-@pytest.mark.parametrize("requested, expected", [
-    # cpu share 9600/16000 = 0.6, mem share 13107.2/65536 = 0.2 → 0.6/0.8, 0.2/0.8
-    (Resources(cpu_milli=9600, memory_mib=13107), (0.75, 0.25)),
-    (Resources(), (0.5, 0.5)),                                       # nothing requested
-    (Resources(memory_mib=32768), (0.0, 1.0)),                       # memory only
-    (Resources(cpu_milli=8000, memory_mib=32768), (0.5, 0.5)),       # both 50 %
+@pytest.mark.parametrize("shares, expected", [
+    # mean cpu share (0.5 + 0.7)/2 = 0.6, mem share 0.2 → 0.6/0.8, 0.2/0.8
+    ([(0.5, 0.2), (0.7, 0.2)], (0.75, 0.25)),
+    ([(0.0, 0.0)], (0.5, 0.5)),                                      # nothing used
+    ([], (0.5, 0.5)),                                                # no sample
+    ([(0.0, 0.5)], (0.0, 1.0)),                                      # memory only
+    ([(0.5, 0.5)], (0.5, 0.5)),                                      # both 50 %
 ])
-def test_load_profile_weights(requested, expected):
-    weights = load_profile_weights(requested, CAPACITY)
+def test_load_profile_weights(shares, expected):
+    samples = [Sample(at=T0 + timedelta(seconds=i), cpu_util=0.0, memory_util=0.0, pods_cpu_util=cpu,
+                      pods_memory_util=memory) for i, (cpu, memory) in enumerate(shares)]
+    weights = load_profile_weights(samples)
     assert (weights.cpu, weights.memory) == pytest.approx(expected, abs=1e-4)
     assert weights.cpu + weights.memory == pytest.approx(1.0)
 

@@ -99,7 +99,7 @@ def test_cli_writes_config_passwords_and_secrets_and_keeps_passwords(tmp_path, c
             "--k8s-secrets", str(secrets_file)]
     assert main(argv) == 0
     credentials = tmp_path / "nats.conf.credentials"
-    first = {p.name: p.read_text() for p in credentials.iterdir()}
+    first = {p.name: p.read_text() for p in credentials.glob("*.password")}
     assert set(first) == {f"{u}.password" for u in users(NS, CLUSTER, ["node-a", "node-b"])}
     assert all(stat.S_IMODE((credentials / name).stat().st_mode) == 0o600 for name in first)
     text = out.read_text()
@@ -121,7 +121,7 @@ def test_cli_writes_config_passwords_and_secrets_and_keeps_passwords(tmp_path, c
 
     # a node joins: the old users keep their passwords, the new one gets its own
     assert main([*argv[:4], "node-a,node-b,node-c", *argv[5:]]) == 0
-    again = {p.name: p.read_text() for p in credentials.iterdir()}
+    again = {p.name: p.read_text() for p in credentials.glob("*.password")}
     assert {k: v for k, v in again.items() if k in first} == first and "topology-node-c.password" in again
 
 

@@ -1,6 +1,7 @@
-"""The simulator's pure parts: usage curves, the cluster model (binding
-checks, actions), the usage sample, expectations, fairness and the
-synthetic generator — table-driven, expected arithmetic in comments."""
+"""The simulator's pure parts: usage curves, pods as the bridge reads them,
+the cluster model (admission, the node agent's CPU books, actions), the
+usage sample, expectations, fairness and the synthetic generator —
+table-driven, expected arithmetic in comments."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ import numpy as np
 import pytest
 
 from tidal_simulator.topology_builder import make_topology
-from tidal_schemas import ActionResult, BindResult, CpuAssignment, GpuAsk, GpuShare, NodeAction, PlacementDecision, \
-    PodLifecycle, Resources
+from tidal_bridge.pods import pod_lifecycle
+from tidal_schemas import GpuAsk, GpuShare, NodeAction, Resources
+from tidal_schemas.decision_codec import HeldDecision
 from tidal_simulator.expectations import CountExpectation, Happening, NodeExpectation, OrderExpectation, \
     PodExpectation, check
 from tidal_simulator.fairness import fairness, jain
 from tidal_simulator.model import ClusterModel
-from tidal_simulator.pods import pending_pod
+from tidal_simulator.pods import pod_manifest, sim_pod
 from tidal_simulator.sampling import sample_node
 from tidal_simulator.synthetic import SyntheticSpec, generate, parse_spec
 from tidal_simulator.usage_curves import Constant, Diurnal, Spike, UsageSpec, fraction_at
@@ -30,7 +32,7 @@ T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 def spec(name: str, cpu: int = 1000, mem: int = 1024, gpu: GpuAsk = GpuAsk(), exclusive: bool = False,
          usage: UsageSpec = UsageSpec(), node: str | None = None, pin: tuple[int, ...] = (), qos: str = "BE",
          ns: str = "t") -> SimPodSpec:
-    pod = pending_pod(ns, name, cpu_milli=cpu, memory_mib=mem, gpu=gpu, exclusive_cpus=exclusive, qos=qos)
+    pod = sim_pod(ns, name, cpu_milli=cpu, memory_mib=mem, gpu=gpu, exclusive_cpus=exclusive, qos=qos)
     return SimPodSpec(pod, usage, node=node, pin_numa=pin)
 
 
@@ -41,17 +43,15 @@ def cluster(*pods: SimPodSpec, numa=(4, 4), gpus: int = 2, background=None, syst
     model = ClusterModel(nodes, pods)
     for p in pods:
         if p.node:
-            assert model.place(p.key, p.node, T0, 0.0).ok
+            assert model.place(p.key, p.node, T0, 0.0)[2] == ""
         else:
             model.arrive(p.key, T0)
     return model
 
 
-def decision(name: str, node: str = "n1", gpus=(), numa_cpus=None, uid: str | None = None, ns: str = "t",
-             decision_id: str = "d1") -> PlacementDecision:
-    return PlacementDecision(decision_id=decision_id, namespace=ns, name=name, outcome="placed", node=node,
-                             uid=uid if uid is not None else pending_pod(ns, name, cpu_milli=0, memory_mib=0).uid,
-                             gpus=[GpuShare(gpu=g, milli=m) for g, m in gpus], numa_cpus=numa_cpus or {})
+def decided(gpus=(), numa_cpus=None, decision_id: str = "d1") -> HeldDecision:
+    """What a decision written on a pod says it holds."""
+    return HeldDecision(decision_id, numa_cpus or {}, tuple(GpuShare(gpu=g, milli=m) for g, m in gpus))
 
 
 # -- usage curves -----------------------------------------------------------------
@@ -69,68 +69,94 @@ def test_usage_curves(curve, t, z, expected):
     assert fraction_at(curve, t, z) == pytest.approx(expected)
 
 
-# -- binding ----------------------------------------------------------------------
-def test_bind_starts_the_pod_with_its_gpus_and_reports_it():
+# -- what a pod asks, as the bridge reads it ------------------------------------------
+@pytest.mark.parametrize("pod", [
+    sim_pod("t", "plain", cpu_milli=1500, memory_mib=3000),
+    sim_pod("t", "whole", cpu_milli=2000, memory_mib=1024, gpu=GpuAsk(count=2, models=["A100", "V100"]),
+            tenant="ml", user="bob", qos="LS", priority=100),
+    sim_pod("t", "share", cpu_milli=0, memory_mib=0, gpu=GpuAsk(count=1, milli=250, kind="virtual"),
+            evictable=True, labels={"app": "x"}),
+    sim_pod("t", "excl", cpu_milli=4000, memory_mib=512, exclusive_cpus=True, cpu_policy="single-numa"),
+])
+def test_the_bridge_reads_a_simulated_pod_as_it_was_asked(pod):
+    read = pod_lifecycle(pod_manifest(pod, T0))
+    assert read.invalid_reason is None
+    assert (read.event_key(), read.uid, read.phase, read.requests, read.gpu, read.tenant, read.user, read.qos,
+            read.priority, read.evictable, read.exclusive_cpus, read.cpu_policy, read.foreign) == \
+        (pod.event_key(), pod.uid, "pending", pod.requests, pod.gpu, pod.tenant, pod.user, pod.qos, pod.priority,
+         pod.evictable, pod.exclusive_cpus, pod.cpu_policy, False)
+    assert read.labels.items() >= pod.labels.items()
+
+
+# -- admission and start ----------------------------------------------------------------
+def test_an_admitted_pod_runs_with_the_gpus_its_decision_names():
     model = cluster(spec("p", gpu=GpuAsk(count=1, milli=500)))
-    outcome = model.bind(decision("p", gpus=[("gpu1", 500)]), T0, 5.0)
-    assert outcome.ok
-    result, bound, running = outcome.events
-    assert isinstance(result, BindResult) and result.ok
-    assert (bound.phase, running.phase, running.node) == ("bound", "running", "n1")
-    assert running.gpus == [GpuShare(gpu="gpu1", milli=500, model="A100")]
+    held = decided(gpus=[("gpu1", 500)])
+    assert model.admission("t/p", "n1", held) is None
+    assert model.start("t/p", "n1", held, T0, 5.0) == ((), "")
+    pod = model.pods["t/p"]
+    assert (pod.phase, pod.node, pod.decision_id) == ("running", "n1", "d1")
+    assert pod.gpus == (GpuShare(gpu="gpu1", milli=500, model="A100"),)
     assert model.gpu_free("n1") == {"gpu0": 1000, "gpu1": 500}  # 1000 − 500
 
 
-@pytest.mark.parametrize("held, ask, dec, reason", [
+@pytest.mark.parametrize("held, ask, node, given, reason", [
     # gpu0 holds 600 already: 400 left < 500
-    ([spec("a", gpu=GpuAsk(count=1, milli=600), node="n1")], spec("p", gpu=GpuAsk(count=1, milli=500)),
-     decision("p", gpus=[("gpu0", 500)]), "gpu0 on n1 has 400 milli left"),
-    ([], spec("p", gpu=GpuAsk(count=1)), decision("p", gpus=[("gpu7", 1000)]), "no healthy GPU gpu7"),
-    ([], spec("p", gpu=GpuAsk(count=2)), decision("p", gpus=[("gpu0", 1000)]), "asks 2 × 1000"),
+    ([spec("a", gpu=GpuAsk(count=1, milli=600), node="n1")], spec("p", gpu=GpuAsk(count=1, milli=500)), "n1",
+     decided(gpus=[("gpu0", 500)]), "gpu0 on n1 has 400 milli left"),
+    ([], spec("p", gpu=GpuAsk(count=1)), "n1", decided(gpus=[("gpu7", 1000)]), "no healthy GPU gpu7"),
+    ([], spec("p", gpu=GpuAsk(count=2)), "n1", decided(gpus=[("gpu0", 1000)]), "asks 2 × 1000"),
+    ([], spec("p", gpu=GpuAsk(count=1)), "n1", None, "carries no decision"),
     # node allocatable 8 CPUs: 7000 held + 2000 > 8000
-    ([spec("a", cpu=7000, node="n1")], spec("p", cpu=2000), decision("p"), "cpu 7000 + 2000 > allocatable 8000"),
-    ([], spec("p"), decision("p", uid="someone-else"), "was replaced"),
-    ([], spec("p"), decision("p", node="n9"), "node n9 is gone"),
-    ([], spec("p", cpu=2000, exclusive=True), decision("p", numa_cpus={0: 1}), "gives 1 exclusive CPUs"),
-    ([], spec("p", cpu=2000, exclusive=True), decision("p", numa_cpus={0: 5}), "gives 5 exclusive CPUs"),
+    ([spec("a", cpu=7000, node="n1")], spec("p", cpu=2000), "n1", None, "cpu 7000 + 2000 > allocatable 8000"),
+    ([], spec("p"), "n9", None, "node n9 does not exist"),
+    ([], spec("p", cpu=2000, exclusive=True), "n1", decided(numa_cpus={0: 1}), "gives 1 exclusive CPUs"),
+    ([], spec("p", cpu=2000, exclusive=True), "n1", decided(numa_cpus={0: 5}), "gives 5 exclusive CPUs"),
 ])
-def test_bind_refusals_change_nothing(held, ask, dec, reason):
+def test_admission_refusals_change_nothing(held, ask, node, given, reason):
     model = cluster(*held, ask)
-    before = (dict(model.gpu_used["n1"]), model.requested_on("n1"))
-    outcome = model.bind(dec, T0, 0.0)
-    assert not outcome.ok and reason in outcome.reason
-    assert [type(e) for e in outcome.events] == [BindResult] and not outcome.events[0].ok
-    assert (dict(model.gpu_used["n1"]), model.requested_on("n1")) == before
+    before = (dict(model.gpu_used["n1"]), model.requested_on("n1"), model.shared_pool("n1"))
+    assert reason in model.admission(ask.key, node, given)
+    assert (dict(model.gpu_used["n1"]), model.requested_on("n1"), model.shared_pool("n1")) == before
     assert model.pods[ask.key].phase == "pending"
 
 
 def test_admission_uses_the_oversold_allocatable():
     model = cluster(spec("a", cpu=7000, node="n1"), spec("p", cpu=2000))
-    assert not model.bind(decision("p"), T0, 0).ok  # 7000 + 2000 > 8000
+    assert "allocatable 8000" in model.admission("t/p", "n1", None)  # 7000 + 2000 > 8000
     model.set_allocatable("n1", Resources(cpu_milli=12000, memory_mib=16384))  # oversold 1.5×
-    assert model.bind(decision("p"), T0, 0).ok
+    assert model.admission("t/p", "n1", None) is None
 
 
 def test_exclusive_cpus_come_from_the_decided_numa_node_and_leave_the_shared_pool():
     model = cluster(spec("p", cpu=2000, exclusive=True))
-    outcome = model.bind(decision("p", numa_cpus={1: 2}), T0, 0)
-    assignment = [e for e in outcome.events if isinstance(e, CpuAssignment)][0]
-    assert set(assignment.cpuset) <= {4, 5, 6, 7}  # NUMA 1 of a 4 + 4 layout
-    assert len(assignment.cpuset) == 2
-    assert model.shared_pool("n1") == sorted(set(range(8)) - set(assignment.cpuset))
+    cpus, problem = model.start("t/p", "n1", decided(numa_cpus={1: 2}), T0, 0)
+    assert problem == "" and set(cpus) <= {4, 5, 6, 7} and len(cpus) == 2  # NUMA 1 of a 4 + 4 layout
+    assert model.shared_pool("n1") == sorted(set(range(8)) - set(cpus))
+    assert model.delete("t/p") == cpus and model.shared_pool("n1") == list(range(8))
 
 
-def test_a_redelivered_decision_is_acknowledged_not_applied_twice():
-    model = cluster(spec("p", gpu=GpuAsk(count=1)))
-    assert model.bind(decision("p", gpus=[("gpu0", 1000)]), T0, 0).ok
-    again = model.bind(decision("p", gpus=[("gpu0", 1000)]), T0, 0)
-    assert again.ok and again.reason == "already bound by this decision" and len(again.events) == 1
-    other = model.bind(decision("p", gpus=[("gpu1", 1000)], decision_id="d2"), T0, 0)
-    assert not other.ok and "already bound to node n1" in other.reason
-    assert model.gpu_used["n1"] == {"gpu0": 1000}
+def test_a_numa_node_without_room_refuses_the_start():
+    model = cluster(spec("a", cpu=4000, exclusive=True), spec("p", cpu=2000, exclusive=True))
+    assert model.start("t/a", "n1", decided(numa_cpus={1: 4}), T0, 0)[1] == ""
+    cpus, problem = model.start("t/p", "n1", decided(numa_cpus={1: 2}), T0, 0)
+    assert cpus == () and "cannot give exclusive CPUs" in problem and model.pods["t/p"].phase == "pending"
 
 
-# -- actions ----------------------------------------------------------------------
+def test_a_deleted_pod_frees_what_it_held_once():
+    model = cluster(spec("p", gpu=GpuAsk(count=1), node="n1"))
+    model.delete("t/p")
+    assert model.gpu_used["n1"] == {} and model.running_on("n1") == [] and model.pods["t/p"].phase == "deleted"
+    assert model.delete("t/p") == ()
+
+
+def test_pods_leave_when_their_run_time_is_over():
+    timed = SimPodSpec(sim_pod("t", "job", cpu_milli=1000, memory_mib=1), duration_s=30.0, node="n1")
+    model = cluster(timed)
+    assert model.due(29.9) == [] and model.due(30.0) == ["t/job"]
+
+
+# -- the node agent's actions ----------------------------------------------------------
 def action(kind: str, pod: str | None = "t/p", node: str = "n1", **fields) -> NodeAction:
     defaults = {"taint_key": "k"} if kind in ("taint", "untaint") else {}
     if kind == "set-cpuset":
@@ -140,36 +166,43 @@ def action(kind: str, pod: str | None = "t/p", node: str = "n1", **fields) -> No
 
 
 @pytest.mark.parametrize("act, status", [
-    (action("freeze"), "done"), (action("thaw"), "done"), (action("evict"), "done"),
-    (action("set-cpuset"), "done"), (action("taint"), "done"),
+    (action("freeze"), "done"), (action("thaw"), "done"), (action("set-cpuset"), "done"),
     (action("freeze", pod="t/nobody"), "unknown-pod"),
     (action("freeze", node="n2"), "refused"),  # the pod runs on n1
     (action("set-cpuset", cpuset=[0, 99]), "refused"),  # CPU 99 is not on n1
     (action("freeze", dry_run=True), "skipped"),
     (action("freeze", node="n9"), "failed"),
 ])
-def test_every_action_is_answered(act, status):
+def test_every_agent_action_is_answered(act, status):
     n2 = SimNode(make_topology("n2", (4,)))
     model = cluster(spec("p", gpu=GpuAsk(count=1), node="n1"), extra_nodes=[n2])
-    outcome = model.act(act, T0)
-    result = outcome.events[0]
-    assert isinstance(result, ActionResult) and result.status == status and result.action_id == act.action_id
+    assert model.act(act)[0] == status
 
 
-def test_evict_deletes_the_pod_and_frees_what_it_held():
-    model = cluster(spec("p", gpu=GpuAsk(count=1), node="n1"))
-    outcome = model.act(action("evict"), T0)
-    deleted = outcome.events[1]
-    assert isinstance(deleted, PodLifecycle) and deleted.phase == "deleted"
-    assert model.gpu_used["n1"] == {} and model.running_on("n1") == []
+def test_a_move_goes_through_the_agents_books():
+    # two exclusive CPUs on NUMA 0 (CPUs 0-3 of a 4 + 4 layout) moved to NUMA 1 by the agent's own `books.move`
+    model = cluster(spec("p", cpu=2000, exclusive=True), spec("q", cpu=4000, exclusive=True), spec("s"))
+    model.start("t/p", "n1", decided(numa_cpus={0: 2}), T0, 0)
+    model.start("t/s", "n1", None, T0, 0)
+    move = action("set-cpuset", cpuset=[], target_numa=1, cpu_count=2)
+    assert model.act(move)[0] == "done"
+    p = model.pods["t/p"]
+    assert set(p.assigned) <= {4, 5, 6, 7} and p.numa_cpus == {1: 2}
+    # the next exclusive pod never gets the moved pod's CPUs: NUMA 1 has 2 left, NUMA 0 all 4
+    assert model.start("t/q", "n1", decided(numa_cpus={1: 4}), T0, 0)[0] == ()
+    assert set(model.start("t/q", "n1", decided(numa_cpus={0: 4}), T0, 0)[0]) == {0, 1, 2, 3}
+    # a shared pod is pinned to the shared CPUs of its target NUMA node
+    assert model.act(action("set-cpuset", pod="t/s", cpuset=[], target_numa=1, cpu_count=0))[0] == "done"
+    assert set(model.cpuset(model.pods["t/s"])) == {4, 5, 6, 7} - set(p.assigned)
+    # a stale view of what the pod holds is refused, as the agent refuses it
+    status, reason = model.act(action("set-cpuset", cpuset=[], target_numa=0, cpu_count=3))
+    assert status == "refused" and "not 3" in reason
 
 
-def test_taint_and_untaint_are_remembered():
+def test_taints_are_what_the_node_object_says():
     model = cluster()
-    model.act(action("taint"), T0)
-    assert model.taints["n1"] == {"k"}
-    model.act(action("untaint"), T0)
-    assert model.taints["n1"] == set()
+    assert model.set_taints("n1", ["k"]) == ({"k"}, set()) and model.taints["n1"] == {"k"}
+    assert model.set_taints("n1", []) == (set(), {"k"}) and model.taints["n1"] == set()
 
 
 # -- the usage sample ---------------------------------------------------------------
@@ -192,11 +225,11 @@ def test_numa_load_is_the_mean_of_its_cpus_from_the_pods_on_them():
 
 def test_a_frozen_pod_uses_no_cpu_and_a_moved_one_loads_its_new_numa_node():
     model = cluster(spec("p", cpu=4000, usage=UsageSpec(cpu=Constant(level=1.0)), node="n1", pin=(1,)))
-    model.act(action("freeze"), T0)
+    model.act(action("freeze"))
     frozen = sample_node(model, "n1", 0.0, T0, 10.0)
     assert frozen.numa_load[1] == 0.0 and frozen.pods[0].frozen and frozen.pods[0].cpu_milli == 0
-    model.act(action("thaw"), T0)
-    model.act(action("set-cpuset", cpuset=[0, 1, 2, 3]), T0)
+    model.act(action("thaw"))
+    model.act(action("set-cpuset", cpuset=[0, 1, 2, 3]))
     moved = sample_node(model, "n1", 0.0, T0, 10.0)
     assert moved.numa_load == {0: 1.0, 1: 0.0}  # 4000 milli over CPUs 0–3
 
@@ -294,3 +327,21 @@ def test_bundled_demo_is_what_its_script_writes_and_has_its_situations():
     assert any(p.usage.memory.kind == "spike" and p.node == "spike-node" for p in committed.pods)
     assert sum(1 for p in committed.pods if p.node == "hot-node" and p.pin_numa == (1,)) == 3
     assert {e.kind for e in committed.expectations} >= {"tainted", "frozen-before"}
+
+
+# -- the simulator plays the cluster, never the bridge ------------------------------------
+def test_the_simulator_has_no_code_path_that_builds_pod_events_or_bind_results():
+    """Only the bridge publishes `pod.lifecycle` and `bind.result` in a simulated
+    run (the `replay_*` files re-publish a recording into a sandbox: not a run)."""
+    from pathlib import Path
+
+    from tidal_simulator.service import SimulatorService
+
+    root = Path(__file__).resolve().parents[1] / "services" / "tidal_simulator"
+    offending = [f"{path.relative_to(root)}:{n}" for path in sorted(root.rglob("*.py"))
+                 if not path.name.startswith("replay_")
+                 for n, line in enumerate(path.read_text().splitlines(), 1)
+                 if any(word in line for word in ("PodLifecycle(", "BindResult(", "PodLifecycle.model_",
+                                                  "BindResult.model_"))]
+    assert offending == []
+    assert not {"pod.lifecycle", "bind.result"} & set(SimulatorService.produces)

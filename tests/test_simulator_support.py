@@ -24,7 +24,8 @@ from tidal_runtime import Service, ServiceSettings, Subscription
 from tidal_bus import StartAt
 from tidal_simulator.topology_builder import make_topology
 from tidal_schemas import BindResult, PodLifecycle
-from tidal_simulator.pods import pending_pod
+from tidal_bridge.pods import pod_lifecycle
+from tidal_simulator.pods import EPOCH, pod_manifest, sim_pod
 
 
 class DoubleSettings(ServiceSettings):
@@ -110,7 +111,7 @@ async def test_double_places_a_pod_and_rolls_back_a_failed_bind(nats_server, nam
     async with make_bus(nats_server.url, namespace) as bus:
         await bus.publish(make_topology("n1", (4,), gpus=1))
         await wait_until(lambda: placement.state.size == 1, what="node seen")
-        pod = pending_pod("t", "p", cpu_milli=1000, memory_mib=512)
+        pod = pod_lifecycle(pod_manifest(sim_pod("t", "p", cpu_milli=1000, memory_mib=512), EPOCH))
         await bus.publish(pod)
         await wait_until(lambda: placement.decided == 1, what="first decision")
         assert placement.state.held("t/p") is not None  # assumed

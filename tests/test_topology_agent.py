@@ -68,12 +68,12 @@ async def test_exclusive_cpus_assigned_checkpointed_and_released(nats_server, na
 
         # restart: the checkpoint keeps the assignment; a second decision cannot take CPU 1
         service, task = await _start(settings)
-        assert service._cpuset_of("ns/db") == [1]
+        assert service.cpu_state.held_by("ns/db") == {1}
         await bus.publish(pod("db", namespace="ns", phase="running", node="node-under-test", uid=str(uuid.uuid4())))
         await bus.publish(pod("db", namespace="ns", phase="deleted", node="node-under-test"))
         released = (await _first(bus, "cpu.assignment", lambda e: e.payload.released)).payload
         assert released.cpuset == [1]
-        await wait_until(lambda: service._cpuset_of("ns/db") is None, what="release")
+        await wait_until(lambda: not service.cpu_state.held_by("ns/db"), what="release")
     await _stop(service, task)
 
 
@@ -83,11 +83,11 @@ async def test_corrupt_checkpoint_is_reported_and_rebuilt_from_the_stream(nats_s
         await bus.publish(PlacementDecision(decision_id="d1", namespace="ns", name="db", outcome="placed",
                                             node="node-under-test", numa_cpus={0: 1}))
         service, task = await _start(settings)
-        await wait_until(lambda: service._cpuset_of("ns/db") == [0], what="assignment")
+        await wait_until(lambda: service.cpu_state.held_by("ns/db") == {0}, what="assignment")
         await _stop(service, task)
     (tmp_path / "cpu-state.json").write_text('{"garbage": true}')
     service, task = await _start(settings)
-    await wait_until(lambda: service._cpuset_of("ns/db") == [0], what="assignment rebuilt by replay")
+    await wait_until(lambda: service.cpu_state.held_by("ns/db") == {0}, what="assignment rebuilt by replay")
     await _stop(service, task)
     assert any("corrupt" in r.getMessage() for r in caplog.records)
 
@@ -157,6 +157,6 @@ async def test_freeze_thaw_and_move_a_real_process_through_the_agent(nats_server
         thawed = cpu_ticks(pid)
         await wait_until(lambda: cpu_ticks(pid) > thawed, what="CPU time grows again")
 
-        assert await act("m1", "set-cpuset", cpuset=[1], mems=[0]) == "done"
+        assert await act("m1", "set-cpuset", target_numa=1) == "done"
         await wait_until(lambda: allowed_cpus(pid) == [1], what="Cpus_allowed_list = 1")
     await _stop(service, task)

@@ -29,16 +29,18 @@ def state_with(*holdings: tuple[str, str, set[int]], cpus=range(8), reserved=(0,
     return state
 
 
-def test_fresh_state_shares_every_non_reserved_cpu():
-    # 8 cpus, cpu 0 reserved: shared pool = 1-7; nothing is pre-partitioned
-    assert new_state(range(8), {0}).shared_pool == frozenset(range(1, 8))
+def test_fresh_state_shares_every_cpu_and_frees_every_non_reserved_one():
+    # 8 cpus, cpu 0 reserved: free for exclusive use = 1-7; shared pool = 0-7 (reserved CPUs stay shared,
+    # as in kubelet); nothing is pre-partitioned
+    assert new_state(range(8), {0}).free == frozenset(range(1, 8))
+    assert new_state(range(8), {0}).shared_pool == frozenset(range(8))
 
 
 def test_assign_takes_cpus_out_of_the_shared_pool():
     change = assign(new_state(range(8), {0}), "ns/a", "main", {2, 3})
     assert change.ok and change.reason == "assigned"
-    # pool = 1-7 − {2,3} = {1,4,5,6,7}
-    assert change.state.shared_pool == {1, 4, 5, 6, 7}
+    # free = 1-7 − {2,3} = {1,4,5,6,7}; shared = 0-7 − {2,3}
+    assert change.state.free == {1, 4, 5, 6, 7} and change.state.shared_pool == {0, 1, 4, 5, 6, 7}
     assert change.state.assignments == {("ns/a", "main"): {2, 3}}
 
 
@@ -70,12 +72,12 @@ def test_release_one_container_or_the_whole_pod():
     state = state_with(("ns/a", "main", {2, 3}), ("ns/a", "side", {4}), ("ns/b", "main", {5}))
     one = release(state, "ns/a", "side")
     assert one.ok and one.cpus == {4}
-    assert one.state.shared_pool == {1, 4, 6, 7}
+    assert one.state.free == {1, 4, 6, 7}
     whole = release(state, "ns/a")
-    # ns/a gives back 2,3,4: pool = {1,6,7} + {2,3,4}
-    assert whole.cpus == {2, 3, 4} and whole.state.shared_pool == {1, 2, 3, 4, 6, 7}
+    # ns/a gives back 2,3,4: free = {1,6,7} + {2,3,4}
+    assert whole.cpus == {2, 3, 4} and whole.state.free == {1, 2, 3, 4, 6, 7}
     assert list(whole.state.assignments) == [("ns/b", "main")]
-    assert state.shared_pool == {1, 6, 7}  # the original is untouched
+    assert state.free == {1, 6, 7}  # the original is untouched
 
 
 def test_release_of_nothing_succeeds():
@@ -134,7 +136,7 @@ CORRUPT = [
     ("empty", lambda raw: b"", "not JSON"),
     ("checksum mismatch", lambda raw: json.dumps(tamper(json.loads(raw))).encode(), "checksum mismatch"),
     ("no data", lambda raw: b'{"version": 1}', "not a state document"),
-    ("future version", lambda raw: json.dumps({**json.loads(raw), "version": 2}).encode(), "unsupported version 2"),
+    ("future version", lambda raw: json.dumps({**json.loads(raw), "version": 3}).encode(), "unsupported version 3"),
     ("double-booked cpu", lambda raw: json.dumps(forge(json.loads(raw), lambda d: d["assignments"].update(
         {"ns/z": {"x": "3"}}))).encode(), "cpu 3 is held by ns/a/main"),
     ("bad cpuset", lambda raw: json.dumps(forge(json.loads(raw), lambda d: d.update(cpus="0-"))).encode(),

@@ -82,6 +82,7 @@ def agent(tmp_path):
     settings = TopologySettings(node_name=NODE, cluster="c1", numa_override="0:0,1:1", cgroup_root=str(root),
                                 cgroup_parent="kubepods", cgroup_version="v1", state_file=str(tmp_path / "s.json"))
     service = TopologyService(settings, bus=object())
+    service.cpus.live = True  # as once the pod table has caught up: changes are written to the cgroups
     return service, root, decoy
 
 
@@ -94,14 +95,16 @@ ACTIONS = [
     ([], dict(kind="freeze", pod="ns/ghost"), "unknown-pod", "no pod"),
     ([lifecycle("p", node="node-b")], dict(kind="freeze", pod="ns/p"), "refused", "runs on node-b"),
     ([lifecycle("p", uid="../../outside")], dict(kind="thaw", pod="ns/p"), "refused", "not a UUID"),
-    ([lifecycle("p", uid=f"{UID}/..")], dict(kind="set-cpuset", pod="ns/p", cpuset=[0]), "refused", "not a UUID"),
+    ([lifecycle("p", uid=f"{UID}/..")], dict(kind="set-cpuset", pod="ns/p", target_numa=0), "refused", "not a UUID"),
     ([lifecycle("p"), lifecycle("q")], dict(kind="freeze", pod="ns/q"), "refused", "also claimed"),
     ([lifecycle("p", system_critical=True)], dict(kind="freeze", pod="ns/p"), "refused", "system-critical"),
-    ([lifecycle("p")], dict(kind="set-cpuset", pod="ns/p", cpuset=[0, 4096]), "refused", "does not have: [4096]"),
+    ([lifecycle("p")], dict(kind="set-cpuset", pod="ns/p", cpuset=[0, 1]), "refused",
+     "the node agent chooses the CPUs"),
+    ([lifecycle("p")], dict(kind="set-cpuset", pod="ns/p", target_numa=4096), "refused", "NUMA node 4096 is not on"),
     ([lifecycle("p", uid=OTHER)], dict(kind="freeze", pod="ns/p"), "unknown-pod", "no cgroup for pod"),
     ([lifecycle("..", namespace="../..")], dict(kind="freeze", pod="../../.."), "done", "frozen"),
     ([lifecycle("p")], dict(kind="freeze", pod="ns/p"), "done", "frozen"),
-    ([lifecycle("p")], dict(kind="set-cpuset", pod="ns/p", cpuset=[1], mems=[7]), "done", "cpus 1"),
+    ([lifecycle("p")], dict(kind="set-cpuset", pod="ns/p", target_numa=1, mems=[7]), "done", "NUMA 1"),
 ]
 
 
@@ -112,7 +115,8 @@ async def test_actions_act_only_on_owned_pods_inside_the_root(agent, pods, field
         service.pods.apply(pod)
     before_root, before_decoy = snapshot(root), snapshot(decoy)
     action = NodeAction.model_construct(**{"action_id": "a1", "node": NODE, "reason": "test", "dry_run": False,
-                                           "cpuset": [], "mems": [], **fields})
+                                           "cpuset": [], "mems": [], "target_numa": None, "cpu_count": 0,
+                                           **fields})
     got, why = await service._execute(action)
     assert (got, words in why) == (status, True), why
     assert snapshot(decoy) == before_decoy

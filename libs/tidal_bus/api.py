@@ -55,7 +55,7 @@ class StartAt:
         """`earliest`, `latest`, an ISO-8601 time or a sequence number."""
         if text in ("earliest", "latest"):
             return cls(text)  # type: ignore[arg-type]
-        if text.isdigit():
+        if text.isascii() and text.isdigit() and len(text) <= 18:  # "²".isdigit() is true too
             return cls.at_sequence(int(text))
         try:
             return cls.at_time(parse_time(text))
@@ -63,7 +63,7 @@ class StartAt:
             raise ValueError(f"--from: expected earliest, latest, a sequence number or {exc}") from None
 
 
-_AGO = re.compile(r"^-(\d{1,9}(?:\.\d{1,6})?)([smhd])$")
+_AGO = re.compile(r"^-([0-9]{1,9}(?:\.[0-9]{1,6})?)([smhd])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -72,7 +72,11 @@ def parse_time(text: str, now: datetime | None = None) -> datetime:
     before `now` (default: the current time). ValueError says what to give."""
     ago = _AGO.match(text)
     if ago:
-        return (now or datetime.now(timezone.utc)) - timedelta(seconds=float(ago.group(1)) * _SECONDS[ago.group(2)])
+        try:
+            before = timedelta(seconds=float(ago.group(1)) * _SECONDS[ago.group(2)])
+            return (now or datetime.now(timezone.utc)) - before
+        except OverflowError:  # -999999999d reaches before year 1
+            raise ValueError(f"a time after year 1, got {text!r}") from None
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -95,6 +99,7 @@ class RawMessage:
     nak: Callable[[float], Awaitable[None]] = field(repr=False)
     pending: int | None = None  # messages after this one not yet delivered (lag)
     stored_at: datetime | None = None  # when the broker stored it (NATS) or the producer sent it (Kafka)
+    cluster: str | None = None  # the cluster it was published under (subject token / record key), when known
 
 
 class GroupSubscription(abc.ABC):

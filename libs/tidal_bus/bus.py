@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import base64
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
 from tidal_schemas import DeadLetter, Envelope, Payload, SchemaError, encode, make_envelope
+from tidal_schemas.errors import IdentityError
 from tidal_schemas.streams import STREAMS, StreamSpec, stream
 
 from .api import Backend, RawMessage, StartAt
 from .auth import BusAuth, redact_url
-from .consumer import Consumer, Handler
+from .consumer import Consumer, Handler, SeenIds
 from .errors import BusConfigError
-from .intake import MAX_EVENT_BYTES, accept, check_size
+from .intake import MAX_EVENT_BYTES, accept, check_size, dedupe_key
 from .subjects import check_namespace
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,7 @@ class Bus:
         self.backend = backend
         self.cluster = cluster
         self.source = source
+        self.refused: Counter[str] = Counter()  # per stream: events read without a group and refused as forged
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str = "tidal", cluster: str, source: str, **options: Any) -> "Bus":
@@ -144,24 +147,36 @@ class Bus:
         is done, then keep following. For state every replica needs whole
         (e.g. the table of running pods)."""
         last: dict[int, int] = {}
+        seen = SeenIds()  # a retried publish may have stored an event twice (StreamSpec.written_by_nodes)
+
+        async def hand_over(event: Envelope[Any] | SchemaError) -> None:
+            if isinstance(event, SchemaError):
+                return
+            key = dedupe_key(event.cluster, event.key, event.id)
+            if key not in seen:
+                seen.add(key)
+                await on_event(event)
+
         async for raw, event in self.read(stream_name, StartAt.earliest()):
             last[raw.partition] = raw.position
-            if not isinstance(event, SchemaError):
-                await on_event(event)
+            await hand_over(event)
         await on_caught_up()
         async for raw, event in self.read(stream_name, StartAt.after(last), follow=True):
-            if not isinstance(event, SchemaError):
-                await on_event(event)
+            await hand_over(event)
 
     async def read(
         self, stream_name: str, start: StartAt, *, follow: bool = False
     ) -> AsyncIterator[tuple[RawMessage, Envelope[Any] | SchemaError]]:
         """Read a stream without a group: each message with its decoded
         event, or the SchemaError that says why it is refused (see
-        `intake.accept`: oversized, undecodable, wrong stream)."""
+        `intake.accept`: oversized, undecodable, wrong stream, identity)."""
         spec: StreamSpec = stream(stream_name)
         async for raw in self.backend.read(spec, start, follow=follow):
             try:
-                yield raw, accept(raw.data, spec.name)
+                yield raw, accept(raw.data, spec.name, key=raw.key, cluster=raw.cluster)
+            except IdentityError as exc:  # a forgery: say so, though readers do not file dead letters
+                self.refused[spec.name] += 1
+                log.warning("refused on %s at %d: %s", spec.name, raw.position, exc)
+                yield raw, exc
             except SchemaError as exc:
                 yield raw, exc

@@ -1,8 +1,10 @@
 """The consumer loop every service uses, identical over both backends.
 
-For each message: accept it (oversized, undecodable or of another stream's
-type -> dead letter, see intake.py), skip other clusters,
-skip event ids already handled, call the handler, then ack. A failing
+For each message: accept it (oversized, undecodable, of another stream's
+type or not speaking for the key and cluster it was published under -> dead
+letter, see intake.py), skip other clusters, skip events already handled
+(by id under their publisher's key, `intake.dedupe_key`), call the handler,
+then ack. A failing
 handler is retried with exponential back-off (in place when `ordered`, so a
 key's events keep their order; by nak-with-delay otherwise) until
 `max_attempts`, then the message is dead-lettered and the loop goes on.
@@ -28,7 +30,7 @@ from tidal_schemas.streams import StreamSpec
 
 from .api import GroupSubscription, RawMessage, StartAt
 from .errors import is_retriable
-from .intake import accept
+from .intake import accept, dedupe_key
 
 if TYPE_CHECKING:
     from .bus import Bus
@@ -66,8 +68,13 @@ class _NoObserver:
     def duplicate(self, stream: str) -> None: ...
 
 
+def _seen_as(envelope: Envelope[Any]) -> str:
+    return dedupe_key(envelope.cluster, envelope.key, envelope.id)
+
+
 class SeenIds:
-    """The most recent `capacity` event ids handled (insertion-ordered LRU)."""
+    """The most recent `capacity` events handled, by `intake.dedupe_key`
+    (insertion-ordered LRU)."""
 
     def __init__(self, capacity: int = 200_000) -> None:
         self._ids: OrderedDict[str, None] = OrderedDict()
@@ -166,17 +173,18 @@ class Consumer:
             self.spec, StartAt.earliest(), partitions=frozenset(floors), until=floors
         ):
             try:
-                envelope = accept(raw.data, self.spec.name)
+                envelope = accept(raw.data, self.spec.name, key=raw.key, cluster=raw.cluster)
             except SchemaError:
                 continue  # it was dead-lettered when first seen
-            if not self._wanted(envelope) or envelope.id in self.seen:
+            seen_as = _seen_as(envelope)
+            if not self._wanted(envelope) or seen_as in self.seen:
                 continue
             delivery = Delivery(self.spec.name, raw.partition, raw.position, 1, replaying=True)
             try:
                 await self.handler(envelope, delivery)
             except Exception as exc:
                 log.warning("replay of %s %s failed: %s", self.spec.name, envelope.id, exc)
-            self.seen.add(envelope.id)
+            self.seen.add(seen_as)
             count += 1
         log.info("%s/%s: replayed %d events of partitions %s", self.group, self.spec.name, count, sorted(floors))
 
@@ -186,14 +194,15 @@ class Consumer:
     async def _handle(self, raw: RawMessage) -> None:
         self.observer.received(self.spec.name, raw.pending)
         try:
-            envelope = accept(raw.data, self.spec.name)
-        except SchemaError as exc:  # the message is the reason: oversized / undecodable / wrong stream
+            envelope = accept(raw.data, self.spec.name, key=raw.key, cluster=raw.cluster)
+        except SchemaError as exc:  # the message is the reason: oversized / undecodable / wrong stream / identity
             await self._dead_letter(raw, str(exc), retriable=False)
             return
         if not self._wanted(envelope):
             await raw.ack()
             return
-        if envelope.id in self.seen:
+        seen_as = _seen_as(envelope)
+        if seen_as in self.seen:
             self.observer.duplicate(self.spec.name)
             await raw.ack()
             return
@@ -222,7 +231,7 @@ class Consumer:
                 attempt += 1
                 continue
             self.observer.handled(self.spec.name, time.perf_counter() - started, raw.partition)
-            self.seen.add(envelope.id)
+            self.seen.add(seen_as)
             await raw.ack()
             return
 

@@ -86,6 +86,11 @@ class _Process:
         return self._process is not None and self._process.poll() is None
 
     @property
+    def returncode(self) -> int | None:
+        """The exit code once the process has exited (negative: the signal), else None."""
+        return self._process.poll() if self._process is not None else None
+
+    @property
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
 

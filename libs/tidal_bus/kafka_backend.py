@@ -142,7 +142,9 @@ class KafkaBackend(Backend):
                 batch = await consumer.getmany(timeout_ms=500, max_records=self.fetch_batch)
                 if not batch and not follow:
                     # nothing more arrives before the recorded ends: they were reached
-                    if all(await _position(consumer, tps, p) >= stop[p] for p in stop):
+                    # (a list first: `await` inside all()'s generator would make it an async generator)
+                    positions = [await _position(consumer, tps, p) for p in stop]
+                    if all(position >= stop[p] for position, p in zip(positions, stop)):
                         return
                 for tp, records in batch.items():
                     for record in records:
@@ -193,9 +195,11 @@ async def _noop_nak(delay: float) -> None:
 
 
 def _raw(record, *, deliveries: int, ack, nak, highwater: int | None = None) -> RawMessage:
+    text = (record.key or b"").decode(errors="replace")
     return RawMessage(
         data=record.value or b"",
-        key=event_key((record.key or b"").decode(errors="replace")),
+        key=event_key(text),
+        cluster=text.partition("/")[0] if "/" in text else None,
         partition=record.partition,
         position=record.offset + 1,
         deliveries=deliveries,

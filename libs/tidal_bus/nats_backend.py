@@ -38,7 +38,7 @@ from tidal_schemas.streams import StreamSpec, partition_for
 from .api import AssignmentListener, Backend, GroupSubscription, RawMessage, StartAt
 from .auth import BusAuth, BusPermissionError, redact_url
 from .errors import BusConfigError, BusError
-from .intake import EventTooLarge, check_size
+from .intake import EventTooLarge, check_size, dedupe_key
 from .membership import Membership, raise_if_cancelling
 from .subjects import (
     decode_token,
@@ -239,14 +239,19 @@ class NatsBackend(Backend):
     async def publish(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str) -> int:
         await self.ensure_stream(spec)
         subject = nats_subject(self.namespace, spec, cluster, partition_for(key, spec.partitions), key)
-        headers = {"Nats-Msg-Id": msg_id} if msg_id else None
+        # The server drops a second message with the same id within its window
+        # (so a retried publish appends once); ids are scoped to the key, and
+        # streams node agents write do without it (see StreamSpec.written_by_nodes).
+        scoped = dedupe_key(cluster, key, msg_id) if msg_id and not spec.written_by_nodes else ""
+        headers = {"Nats-Msg-Id": scoped} if scoped else None
         if self._nc is not None:
             # Over max_payload (headers count) the server closes the connection,
             # and every retry would close it again: refuse the message here.
             header_bytes = 12 + sum(len(k) + len(v) + 4 for k, v in headers.items()) if headers else 0
             check_size(len(data) + header_bytes, f"message to {subject}", self._nc.max_payload)
-        # The broker may be restarting: retry within a bound. Retrying is safe
-        # because the message id makes the server drop a second copy.
+        # The broker may be restarting: retry within a bound. Retrying is safe:
+        # the message id makes the server drop a second copy, and where there is
+        # none, consumers drop it by event id.
         deadline = asyncio.get_running_loop().time() + self.publish_timeout_s
         delay = 0.1
         while True:
@@ -380,6 +385,7 @@ class NatsBackend(Backend):
             nak=nak,
             pending=meta.num_pending,
             stored_at=meta.timestamp,
+            cluster=decode_token(tokens[-3]),
         )
 
     @staticmethod

@@ -48,7 +48,7 @@ ACCESS: dict[str, Access] = {
     "topology": Access(
         publishes=("node.topology", "node.metrics", "action.result", "cpu.assignment"),
         consumes=(("placement.decision", "topology-{node}"), ("node.action", "topology-{node}")),
-        reads=("pod.lifecycle",)),
+        reads=("pod.lifecycle", "bind.result")),
     "scoring": Access(
         publishes=("score.node", "score.user"),
         consumes=(("node.metrics", _GROUP), ("score.user", _GROUP)),
@@ -57,7 +57,7 @@ ACCESS: dict[str, Access] = {
         publishes=("placement.decision",),
         consumes=(("tenant.config", _GROUP + "-leader"),),
         reads=("node.topology", "node.allocatable", "score.node", "score.user", "tenant.config", "node.action",
-               "pod.lifecycle", "bind.result", "placement.decision")),
+               "pod.lifecycle", "bind.result", "placement.decision", "cpu.assignment")),
     "oversell": Access(
         publishes=("node.allocatable", "node.action"),
         consumes=(("node.topology", _GROUP), ("score.node", _GROUP), ("node.metrics", _GROUP)),

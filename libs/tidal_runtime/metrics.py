@@ -65,3 +65,12 @@ class ServiceMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def node_actions_counter(registry: CollectorRegistry) -> Counter:
+    """`tidal_node_actions_total{cluster, action, reason, dry_run}`: node
+    actions a service requested (taint, evict, freeze …), by a reason
+    category from a fixed set of that service. One definition for oversell
+    and remediation, so the two export the same family."""
+    return Counter("tidal_node_actions_total", "Node actions requested (taint, evict, freeze …) by reason category",
+                   ["cluster", "action", "reason", "dry_run"], registry=registry)

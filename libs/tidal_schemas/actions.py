@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .common import Name, NonNegInt
+from .common import CpuId, Name, NonNegInt, NumaId
 from .envelope import Payload, register
 
 # The taint oversell puts on a node that must take no new pods; placement and
@@ -28,8 +28,14 @@ class NodeAction(Payload):
     node: Name
     kind: ActionKind
     pod: str | None = None
-    cpuset: list[NonNegInt] = Field(default_factory=list)
-    mems: list[NonNegInt] = Field(default_factory=list)
+    target_numa: NumaId | None = Field(
+        None, description="set-cpuset: the NUMA node to move the pod to; the node agent chooses the CPUs")
+    cpu_count: NonNegInt = Field(
+        0, description="set-cpuset: the exclusive CPUs the pod holds, as the requester knows it (0: none, shared)")
+    cpuset: list[CpuId] = Field(
+        default_factory=list, description="set-cpuset without target_numa: concrete CPUs, which the node agent "
+        "refuses (it alone chooses CPUs); kept for stand-ins that read them")
+    mems: list[NumaId] = Field(default_factory=list)
     taint_key: str | None = None
     taint_effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
     reason: str
@@ -44,8 +50,8 @@ class NodeAction(Payload):
     def _fields_for_kind(self) -> "NodeAction":
         if self.kind in _POD_ACTIONS and not self.pod:
             raise ValueError(f"a {self.kind} action must name a pod")
-        if self.kind == "set-cpuset" and not self.cpuset:
-            raise ValueError("a set-cpuset action must give a non-empty cpuset")
+        if self.kind == "set-cpuset" and self.target_numa is None and not self.cpuset:
+            raise ValueError("a set-cpuset action must give target_numa (or, for stand-ins, a cpuset)")
         if self.kind in ("taint", "untaint") and not self.taint_key:
             raise ValueError(f"a {self.kind} action must give taint_key")
         return self
@@ -70,15 +76,22 @@ class ActionResult(Payload):
 
 @register
 class CpuAssignment(Payload):
-    """Concrete CPUs a node agent gave (or took back from) a pod's container."""
+    """Concrete CPUs a node agent gave (or took back from) a pod's container.
+
+    `numa_cpus` counts the CPUs given on each NUMA node (empty when
+    released): after a move it differs from the decision's, and placement
+    takes it as what the pod bound by `decision_id` holds."""
 
     TYPE = "cpu.assignment"
 
     node: Name
     pod: Name
     container: str = ""
-    cpuset: list[NonNegInt]
+    cpuset: list[CpuId]
     released: bool = False
+    numa_cpus: dict[int, NonNegInt] = Field(default_factory=dict)
+    decision_id: str = Field("", max_length=253, description="the decision the assignment serves ('' for none)")
+    reason: str = Field("", max_length=1024, description="why it changed: decision, bind failed, moved, …")
 
     def event_key(self) -> str:
         return self.node

@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .common import MAX_NUMA_ID
 from .placement import GpuShare, PlacementDecision
 
 PREFIX = "tidal.dev/"
@@ -68,8 +69,8 @@ def _numa(text: str) -> dict[int, int]:
         raise ValueError(f"is not an object of at most {MAX_ENTRIES} NUMA ids")
     numa: dict[int, int] = {}
     for key, cpus in value.items():
-        if not (key.isascii() and key.isdigit() and len(key) <= 6):
-            raise ValueError(f"has NUMA id {key[:16]!r}, not a whole number")
+        if not (key.isascii() and key.isdigit() and len(key) <= 6 and int(key) <= MAX_NUMA_ID):
+            raise ValueError(f"has NUMA id {key[:16]!r}, not a whole number of 0..{MAX_NUMA_ID}")
         if type(cpus) is not int or not 0 <= cpus <= _MAX_CPUS:
             raise ValueError(f"has {str(cpus)[:16]!r} CPUs on NUMA {key}, not a whole number")
         numa[int(key)] = cpus

@@ -18,9 +18,9 @@ from datetime import datetime, timezone
 from typing import Any, ClassVar, Generic, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
-from .errors import SchemaError, one_line
+from .errors import IdentityError, SchemaError, one_line
 
 _EVENT_ID_NAMESPACE = uuid.UUID("3b0b8a8e-6c1f-4d55-9a55-7c1d8f3c9e10")
 
@@ -52,7 +52,7 @@ class Envelope(BaseModel, Generic[P]):
 
     id: str = Field(min_length=1, max_length=128)
     type: str = Field(min_length=1)
-    version: int = Field(ge=1)
+    version: StrictInt = Field(ge=1)  # "99" or true are typos, not versions
     cluster: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9_-]+$")
     key: str = Field(min_length=1, max_length=512)
     time: datetime
@@ -165,16 +165,23 @@ def _validate(raw: Any) -> Envelope[Any]:
         raise SchemaError("field 'type': missing or not a string")
     model = payload_model(event_type)
     version = raw.get("version")
-    # 2.0 validates as the int 2: compare numbers of either kind, before the
-    # payload's fields, whose errors would hide that it is a newer event.
-    if isinstance(version, (int, float)) and not isinstance(version, bool) and version > model.VERSION:
+    # Before the payload's fields, whose errors would hide that it is a newer
+    # event. Only an integer is a version: "99", 99.0 or true fail below.
+    if type(version) is int and version > model.VERSION:
         raise SchemaError(
             f"event type {event_type!r} version {version} is newer than the supported {model.VERSION}"
         )
     try:
-        return Envelope[model].model_validate(raw)  # type: ignore[valid-type]
+        envelope = Envelope[model].model_validate(raw)  # type: ignore[valid-type]
     except ValidationError as exc:
         raise SchemaError(describe_validation_error(exc)) from None
+    # The key routes the event (subject, partition) and the payload says whom
+    # it is about: the two must be one, or a producer allowed only node-a's
+    # key could speak for node-b (see tidal_bus.intake).
+    about = envelope.payload.event_key()
+    if envelope.key != about:
+        raise IdentityError(f"identity: envelope key {envelope.key[:80]!r} but the payload is about {about[:80]!r}")
+    return envelope
 
 
 def describe_validation_error(exc: ValidationError) -> str:

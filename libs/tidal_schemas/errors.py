@@ -19,6 +19,12 @@ class SchemaError(ValueError):
         super().__init__(one_line(message))
 
 
+class IdentityError(SchemaError):
+    """A well-formed event that does not speak for whom it claims: its
+    envelope, payload and (on the bus) subject name different keys or
+    clusters."""
+
+
 def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
     """`text` with line and paragraph breaks escaped, cut to `limit` characters."""
     flat = text.replace("\r", "\\r").replace("\n", "\\n").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")

@@ -7,25 +7,25 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .common import Fraction, GpuKind, Name, NonNegInt, Qos, Record, Resources
+from .common import CpuId, Fraction, GpuKind, Name, NonNegInt, NumaId, Qos, Record, Resources, repeated
 from .envelope import Payload, register
 
 
 class Cpu(Record):
     """One logical CPU (hardware thread) and where it sits."""
 
-    cpu: NonNegInt
+    cpu: CpuId
     core: NonNegInt
     socket: NonNegInt
-    numa: NonNegInt
+    numa: NumaId
 
 
 class NumaNode(Record):
     """One NUMA domain. CPU capacity/allocatable are present only when the
     node offers exclusive CPUs (allocatable = capacity - reserved here)."""
 
-    id: NonNegInt
-    cpus: list[NonNegInt]
+    id: NumaId
+    cpus: list[CpuId]
     memory_mib: NonNegInt = 0
     capacity_cpus: NonNegInt | None = None
     allocatable_cpus: NonNegInt | None = None
@@ -43,6 +43,15 @@ class Gpu(Record):
     numa: NonNegInt | None = None
     healthy: bool = True
 
+    @model_validator(mode="after")
+    def _virtual_names_its_parent(self) -> "Gpu":
+        # A slice is a share of one physical GPU: placement budgets them together.
+        if self.kind == "virtual" and not self.parent:
+            raise ValueError(f"virtual GPU {self.id} must name its physical parent")
+        if self.kind == "physical" and self.parent:
+            raise ValueError(f"physical GPU {self.id} cannot have a parent")
+        return self
+
 
 @register
 class NodeTopology(Payload):
@@ -54,7 +63,7 @@ class NodeTopology(Payload):
     pool: str = "default"
     cpus: list[Cpu] = Field(default_factory=list)
     numa_nodes: list[NumaNode] = Field(default_factory=list)
-    reserved_cpus: list[NonNegInt] = Field(default_factory=list)
+    reserved_cpus: list[CpuId] = Field(default_factory=list)
     exclusive_cpus: bool = False
     gpus: list[Gpu] = Field(default_factory=list)
     capacity: Resources
@@ -70,9 +79,17 @@ class NodeTopology(Payload):
 
     @model_validator(mode="after")
     def _allocatable_within_capacity(self) -> "NodeTopology":
+        for what, ids in (("CPU", (cpu.cpu for cpu in self.cpus)), ("NUMA node", (n.id for n in self.numa_nodes))):
+            twice = repeated(ids)
+            if twice:
+                raise ValueError(f"{what} ids must be unique, repeated: {', '.join(map(str, twice[:10]))}")
         for field in ("cpu_milli", "memory_mib", "gpu_milli"):
             if getattr(self.allocatable, field) > getattr(self.capacity, field):
                 raise ValueError(f"allocatable.{field} exceeds capacity.{field}")
+        physical = {g.id for g in self.gpus if g.kind == "physical"}
+        orphans = sorted(g.id for g in self.gpus if g.kind == "virtual" and g.parent not in physical)
+        if orphans:
+            raise ValueError(f"virtual GPUs {orphans[:5]} name a parent that is not a physical GPU of this node")
         return self
 
 
@@ -84,8 +101,8 @@ class PodUsage(Record):
     cpu_milli: NonNegInt = 0
     memory_mib: NonNegInt = 0
     qos: Qos = "BE"
-    cpuset: list[NonNegInt] = Field(default_factory=list)
-    numa_nodes: list[NonNegInt] = Field(default_factory=list)
+    cpuset: list[CpuId] = Field(default_factory=list)
+    numa_nodes: list[NumaId] = Field(default_factory=list)
     frozen: bool = False
 
 
@@ -98,8 +115,8 @@ class NodeMetrics(Payload):
     node: Name
     sampled_at: datetime
     interval_s: float = Field(gt=0)
-    cpu_util: dict[int, Fraction] = Field(default_factory=dict)
-    numa_load: dict[int, Fraction] = Field(default_factory=dict)
+    cpu_util: dict[CpuId, Fraction] = Field(default_factory=dict)
+    numa_load: dict[NumaId, Fraction] = Field(default_factory=dict)
     node_cpu_util: Fraction = 0.0
     cpu_used_milli: NonNegInt = 0
     memory_used_mib: NonNegInt = 0
@@ -110,6 +127,10 @@ class NodeMetrics(Payload):
         return self.node
 
 
+OversellPolicy = Literal["factor", "bounded", "none"]
+"""The names of `tidal_oversell.policies.OVERSELL_POLICIES`."""
+
+
 @register
 class NodeAllocatable(Payload):
     """The (possibly oversold) allocatable oversell grants a node, with why.
@@ -118,7 +139,7 @@ class NodeAllocatable(Payload):
     TYPE = "node.allocatable"
 
     node: Name
-    policy: Literal["factor", "bounded", "none"]
+    policy: OversellPolicy
     capacity: Resources
     allocatable: Resources
     factor: float | None = Field(default=None, ge=0, description="the smallest of `factors`")

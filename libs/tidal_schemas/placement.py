@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .common import Name, NonNegInt, Record, Resources
+from .common import Name, NonNegInt, NumaId, PodName, Record, Resources, pod_key
 from .envelope import Payload, register
 
 
@@ -34,15 +34,15 @@ class PlacementDecision(Payload):
     TYPE = "placement.decision"
 
     decision_id: Name
-    namespace: Name
-    name: Name
+    namespace: PodName
+    name: PodName
     uid: str = ""
     outcome: Literal["placed", "pending", "fence"]
     node: str | None = None
-    numa_cpus: dict[int, NonNegInt] = Field(
+    numa_cpus: dict[NumaId, NonNegInt] = Field(
         default_factory=dict, description="exclusive CPUs to take on each NUMA node"
     )
-    numa_nodes: list[NonNegInt] = Field(default_factory=list)
+    numa_nodes: list[NumaId] = Field(default_factory=list)
     gpus: list[GpuShare] = Field(default_factory=list)
     requests: Resources = Field(
         default_factory=Resources, description="placed: the node-level CPU and memory booked for the pod")
@@ -58,7 +58,7 @@ class PlacementDecision(Payload):
     leader: str = ""
 
     def event_key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return pod_key(self.namespace, self.name)
 
     @model_validator(mode="after")
     def _placed_names_node(self) -> "PlacementDecision":
@@ -74,11 +74,11 @@ class BindResult(Payload):
     TYPE = "bind.result"
 
     decision_id: Name
-    namespace: Name
-    name: Name
+    namespace: PodName
+    name: PodName
     node: Name
     ok: bool
     reason: str = ""
 
     def event_key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return pod_key(self.namespace, self.name)

@@ -7,7 +7,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .common import CpuPolicy, GpuKind, Int64, Name, NonNegInt, Qos, Record, Resources, pod_key
+from .common import (CpuPolicy, GpuKind, Int64, Name, NonNegInt, NumaId, PodName, Qos, Record, Resources, pod_key,
+                     repeated)
 from .envelope import Payload, register
 from .placement import GpuShare
 
@@ -54,8 +55,8 @@ class PodLifecycle(Payload):
 
     TYPE = "pod.lifecycle"
 
-    namespace: Name
-    name: Name
+    namespace: PodName
+    name: PodName
     uid: str = ""
     phase: PodPhase
     node: str | None = None
@@ -73,7 +74,7 @@ class PodLifecycle(Payload):
     started_at: datetime | None = None
     invalid_reason: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
-    numa_cpus: dict[int, NonNegInt] = Field(
+    numa_cpus: dict[NumaId, NonNegInt] = Field(
         default_factory=dict, description="bound pods: exclusive CPUs held on each NUMA node")
     gpus: list[GpuShare] = Field(default_factory=list, description="bound pods: the GPUs (or shares) held")
     decision_id: str = Field("", max_length=253, description="bound pods: the placement decision they were bound by")
@@ -145,8 +146,7 @@ class TenantConfig(Payload):
 
     @model_validator(mode="after")
     def _groups_named_once(self) -> "TenantConfig":
-        names = [group.name for group in self.groups]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
+        duplicates = repeated(group.name for group in self.groups)
         if duplicates:
             raise ValueError(f"group names must be unique, repeated: {', '.join(duplicates)}")
         if self.groups and self.auto_grouping:

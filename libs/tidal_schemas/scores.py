@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .common import Fraction, Name, NonNegInt, Record
+from .common import Fraction, Name, NonNegInt, NumaId, Record
 from .envelope import Payload, register
 
 PeakEstimator = Literal["weighted", "percentile", "statistical"]
@@ -53,7 +53,7 @@ class NodeScore(Payload):
 
     node: Name
     load: Fraction
-    numa_load: dict[int, Fraction] = Field(default_factory=dict)
+    numa_load: dict[NumaId, Fraction] = Field(default_factory=dict)
     peak: PeakEstimate | None = None
     sampled_at: datetime
 

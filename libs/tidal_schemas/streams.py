@@ -26,6 +26,12 @@ class StreamSpec:
     subject, no age limit; Kafka: a compacted topic). `max_age_s` is ignored."""
     producers: tuple[str, ...] = ()
     consumers: tuple[str, ...] = ()
+    written_by_nodes: bool = False
+    """Node agents publish here, each trusted only for its own node's key.
+    The broker's duplicate window is one id space per stream, and a producer
+    sets its message id as it likes, so any agent could fill it with ids of
+    other nodes' events: such a stream does not use it. Consumers drop
+    duplicates by id under the verified key (tidal_bus.intake.dedupe_key)."""
 
     def subject_pattern(self, namespace: str = "tidal") -> str:
         return f"{namespace}.{self.token}.{{cluster}}.{{partition}}.{{key}}"
@@ -43,9 +49,9 @@ def partition_for(key: str, partitions: int) -> int:
 
 
 _CATALOGUE = [
-    StreamSpec("node.topology", producers=("topology", "simulator"),
+    StreamSpec("node.topology", producers=("topology", "simulator"), written_by_nodes=True,
                consumers=("scoring", "placement", "oversell", "remediation")),
-    StreamSpec("node.metrics", max_age_s=1 * DAY, producers=("topology", "simulator"),
+    StreamSpec("node.metrics", max_age_s=1 * DAY, producers=("topology", "simulator"), written_by_nodes=True,
                consumers=("scoring", "oversell", "remediation")),
     StreamSpec("pod.lifecycle", producers=("bridge", "simulator"),
                consumers=("scoring", "placement", "oversell", "remediation")),
@@ -59,14 +65,15 @@ _CATALOGUE = [
     # agrees on which leader's decisions count (see tidal_schemas.fence).
     StreamSpec("placement.decision", partitions=1, producers=("placement",),
                consumers=("bridge", "simulator", "topology")),
-    StreamSpec("bind.result", producers=("bridge", "simulator"), consumers=("placement",)),
+    StreamSpec("bind.result", producers=("bridge", "simulator"), consumers=("placement", "topology")),
     StreamSpec("node.allocatable", producers=("oversell",),
                consumers=("placement", "bridge", "simulator")),
     StreamSpec("node.action", producers=("oversell", "remediation"),
                consumers=("topology", "bridge", "simulator")),
-    StreamSpec("action.result", producers=("topology", "bridge", "simulator"),
+    StreamSpec("action.result", producers=("topology", "bridge", "simulator"), written_by_nodes=True,
                consumers=("oversell", "remediation")),
-    StreamSpec("cpu.assignment", producers=("topology",), consumers=()),
+    StreamSpec("cpu.assignment", producers=("topology",), consumers=("placement", "remediation"),
+               written_by_nodes=True),
     StreamSpec("dead.letter", partitions=1, max_age_s=30 * DAY, max_bytes=256 << 20, producers=("every service",)),
 ]
 

@@ -41,8 +41,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
+from tidal_schemas.common import CpuPolicy
 from tidal_schemas.decision_codec import DECISION_KEYS, PREFIX
 
 EXCLUSIVE_CPUS = PREFIX + "exclusive-cpus"
@@ -134,7 +135,7 @@ def _models(raw: str) -> tuple[str, ...]:
 # key -> (Asks field, parser)
 ANNOTATION_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     EXCLUSIVE_CPUS: ("exclusive_cpus", _boolean),
-    CPU_POLICY: ("cpu_policy", _one_of("spread", "single-numa", "auto")),
+    CPU_POLICY: ("cpu_policy", _one_of(*get_args(CpuPolicy))),
     GPU_COUNT: ("gpu_count", _whole(0, MAX_GPUS)),
     GPU_MILLI: ("gpu_milli", _whole(1, 1000)),
     GPU_MODELS: ("gpu_models", _models),

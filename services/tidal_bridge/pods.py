@@ -31,6 +31,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tidal_schemas import HOLDING_PHASES, GpuAsk, PodLifecycle, Resources
+from tidal_schemas.common import MAX_INT
 from tidal_schemas.decision_codec import read_decision
 from tidal_schemas.envelope import describe_validation_error
 
@@ -89,7 +90,11 @@ def pod_requests(spec: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> t
                 overhead = unit(raw)
             except QuantityError:
                 problems.append(f"spec.overhead.{resource} {str(raw)!r} is not a Kubernetes quantity")
-        totals.append(max(main + sidecars, init_peak) + overhead)
+        total = max(main + sidecars, init_peak) + overhead
+        if total > MAX_INT:  # each quantity fits, their sum may not: refuse it, never wrap
+            problems.append(f"resources.{resource}: the pod's total request is beyond what an event can carry")
+            total = 0
+        totals.append(total)
     return Resources(cpu_milli=totals[0], memory_mib=totals[1]), totals[2], problems
 
 

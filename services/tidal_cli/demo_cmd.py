@@ -16,6 +16,7 @@ from tidal_schemas.fence import DecisionFence
 from tidal_schemas.streams import STREAMS
 
 from .errors import CliError
+from .options import seconds
 from .sample import sample_events
 from .services import load
 from .stack import Stack
@@ -27,7 +28,7 @@ def add(subparsers) -> None:
         description="Start an embedded nats-server and every service, publish a sample cluster, wait until "
                     "every running stage has produced its events, print a summary, stop everything.")
     demo.add_argument("--data-dir", type=Path, default=Path(".tidal/demo"), help="wiped at start")
-    demo.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for every stage")
+    demo.add_argument("--timeout", type=seconds, default=90.0, help="seconds to wait for every stage")
     demo.set_defaults(func=run_demo)
 
 

@@ -13,10 +13,11 @@ from tidal_bus import StartAt
 from tidal_schemas import Envelope, SchemaError, decode_obj, make_envelope, payload_model
 from tidal_schemas.envelope import describe_validation_error
 from tidal_schemas.streams import STREAMS
+from tidal_schemas.strict import unknown_field
 
 from .errors import CliError
 from .files import check_publishable, read_items
-from .options import add_bus_options, bus_for
+from .options import add_bus_options, bus_for, count
 
 
 def add(subparsers) -> None:
@@ -27,7 +28,7 @@ def add(subparsers) -> None:
     tail.add_argument("stream", help=f"one of: {', '.join(STREAMS)}")
     tail.add_argument("--from", dest="start", default="latest",
                       help="earliest, latest (default), an ISO time (2026-01-01T00:00:00Z) or a sequence")
-    tail.add_argument("--limit", type=int, default=0, help="stop after this many events (0 = no limit)")
+    tail.add_argument("--limit", type=count, default=0, help="stop after this many events (0 = no limit)")
     tail.add_argument("--no-follow", action="store_true", help="stop at the end of the stream")
     add_bus_options(tail)
     tail.set_defaults(func=run_tail)
@@ -55,14 +56,22 @@ def load_events(path: Path, default_cluster: str, source: str = "cli") -> list[E
     return events
 
 
+SHORT_FORM = ("type", "payload", "cluster")
+
+
 def _one_event(item: Any, default_cluster: str, source: str) -> Envelope[Any]:
     if not isinstance(item, dict):
         raise SchemaError(f"an event must be a mapping, got {type(item).__name__}")
-    if "id" in item:
-        return decode_obj(item)
     if not isinstance(item.get("type"), str):
         raise SchemaError("field 'type': missing or not a string")
     model = payload_model(item["type"])
+    # A file is typed by a person: unknown fields are typos here (the wire tolerates them)
+    unknown = unknown_field(Envelope[model], item) if "id" in item else (
+        next((k for k in item if k not in SHORT_FORM), None) or unknown_field(model, item.get("payload"), "payload"))
+    if unknown:
+        raise SchemaError(f"field {unknown!r}: not a field of a {item['type']} event (a typo?)")
+    if "id" in item:
+        return decode_obj(item)
     from pydantic import ValidationError
 
     try:

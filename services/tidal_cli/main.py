@@ -7,17 +7,18 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 
 from tidal_bus import BusError
 from tidal_schemas import SchemaError
 
 from . import demo_cmd, events_cmd, explain_cmd, replay_cmd, schemas_cmd, simulate_cmd, tenants_cmd, tools_cmd, up_cmd
-from . import nats_config_cmd
+from . import audit_cmd, nats_config_cmd, node_cmd
 from .errors import CliError
 
-COMMANDS = [up_cmd, demo_cmd, simulate_cmd, replay_cmd, events_cmd, explain_cmd, tenants_cmd, schemas_cmd, tools_cmd]
-COMMANDS.append(nats_config_cmd)
+COMMANDS = [up_cmd, demo_cmd, simulate_cmd, replay_cmd, audit_cmd, events_cmd, explain_cmd, tenants_cmd, schemas_cmd,
+            tools_cmd, nats_config_cmd, node_cmd]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,7 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv[:2] == ["cpus", "pick"]:  # its own parser owns every flag after `pick`
             return tools_cmd.run_cpus_pick(argparse.Namespace(rest=argv[2:]))
-        args = parser.parse_args(argv)
+        try:
+            args = parser.parse_args(join_negative_times(argv))
+        except SystemExit as exc:  # a usage error (already one line on stderr) or --help
+            return exc.code if isinstance(exc.code, int) else 2
         return args.func(args)
     except CliError as exc:
         return _fail(str(exc), exc.exit_code)
@@ -59,6 +63,23 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("TIDAL_DEBUG"):
             raise
         return _fail(f"internal error: {type(exc).__name__}: {exc} (TIDAL_DEBUG=1 shows the traceback)", 1)
+
+
+TIME_OPTIONS = ("--from", "--to")
+_AGO = re.compile(r"^-[0-9]+(\.[0-9]+)?[smhd]$")
+
+
+def join_negative_times(argv: list[str]) -> list[str]:
+    """`--from -2h` as the README writes it: argparse takes `-2h` for an
+    option and says "expected one argument", so such a value is joined to
+    its option (`--from=-2h`) before parsing."""
+    joined: list[str] = []
+    for item in argv:
+        if joined and joined[-1] in TIME_OPTIONS and _AGO.match(item):
+            joined[-1] = f"{joined[-1]}={item}"
+        else:
+            joined.append(item)
+    return joined
 
 
 def _fail(message: str, code: int) -> int:

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from tidal_bus.api import parse_time
 
 from .errors import CliError
-from .options import add_bus_options, bus_for, bus_options
+from .options import add_bus_options, bus_for, bus_options, count, seconds, seconds_or_zero, write_file
 
 SETTABLE = {"placement"}
 NOT_SETTABLE = {"bus_url", "namespace", "cluster", "clusters", "all_clusters", "http_host", "http_port", "log_level"}
@@ -35,12 +35,12 @@ def add(subparsers) -> None:
     replay.add_argument("--set", dest="overrides", action="append", default=[], metavar="SERVICE.SETTING=VALUE",
                         help="a setting of the replayed placement, e.g. placement.gpu-strategy=fgd (repeatable)")
     replay.add_argument("--report", type=Path, help="write the comparison as JSON here")
-    replay.add_argument("--show", type=int, default=20, help="pods that differ to list (default 20)")
-    replay.add_argument("--decision-timeout", type=float, default=15.0,
+    replay.add_argument("--show", type=count, default=20, help="pods that differ to list (default 20)")
+    replay.add_argument("--decision-timeout", type=seconds, default=15.0,
                         help="seconds to wait for the sandbox's decision on each pod")
-    replay.add_argument("--quiet", type=float, default=2.0,
+    replay.add_argument("--quiet", type=seconds_or_zero, default=2.0,
                         help="seconds without decisions after the last pod before the replay ends")
-    replay.add_argument("--batch-window", type=float, default=0.1, metavar="SECONDS",
+    replay.add_argument("--batch-window", type=seconds_or_zero, default=0.1, metavar="SECONDS",
                         help="pods that arrived within this many seconds of each other are released together, "
                              "so placement's queue orders them as it did (default 0.1)")
     replay.add_argument("--keep-sandbox", action="store_true", help="keep the sandbox streams for inspection")
@@ -57,12 +57,14 @@ def parse_point(text: str | None, now: datetime):
 
     if text is None or text == "earliest":
         return None
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # "²".isdigit() is true, and int() refuses it
+        if int(text) > 2**63 - 1:
+            raise CliError(f"--from/--to {text[:30]}: a sequence number is at most {2**63 - 1}")
         return Point(sequence=int(text))
     try:
         return Point(time=parse_time(text, now))
     except ValueError as exc:
-        raise CliError(f"expected 'earliest', a sequence number, or {exc}") from None
+        raise CliError(f"--from/--to: expected 'earliest', a sequence number, or {exc}") from None
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:
@@ -107,8 +109,7 @@ def run(args: argparse.Namespace) -> int:
         result = asyncio.run(_replay(args, start, end, overrides))
     print(describe(result, show=args.show))
     if args.report:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(json.dumps(result.to_json(), indent=2, default=str))
+        write_file(args.report, json.dumps(result.to_json(), indent=2, default=str), "--report")
         print(f"report: {args.report}")
     return 0
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from tidal_schemas import export
 
 from .errors import CliError
+from .options import make_dir
 
 
 def add(subparsers) -> None:
@@ -22,6 +23,7 @@ def add(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.verb == "export":
+        make_dir(args.dir, "--dir")
         names = export.export(args.dir)
         print(f"wrote {len(names)} files to {args.dir}/")
         return 0

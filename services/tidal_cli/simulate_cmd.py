@@ -1,10 +1,14 @@
 """`tidal simulate`: run the real services (placement, scoring, oversell,
-remediation) on an embedded NATS, or over `--bus`, against the simulator
-(a stand-in cluster in this process) fed by an openb trace, a scenario file
-or the synthetic generator; write a JSON report and an HTML page.
+remediation and the bridge) on an embedded NATS, or over `--bus`, against
+the simulator — a stand-in cluster in this process, behind a Kubernetes API
+server on localhost that the real bridge connects to through the kubeconfig
+written to DATA_DIR/kubeconfig (`kubectl --kubeconfig DATA_DIR/kubeconfig
+get pods -o wide` shows the cluster while it runs) — fed by an openb trace,
+a scenario file or the synthetic generator; write a JSON report and an HTML
+page. With `--bus`, the bridge runs in this process.
 
-Exit codes: 0 done (every expectation met), 1 a failure or an expectation
-not met, 2 bad input (one line naming the file, flag or field)."""
+Exit codes: 0 done (every expectation met, no invariant violated), 1 a
+failure, an expectation not met or an invariant violated, 2 bad input (one line naming the file, flag or field)."""
 
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ from pathlib import Path
 from tidal_bus.auth import redact_url
 
 from .errors import CliError
+from .files import check_size, check_yaml_file
+from .options import cluster_name, count, make_dir, namespace_name, number, seconds, seconds_or_zero, write_file
 
 DEFAULT_SERVICES = "placement,scoring,oversell,remediation"
 
@@ -38,37 +44,40 @@ def add(subparsers) -> None:
     source.add_argument("--scenario", type=Path, help="scenario YAML (nodes, pods, usage, expectations)")
     source.add_argument("--synthetic", metavar="K=V,...", nargs="?", const="",
                         help="the seeded generator, e.g. nodes=20,pods=200,tenants=3")
-    p.add_argument("--seed", type=int, default=42, help="shuffle/inflation, usage noise and bind failures")
+    p.add_argument("--seed", type=number(0, 2**32 - 1, integer=True), default=42, help="shuffle/inflation, usage noise and bind failures")
     p.add_argument("--arrive-only", action="store_true",
                    help="GPU-fragmentation protocol: shuffled arrivals, nothing departs")
-    p.add_argument("--inflate", type=float, default=None,
+    p.add_argument("--inflate", type=number(0, 1000, above=True), default=None,
                    help="arrive-only: add sampled pods until GPU requests reach X × capacity (default 1.3)")
-    p.add_argument("--tenants", type=int, default=4, help="openb traces: tenants the pods are spread over")
-    p.add_argument("--usage-level", type=float, default=0.5, help="openb traces: used fraction of requests")
+    p.add_argument("--tenants", type=number(1, 10**6, integer=True), default=4, help="openb traces: tenants the pods are spread over")
+    p.add_argument("--usage-level", type=number(0, 100), default=0.5, help="openb traces: used fraction of requests")
     p.add_argument("--gpu-strategy", help="placement's GPU strategy (best-fit, fgd, fgd-cpu)")
     p.add_argument("--report", type=Path, help="write the JSON report here")
     p.add_argument("--html", type=Path, help="write the HTML report here")
-    p.add_argument("--limit", type=int, help="release only the first N pods of the arrival order")
-    p.add_argument("--bind-failure-rate", type=float, default=0.0, help="share of binds refused (0..1)")
-    p.add_argument("--batch", type=int, default=1, help="pods released together before waiting")
-    p.add_argument("--progress", type=int, default=500, help="a line on stderr every N pods (0 = none)")
-    p.add_argument("--decision-timeout", type=float, default=30.0, help="seconds to wait for a pod's decision")
-    p.add_argument("--tick", type=float, help="scenario seconds per tick (default: the workload's)")
+    p.add_argument("--limit", type=count, help="release only the first N pods of the arrival order")
+    p.add_argument("--bind-failure-rate", type=number(0, 1), default=0.0, help="share of binds refused (0..1)")
+    p.add_argument("--batch", type=number(1, 10**6, integer=True), default=1, help="pods released together before waiting")
+    p.add_argument("--progress", type=count, default=500, help="a line on stderr every N pods (0 = none)")
+    p.add_argument("--decision-timeout", type=seconds, default=30.0, help="seconds to wait for a pod's decision")
+    p.add_argument("--tick", type=seconds, help="scenario seconds per tick (default: the workload's)")
     p.add_argument("--real-time", action="store_true", help="scenario time runs with the wall clock")
     p.add_argument("--services", default=DEFAULT_SERVICES, help="services to start on the embedded stack")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="a setting for the started services, e.g. TIDAL_OVERSELL_STOP_THRESHOLD=0.8")
     p.add_argument("--data-dir", type=Path, default=Path(".tidal/simulate"), help="embedded stack (wiped at start)")
     p.add_argument("--bus", help="use the services running on this bus instead of starting them")
-    p.add_argument("--namespace", default="sim", help="stream namespace (the services' TIDAL_NAMESPACE)")
-    p.add_argument("--cluster", default="sim", help="cluster id (the services' TIDAL_CLUSTER)")
-    p.add_argument("--warmup", type=float, default=2.0,
+    p.add_argument("--namespace", type=namespace_name, default="sim", help="stream namespace (the services' TIDAL_NAMESPACE)")
+    p.add_argument("--cluster", type=cluster_name, default="sim", help="cluster id (the services' TIDAL_CLUSTER)")
+    p.add_argument("--warmup", type=seconds_or_zero, default=2.0,
                    help="--bus: seconds for the services to take in the cluster before pods arrive")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     plan = build_plan(args)
+    for option, path in (("--report", args.report), ("--html", args.html)):
+        if path is not None:  # refused now, not after the whole run
+            make_dir(path.parent, option)
     from tidal_simulator.run import simulate
 
     started = time.monotonic()
@@ -78,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
         result = _run_embedded(args, plan, simulate)
     _write(args, result)
     print(summary(result.report, time.monotonic() - started))
+    if result.violations:
+        print(f"tidal: {result.violations} invariant violation(s); `tidal audit` lists them", file=sys.stderr)
+        return 1
     if result.failed_expectations:
         failed = [e["expect"] for e in result.report["expectations"] if not e["ok"]]
         print(f"tidal: {len(failed)} of {len(result.report['expectations'])} expectations not met: "
@@ -115,6 +127,7 @@ def build_plan(args: argparse.Namespace):
     if args.nodes:
         workload, order, shapes, reference = _trace(args)
     elif args.scenario:
+        check_yaml_file(args.scenario)  # size, aliases, duplicate keys: before the scenario parser sees it
         try:
             workload = load_scenario(args.scenario)
         except ScenarioError as exc:
@@ -134,7 +147,8 @@ def build_plan(args: argparse.Namespace):
         batch=args.batch, autorun=False, log_level="WARNING",
         # the protocol's thousands of nodes: sample a node when its pods change, not every tick
         metrics_heartbeat_s=3600.0 if args.arrive_only else None,
-        expect_allocatable=not args.arrive_only and not args.bus and "oversell" in _services(args))
+        expect_allocatable=not args.arrive_only and not args.bus and "oversell" in _services(args),
+        kubeconfig="" if args.bus else str(args.data_dir / "kubeconfig"))
     return RunPlan(workload, settings, arrive_only=args.arrive_only, order=order, shapes=shapes,
                    reference=reference, progress_every=max(args.progress, 0), extra=extra)
 
@@ -147,6 +161,7 @@ def _trace(args: argparse.Namespace):
     for path in (args.nodes, args.pods):
         if not path.is_file():
             raise CliError(f"{path}: no such file")
+        check_size(path)
     inflate = (args.inflate or 1.3) if args.arrive_only else None
     try:
         workload, _ = trace_workload(args.nodes, args.pods, seed=args.seed, arrive_only=args.arrive_only,
@@ -202,6 +217,8 @@ def stack_env(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _run_embedded(args: argparse.Namespace, plan, simulate):
+    from tidal_simulator.bridge import stack_bridge
+
     from .services import available
     from .stack import Stack
 
@@ -216,13 +233,16 @@ def _run_embedded(args: argparse.Namespace, plan, simulate):
     env = stack_env(args)
     shutil.rmtree(args.data_dir, ignore_errors=True)
     stack = Stack(args.data_dir, nats_port=0, namespace=args.namespace, cluster=args.cluster,
-                  services=[s for s in wanted if s in known], extra_env=env)
+                  services=[s for s in wanted if s in known and s != "bridge"], extra_env=env)
     with stack:
         stack.wait_ready()
         print(f"simulate: services {', '.join(s.name for s in stack.services)} on {redact_url(stack.bus_url)} "
               f"(logs in {args.data_dir}/logs)", file=sys.stderr, flush=True)
         plan.settings = plan.settings.model_copy(update={"bus_url": stack.bus_url})
-        result = asyncio.run(simulate(plan, warmup=_metrics_warmup(stack, len(plan.workload.nodes))))
+        print(f"simulate: the cluster's API server: kubectl --kubeconfig {plan.settings.kubeconfig} get pods -o wide",
+              file=sys.stderr, flush=True)
+        result = asyncio.run(simulate(plan, warmup=_metrics_warmup(stack, len(plan.workload.nodes)),
+                                      bridge=stack_bridge(stack)))
         stack.check_alive()
     return result
 
@@ -270,8 +290,7 @@ def _write(args: argparse.Namespace, result) -> None:
     for path, content in ((args.report, json.dumps(result.report, indent=2, default=str) + "\n"),
                           (args.html, result.html)):
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content)
+            write_file(path, content, "--report" if path is args.report else "--html")
 
 
 def summary(report: dict, seconds: float) -> str:
@@ -290,6 +309,8 @@ def summary(report: dict, seconds: float) -> str:
     if actions:
         lines.append("actions: " + "; ".join(f"{by}: {', '.join(f'{k} {n}' for k, n in kinds.items())}"
                                             for by, kinds in actions.items()))
+    lines.append(f"invariant violations: {report['invariants']['violations']}")
+    lines += [f"  {line}" for line in report["invariants"]["lines"][:10]]
     for e in report["expectations"]:
         lines.append(f"  [{'ok' if e['ok'] else 'FAIL'}] {e['expect']} — {e['seen']}")
     lines.append(f"took {seconds:.1f} s")

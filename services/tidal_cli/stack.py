@@ -3,20 +3,24 @@ external bus is given) and every service as its own process."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidal_bus.auth import redact_url
 from tidal_bus.embedded import EmbeddedNats, _die_with_parent, free_port
 
 from .errors import CliError
+from .options import make_dir
 from .services import available, default_services
+from .supervise import Backoff, Supervised, describe_exit
 
 
 @dataclass
@@ -25,6 +29,7 @@ class RunningService:
     process: subprocess.Popen
     http_port: int
     log_path: Path
+    env: dict[str, str] = field(default_factory=dict)  # its own settings, kept for a restart
 
     @property
     def url(self) -> str:
@@ -55,6 +60,7 @@ class Stack:
         self.extra_env = extra_env or {}
         self.nats: EmbeddedNats | None = None
         self.services: list[RunningService] = []
+        self.supervised: dict[str, Supervised] = {}  # by process name, for `supervise()`
 
     @property
     def bus_url(self) -> str:
@@ -64,21 +70,30 @@ class Stack:
         return self.nats.url
 
     def start(self) -> "Stack":
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        make_dir(self.data_dir, "--data-dir")
         if not self.external_bus:
             port = self.nats_port
             if port and not _port_free(port):
                 raise CliError(f"port {port} is in use (another nats-server?); pass --nats-port 0 or --bus URL",
                                exit_code=1)
             self.nats = EmbeddedNats(self.data_dir / "nats", port=port or None).start()
-        logs = self.data_dir / "logs"
-        logs.mkdir(exist_ok=True)
+        logs = make_dir(self.data_dir / "logs", "--data-dir")
         for name in self.service_names:
             self.services.append(self._spawn(name, logs))
         return self
 
-    def _spawn(self, name: str, logs: Path, port: int | None = None) -> RunningService:
+    def add(self, name: str, env: dict[str, str] | None = None) -> RunningService:
+        """Start one more service (with settings of its own) on the running stack."""
+        if name not in available():
+            raise CliError(f"unknown service {name}; available: {', '.join(available())}")
+        service = self._spawn(name, self.data_dir / "logs", env=env)
+        self.services.append(service)
+        return service
+
+    def _spawn(self, name: str, logs: Path, port: int | None = None, env: dict[str, str] | None = None
+               ) -> RunningService:
         port = port or free_port()
+        own = dict(env or {})
         env = dict(os.environ)
         env.update({
             "TIDAL_BUS_URL": self.bus_url, "TIDAL_NAMESPACE": self.namespace, "TIDAL_CLUSTER": self.cluster,
@@ -88,16 +103,17 @@ class Stack:
         # not in /var/lib/tidal (the DaemonSet's host path).
         env.setdefault("TIDAL_TOPOLOGY_STATE_FILE", str((self.data_dir / "cpu-state.json").resolve()))
         env.update(self.extra_env)
+        env.update(own)
         log_path = logs / f"{name}.log"
         with open(log_path, "ab") as log:
             process = subprocess.Popen([sys.executable, "-m", "tidal_cli.main", "run", name], env=env,
                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                        preexec_fn=_die_with_parent)
-        return RunningService(name, process, port, log_path)
+        return RunningService(name, process, port, log_path, own)
 
-    def wait_ready(self, timeout: float = 60.0) -> None:
+    def wait_ready(self, timeout: float = 60.0, services: list[RunningService] | None = None) -> None:
         deadline = time.monotonic() + timeout
-        pending = list(self.services)
+        pending = list(self.services if services is None else services)
         while pending:
             self.check_alive()
             pending = [s for s in pending if not s.ready()]
@@ -127,9 +143,64 @@ class Stack:
         old = self.service(name)
         if old.process.poll() is None:
             raise CliError(f"service {name} is still running (pid {old.process.pid}); kill it first", exit_code=1)
-        new = self._spawn(name, old.log_path.parent, port=old.http_port)
+        new = self._spawn(name, old.log_path.parent, port=old.http_port, env=old.env)
         self.services[self.services.index(old)] = new
         return new
+
+    def supervise(self, policy: Backoff, say: Callable[[str], None], now: float | None = None) -> bool:
+        """Start crashed processes again (the embedded nats-server too) with
+        exponential back-off, saying so in a line each time; True when
+        something changed (an exit seen or a process started)."""
+        now = time.monotonic() if now is None else now
+        changed = False
+        processes: list[tuple[str, int | None]] = [(s.name, s.process.poll()) for s in self.services]
+        if self.nats is not None:
+            processes.insert(0, ("nats", self.nats.returncode))
+        for name, code in processes:
+            state = self.supervised.setdefault(name, Supervised(name, started_at=now))
+            if code is None:
+                continue
+            if state.restart_at is None:
+                delay = state.exited(code, now, policy)
+                last = _last_line(self.nats.log_path if name == "nats" else self.service(name).log_path)
+                say(f"{name} exited with {describe_exit(code)} ({last}); restarting in {delay:g}s "
+                    f"(restart {state.restarts + 1})")
+                changed = True
+            elif state.due(now):
+                if name == "nats":
+                    assert self.nats is not None
+                    self.nats.start()  # same port and store
+                    pid = self.nats.pid
+                else:
+                    pid = self.restart(name).process.pid
+                state.restarted(now)
+                say(f"{name} restarted (pid {pid}, restart {state.restarts})")
+                changed = True
+        return changed
+
+    def status(self) -> dict:
+        """What runs, for `tidal up`'s status file: pids, ports, restarts."""
+        def entry(name: str, pid: int | None, running: bool) -> dict:
+            state = self.supervised.get(name)
+            return {"pid": pid, "running": running, "restarts": state.restarts if state else 0,
+                    "last_exit": state.last_exit if state else None}
+
+        found = {}
+        if self.nats is not None:
+            found["nats"] = {**entry("nats", self.nats.pid, self.nats.running), "url": self.nats.url}
+        for s in self.services:
+            found[s.name] = {**entry(s.name, s.process.pid, s.process.poll() is None), "url": s.url,
+                             "log": str(s.log_path)}
+        return {"bus": redact_url(self.bus_url), "namespace": self.namespace, "cluster": self.cluster,
+                "supervisor_pid": os.getpid(), "processes": found}
+
+    def write_status(self) -> Path:
+        """Write `status()` to DATA_DIR/status.json (read by `tidal up --status`)."""
+        path = self.data_dir / STATUS_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.status(), indent=2) + "\n")
+        tmp.replace(path)
+        return path
 
     def check_alive(self) -> None:
         for service in self.services:
@@ -141,12 +212,16 @@ class Stack:
     def describe(self) -> str:
         lines = [f"bus        {redact_url(self.bus_url)}  (namespace {self.namespace}, cluster {self.cluster})"]
         if self.nats is not None:
-            lines.append(f"nats       pid {self.nats.pid}  data {self.nats.data_dir}")
+            lines.append(f"nats       pid {self.nats.pid}  data {self.nats.data_dir}{self._restarts('nats')}")
         for s in self.services:
-            lines.append(f"{s.name:<10} pid {s.process.pid}  {s.url}/metrics  log {s.log_path}")
+            lines.append(f"{s.name:<10} pid {s.process.pid}  {s.url}/metrics  log {s.log_path}{self._restarts(s.name)}")
         if not self.services:
             lines.append("(no services installed yet)")
         return "\n".join(lines)
+
+    def _restarts(self, name: str) -> str:
+        state = self.supervised.get(name)
+        return f"  restarts {state.restarts}" if state else ""
 
     def stop(self, timeout: float = 20.0) -> None:
         for service in self.services:
@@ -167,6 +242,9 @@ class Stack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+STATUS_FILE = "status.json"
 
 
 def _port_free(port: int) -> bool:

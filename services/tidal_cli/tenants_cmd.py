@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from tidal_schemas import TenantConfig, make_envelope
 from tidal_schemas.envelope import describe_validation_error
+from tidal_schemas.strict import unknown_field
 
 from .errors import CliError
 from .files import check_publishable, read_items
@@ -46,6 +47,9 @@ def load_tenants(path: Path, cluster: str = "local") -> list[TenantConfig]:
         where = f"{path}: tenant {number}" if len(items) > 1 else str(path)
         if not isinstance(item, dict):
             raise CliError(f"{where}: a tenant must be a mapping, got {type(item).__name__}")
+        unknown = unknown_field(TenantConfig, item)
+        if unknown:  # the wire tolerates new fields; a file with a typo (`qouta:`) must not pass
+            raise CliError(f"{where}: field {unknown!r}: not a field of a tenant (a typo?)")
         try:
             config = TenantConfig.model_validate(item)
         except ValidationError as exc:

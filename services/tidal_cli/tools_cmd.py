@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from .files import check_size
 
 
 def add(subparsers) -> None:
@@ -20,10 +23,21 @@ def add(subparsers) -> None:
     trace = fs_verbs.add_parser("trace", help="replay a usage CSV through the fair-share decay",
                                 description="Print CSV t,usage,score for a usage series (CSV t,usage).")
     add_arguments(trace)
-    trace.set_defaults(func=run)
+
+    def run_trace(args: argparse.Namespace) -> int:
+        check_size(Path(args.usage))  # the bound every input file has, before the CSV is read
+        return run(args)
+
+    trace.set_defaults(func=run_trace)
 
 
 def run_cpus_pick(args: argparse.Namespace) -> int:
     from tidal_topology.cli_cpus import main
 
+    for flag, value in zip(args.rest, args.rest[1:]):
+        if flag == "--topology":
+            check_size(Path(value))
+    for item in args.rest:
+        if item.startswith("--topology="):
+            check_size(Path(item.partition("=")[2]))
     return main(args.rest)

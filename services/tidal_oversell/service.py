@@ -14,15 +14,18 @@ from typing import Any
 from tidal_bus import Delivery
 from tidal_schemas import (
     HOLDING_PHASES, ActionResult, Envelope, NodeAction, NodeMetrics, NodeScore, NodeTopology, PodLifecycle, derived_id,
+    Resources,
 )
 
 from tidal_runtime import Service, Subscription
 
-from .allocatable import bounded_allocatable_event, factor_allocatable, unchanged_allocatable
 from .eviction import candidate_from, plan_evictions
 from .node_state import ActionLog, NodeView
+from .policies import OVERSELL_POLICIES
+from .pool_metrics import OversellMetrics
 from .settings import TAINT_KEY, OversellSettings
 from .thresholds import evict_threshold, taint_decision
+from .thresholds import utilisation as memory_utilisation
 
 
 class OversellService(Service):
@@ -38,6 +41,8 @@ class OversellService(Service):
         self.log_of_actions = ActionLog()
         self.action_log_ready = asyncio.Event()  # no action before our own log is read back
         self._logs_caught_up: set[str] = set()
+        self.granted: dict[tuple[str, str], Resources] = {}  # (cluster, node) -> allocatable granted last
+        self.pool_metrics = OversellMetrics(self.metrics.registry, self._granted_by_node)
 
     def subscriptions(self) -> list[Subscription]:
         return [Subscription("node.topology", self.on_topology), Subscription("score.node", self.on_score),
@@ -93,6 +98,11 @@ class OversellService(Service):
 
         await self.bus.catch_up_then_follow(stream_name, on_event, done)
 
+    def _granted_by_node(self):
+        for (cluster, node), granted in list(self.granted.items()):
+            topology = self.views[(cluster, node)].topology
+            yield cluster, topology.pool, granted, topology.allocatable
+
     def pods_on(self, cluster: str, node: str) -> list[PodLifecycle]:
         return sorted((p for (c, _), p in self.pods.items() if c == cluster and p.node == node),
                       key=lambda p: p.event_key())
@@ -106,26 +116,22 @@ class OversellService(Service):
         pods = self.pods_on(cluster, metrics.node)
         allocatable = self._allocatable(view, pods, metrics)
         view.factors = dict(allocatable.factors)
+        self.granted[(cluster, metrics.node)] = allocatable.allocatable
         await self.publish(allocatable, cause=envelope, delivery=delivery)
         if not delivery.replaying:
             await self.action_log_ready.wait()
             await self._act(envelope, view.topology, pods)
 
     def _allocatable(self, view: NodeView, pods: list[PodLifecycle], metrics: NodeMetrics):
-        topology, s = view.topology, self.settings
-        policy = s.policy_for(topology.pool)
-        if policy == "factor":
-            return factor_allocatable(topology, pods, view.peak, view.factors, metrics.sampled_at, s.factor())
-        if policy == "bounded":
-            return bounded_allocatable_event(topology, pods, metrics, view.peak, s.bounded(), s.warmup_s)
-        return unchanged_allocatable(topology)
+        policy = OVERSELL_POLICIES[self.settings.policy_for(view.topology.pool)]
+        return policy(view, pods, metrics, self.settings)
 
     async def _act(self, envelope: Envelope[NodeMetrics], topology: NodeTopology, pods: list[PodLifecycle]) -> None:
         metrics, cluster, s = envelope.payload, envelope.cluster, self.settings
         now, node, basis = metrics.sampled_at, metrics.node, float(topology.capacity.memory_mib)
         if basis <= 0:
             return
-        utilisation = metrics.memory_used_mib / basis
+        utilisation = memory_utilisation(metrics.memory_used_mib, basis)
         measured = {"memory_used_mib": float(metrics.memory_used_mib), "memory_limit_mib": basis,
                     "utilisation": utilisation}
         tainted = self.log_of_actions.tainted.get((cluster, node), False)
@@ -156,5 +162,6 @@ class OversellService(Service):
         action = NodeAction(action_id=action_id, node=node, kind=kind, pod=pod, reason=reason, measured=measured,
                             dry_run=self.settings.dry_run, requested_by=self.name, **fields)
         self.log_of_actions.record(cause.cluster, action, cause.payload.sampled_at)
+        self.pool_metrics.action(cause.cluster, action.kind, action.dry_run)
         self.log.info("node %s: %s %s (%s)", action.node, action.kind, action.pod or "", action.reason)
         await self.publish(action, cause=cause, discriminator=f"{action.kind}/{action.pod or ''}")

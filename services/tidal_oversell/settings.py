@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from tidal_runtime import ServiceSettings
 from tidal_schemas import STOP_SCHEDULING_TAINT
+from tidal_schemas.node import OversellPolicy
 
 from .bounded import BoundedSettings
 from .factor import FactorSettings
-from .thresholds import ThresholdSettings
 
-Policy = Literal["factor", "bounded", "none"]
+Policy = OversellPolicy
 TAINT_KEY = STOP_SCHEDULING_TAINT
 
 
@@ -48,6 +46,9 @@ class OversellSettings(ServiceSettings):
     def bounded(self) -> BoundedSettings:
         return BoundedSettings(threshold=self.bounded_threshold, w=self.bounded_w, floor_fraction=self.bounded_floor)
 
-    def thresholds(self) -> ThresholdSettings:
-        return ThresholdSettings(stop_threshold=self.stop_threshold, hysteresis=self.hysteresis,
-                                 evict_fraction=self.evict_fraction)
+    @model_validator(mode="after")
+    def _hysteresis_below_stop(self) -> "OversellSettings":
+        # untaint happens below stop − hysteresis: that point must exist
+        if self.hysteresis >= self.stop_threshold:
+            raise ValueError(f"hysteresis ({self.hysteresis}) must be below stop_threshold ({self.stop_threshold})")
+        return self

@@ -22,25 +22,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 TaintAction = Literal["taint", "untaint", "keep"]
-Level = Literal["ok", "stop", "evict"]
-
-
-@dataclass(frozen=True)
-class ThresholdSettings:
-    """Stop threshold (fraction of basis), its hysteresis, and the fraction
-    of the memory limit at which eviction starts."""
-
-    stop_threshold: float = 0.85
-    hysteresis: float = 0.05
-    evict_fraction: float = 0.95
-
-    def __post_init__(self) -> None:
-        if not 0 < self.stop_threshold <= 1:
-            raise ValueError(f"stop_threshold must be in (0, 1], got {self.stop_threshold}")
-        if not 0 <= self.hysteresis < self.stop_threshold:
-            raise ValueError(f"hysteresis must be in [0, stop_threshold), got {self.hysteresis}")
-        if not 0 < self.evict_fraction <= 1:
-            raise ValueError(f"evict_fraction must be in (0, 1], got {self.evict_fraction}")
 
 
 @dataclass(frozen=True)
@@ -90,13 +71,3 @@ def utilisation(memory_used_mib: float, basis_mib: float) -> float:
     if basis_mib <= 0:
         raise ValueError(f"basis must be positive, got {basis_mib}")
     return memory_used_mib / basis_mib
-
-
-def level(utilisation_now: float, stop_threshold: float, evict_at: float) -> Level:
-    """"evict" at ≥ evict_at, else "stop" at ≥ stop_threshold, else "ok".
-    When evict_at ≤ stop_threshold (heavy oversell) the stop band is empty."""
-    if utilisation_now >= evict_at:
-        return "evict"
-    if utilisation_now >= stop_threshold:
-        return "stop"
-    return "ok"

@@ -4,8 +4,10 @@ GPU columns padded to the widest node, and the figures derived from a row.
 Derived per row (kept current on every change of that row):
 - `cpu_free`, `mem_free`: allocatable − held, clamped at 0;
 - `numa_free[j]`: exclusive CPUs of NUMA column j not held; `numa_max_free`;
-- `gpu_free[g]`: 1000 − milli held on device g (0 for padding / unhealthy),
-  `gpu_idle` (Σ), `gpu_whole` (devices fully free), `gpu_max`;
+- `gpu_free[g]`: milli device g can still give — 1000 − milli held on it,
+  within what its physical GPU has left (`device_budget`; 0 for padding /
+  unhealthy); `gpu_idle` (Σ over physical GPUs), `gpu_whole` (physical GPUs
+  with a fully free device: the most whole GPUs one pod can get), `gpu_max`;
 - NUMA prefixes for §A/§E lookups (`numa_lookup`): in load order
   (`numa_order`), cumulative free CPUs and mean load of the t least-loaded
   NUMA nodes; in free-descending order (ties: lower column), free CPUs and
@@ -19,7 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-GPU_MILLI = 1000
+from tidal_schemas.common import GPU_MILLI
+
+from .device_budget import device_free, distinct_roots
 
 # name: (dtype, fill value) — per node row, per (row, NUMA column), per (row, GPU column)
 ROW_ARRAYS = {
@@ -40,6 +44,7 @@ NUMA_ARRAYS = {
 GPU_ARRAYS = {
     "gpu_valid": (bool, False), "gpu_used": (np.int64, 0), "gpu_free": (np.int64, 0),
     "gpu_virtual": (bool, False), "gpu_dev_model": (np.int64, -1),
+    "gpu_root": (np.int64, -1), "gpu_weight": (np.int64, GPU_MILLI),  # root −1: padding, its own root
 }
 
 
@@ -80,10 +85,11 @@ class ClusterArrays:
         self._numa_head(r)
 
     def _refresh_gpus(self, r: int) -> None:
-        free = np.where(self.gpu_valid[r], np.maximum(GPU_MILLI - self.gpu_used[r], 0), 0)
+        free = device_free(self.gpu_used[r], self.gpu_valid[r], self.gpu_root[r], self.gpu_weight[r])
         self.gpu_free[r] = free
-        self.gpu_idle[r] = free.sum()
-        self.gpu_whole[r] = np.count_nonzero(free == GPU_MILLI)
+        is_root = (self.gpu_root[r] < 0) | (self.gpu_root[r] == np.arange(free.size))
+        self.gpu_idle[r] = free[is_root].sum()
+        self.gpu_whole[r] = distinct_roots((free == GPU_MILLI)[None, :], self.gpu_root[r][None, :])[0]
         self.gpu_max[r] = free.max() if free.size else 0
         self._touch(r)
 

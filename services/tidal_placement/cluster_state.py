@@ -28,63 +28,17 @@ Columns are padded: `numa_valid` / `gpu_valid` say which entries are real.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-import numpy as np
+from tidal_schemas import NodeTopology
 
-from tidal_schemas import NodeScore, NodeTopology, Resources
-
-from .cluster_arrays import GPU_ARRAYS, NUMA_ARRAYS, ROW_ARRAYS, GPU_MILLI, ClusterArrays
+from .allocation import NONE_FLOATING, OK, Allocation, Floating, Outcome
+from .cluster_arrays import GPU_ARRAYS, NUMA_ARRAYS, ROW_ARRAYS, GPU_MILLI
+from .cluster_nodes import ClusterNodes
+from .floating import place_floating
 from .node_spec import NodeSpec, node_spec
 
 __all__ = ["GPU_MILLI", "NONE_FLOATING", "Allocation", "ClusterState", "Floating", "OK", "Outcome"]
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """Whether a state change was accepted, and why not."""
-
-    ok: bool
-    reason: str = ""
-
-
-OK = Outcome(True)
-
-
-@dataclass(frozen=True)
-class Allocation:
-    """What one pod holds on one node: node-level CPU/memory, exclusive CPUs
-    per NUMA id, and milli-GPU per GPU id."""
-
-    node: str
-    cpu_milli: int = 0
-    memory_mib: int = 0
-    numa_cpus: tuple[tuple[int, int], ...] = ()
-    gpus: tuple[tuple[str, int], ...] = ()
-
-    @staticmethod
-    def of(node: str, cpu_milli: int = 0, memory_mib: int = 0,
-           numa_cpus: Mapping[int, int] | None = None, gpus: Mapping[str, int] | None = None) -> "Allocation":
-        """Build an allocation from mappings (zero entries dropped)."""
-        return Allocation(node, cpu_milli, memory_mib,
-                          tuple(sorted((k, v) for k, v in (numa_cpus or {}).items() if v)),
-                          tuple(sorted((k, v) for k, v in (gpus or {}).items() if v)))
-
-
-@dataclass(frozen=True)
-class Floating:
-    """Devices a pod holds on its node without their names: milli-GPU per
-    GPU held (1000 = whole), exclusive CPUs."""
-
-    gpus: tuple[int, ...] = ()
-    exclusive_cpus: int = 0
-
-    def __bool__(self) -> bool:
-        return bool(self.gpus or self.exclusive_cpus)
-
-
-NONE_FLOATING = Floating()
 
 
 @dataclass
@@ -94,7 +48,7 @@ class _Held:
     floating: Floating = NONE_FLOATING
 
 
-class ClusterState(ClusterArrays):
+class ClusterState(ClusterNodes):
     """Free resources of every node, as arrays; see the module docstring."""
 
     def __init__(self, capacity: int = 64, numa_cols: int = 8, gpu_cols: int = 8):
@@ -141,6 +95,8 @@ class ClusterState(ClusterArrays):
         g = len(spec.gpu_ids)
         self.gpu_valid[r, :g] = spec.gpu_healthy
         self.gpu_virtual[r, :g] = spec.gpu_virtual
+        self.gpu_root[r, :g] = spec.gpu_roots or range(g)
+        self.gpu_weight[r, :g] = spec.gpu_weights or (GPU_MILLI,) * g
         self.gpu_dev_model[r, :g] = [self._model_id(m) for m in spec.gpu_models]
         self.gpu_model[r] = -1 if spec.model is None else self._model_id(spec.model)
         (self.mixed_model_rows.add if len(set(spec.gpu_models)) > 1 else self.mixed_model_rows.discard)(r)
@@ -178,67 +134,6 @@ class ClusterState(ClusterArrays):
             side.pop(r, None)
         self._spare.append(r)
         return sorted(self._pods_on.get(name, ()))
-
-    def set_allocatable(self, node: str, resources: Resources) -> Outcome:
-        """Replace node-level CPU/memory allocatable (e.g. oversold by §D)."""
-        r = self.rows.get(node)
-        if r is None:
-            return Outcome(False, f"unknown node {node}")
-        self.cpu_alloc[r], self.mem_alloc[r] = resources.cpu_milli, resources.memory_mib
-        self._refresh_node(r)
-        return OK
-
-    def set_blocked(self, node: str, reason: str, blocked: bool = True) -> Outcome:
-        """Add (or lift) a reason the node takes no new pods: a taint, stale metrics…"""
-        r = self.rows.get(node)
-        if r is None:
-            return Outcome(False, f"unknown node {node}")
-        reasons = self._blocked.setdefault(r, set())
-        (reasons.add if blocked else reasons.discard)(reason)
-        self.schedulable[r] = not reasons
-        if not reasons:
-            del self._blocked[r]
-        return OK
-
-    def blocked(self, node: str) -> frozenset[str]:
-        """The reasons `node` takes no new pods (empty: it takes them)."""
-        r = self.rows.get(node)
-        return frozenset(self._blocked.get(r, ())) if r is not None else frozenset()
-
-    def blocked_masks(self, n: int) -> list[tuple[str, np.ndarray]]:
-        """Per reason some of the first `n` rows take no new pods, the mask of
-        the rows it leaves, by reason name: the filter's first stages, so a
-        decision counts nodes out by reason (a row blocked for several reasons
-        counts under the first)."""
-        rows: dict[str, list[int]] = {}
-        for r, reasons in self._blocked.items():
-            if r < n:
-                for reason in reasons:
-                    rows.setdefault(reason, []).append(r)
-        masks = []
-        for reason in sorted(rows):
-            mask = np.ones(n, dtype=bool)
-            mask[rows[reason]] = False
-            masks.append((reason, mask))
-        return masks
-
-    def update_load(self, node: str, numa_load: Mapping[int, float], node_load: float | None = None) -> Outcome:
-        """Set NUMA loads (by NUMA id) and the node load (default: their mean, §E)."""
-        r = self.rows.get(node)
-        if r is None:
-            return Outcome(False, f"unknown node {node}")
-        cols = self._numa_col[r]
-        for numa, load in numa_load.items():
-            if numa in cols:
-                self.numa_load[r, cols[numa]] = load
-        n = int(self.numa_count[r])
-        self.node_load[r] = node_load if node_load is not None else float(self.numa_load[r, :n].mean())
-        self._order_numa(r)
-        return OK
-
-    def apply_node_score(self, score: NodeScore) -> Outcome:
-        """Take the loads of a scoring-service `NodeScore`."""
-        return self.update_load(score.node, score.numa_load, score.load)
 
     # ---- pods --------------------------------------------------------------
 
@@ -313,23 +208,6 @@ class ClusterState(ClusterArrays):
         entry = self._held.get(pod_key)
         return entry.allocation if entry else None
 
-    def free_by_node(self) -> dict[str, dict]:
-        """Every known node's free figures by name and id (plain data, for
-        comparing two caches and for operators)."""
-        figures = {}
-        for node, r in sorted(self.rows.items()):
-            spec = self.specs[r]
-            figures[node] = {
-                "cpu_milli": int(self.cpu_free[r]), "memory_mib": int(self.mem_free[r]),
-                "numa_cpus": {int(numa): int(self.numa_free[r, j]) for numa, j in self._numa_col[r].items()},
-                "gpu_milli": {gpu: int(self.gpu_free[r, k]) for gpu, k in self._gpu_col[r].items()},
-            }
-        return figures
-
-    def gpu_id(self, row: int, col: int) -> str:
-        """The GPU id stored in column `col` of `row`."""
-        return self.specs[row].gpu_ids[col]
-
     # ---- internals ---------------------------------------------------------
 
     def _check(self, r: int, a: Allocation) -> str:
@@ -360,13 +238,18 @@ class ClusterState(ClusterArrays):
         self.mem_used[r] += sign * a.memory_mib
         self._refresh_node(r)
         # only the parts the pod touched need their derived figures redone
+        # Ids the node does not report count nowhere (a recorded pod may name
+        # them; `assume` refuses them), as when a re-reported node drops an id.
+        numa_cols, gpu_cols = self._numa_col[r], self._gpu_col[r]
         if a.numa_cpus:
             for numa, count in a.numa_cpus:
-                self.numa_used[r, self._numa_col[r][numa]] += sign * count
+                if numa in numa_cols:
+                    self.numa_used[r, numa_cols[numa]] += sign * count
             self._refresh_numa(r)
         if a.gpus:
             for gpu, milli in a.gpus:
-                self.gpu_used[r, self._gpu_col[r][gpu]] += sign * milli
+                if gpu in gpu_cols:
+                    self.gpu_used[r, gpu_cols[gpu]] += sign * milli
             self._refresh_gpus(r)
 
     def _hold(self, pod_key: str, held: _Held) -> None:
@@ -380,39 +263,16 @@ class ClusterState(ClusterArrays):
             self._settle(r)
 
     def _settle(self, r: int) -> None:
-        """Place the row's floating devices again, from its named holdings
-        alone: GPUs from the highest index down (whole ones on fully free
-        GPUs, shares on the fullest GPU with room), exclusive CPUs from the
-        NUMA nodes with most free. What fits nowhere is still charged (on the
-        freest device), so it is never handed out."""
+        """Place the row's floating devices again (`floating.place_floating`)."""
         charged, keys = self._charged.pop(r, []), self._floating_on.get(r)
         if not charged and not keys:
             return
         for kind, col, amount in charged:
             (self.numa_used if kind == "numa" else self.gpu_used)[r, col] -= amount
-        charges: list[tuple[str, int, int]] = []
-        g = len(self.specs[r].gpu_ids) if r in self.specs else 0
-        for key in sorted(keys or ()):
-            floating = self._held[key].floating
-            for need in sorted(floating.gpus, reverse=True):
-                free = [(int(GPU_MILLI - self.gpu_used[r, k]) if self.gpu_valid[r, k] else -1, k) for k in range(g)]
-                if not free:
-                    break
-                fits = [(f, k) for f, k in free if f >= need]
-                # whole: the highest free GPU; share: the fullest with room (least free, highest index)
-                _, k = max(fits, key=lambda fk: (fk[1],) if need >= GPU_MILLI else (-fk[0], fk[1])) \
-                    if fits else max(free)
-                self.gpu_used[r, k] += need
-                charges.append(("gpu", k, need))
-            left = floating.exclusive_cpus
-            while left > 0 and self.numa_count[r]:
-                n = int(self.numa_count[r])
-                free_numa = (self.numa_alloc[r, :n] - self.numa_used[r, :n]).tolist()
-                j = max(range(n), key=lambda c: (free_numa[c], -c))
-                take = min(left, free_numa[j]) if free_numa[j] > 0 else left
-                self.numa_used[r, j] += take
-                charges.append(("numa", j, take))
-                left -= take
+        gpus = len(self.specs[r].gpu_ids) if r in self.specs else 0
+        charges = place_floating([self._held[key].floating for key in sorted(keys or ())], self.gpu_used[r, :gpus],
+                                 self.gpu_valid[r, :gpus], self.gpu_root[r, :gpus], self.gpu_weight[r, :gpus],
+                                 self.numa_alloc[r, :int(self.numa_count[r])], self.numa_used[r, :int(self.numa_count[r])])
         if charges:
             self._charged[r] = charges
         self._recount(r)
@@ -428,20 +288,3 @@ class ClusterState(ClusterArrays):
             for gpu, milli in a.gpus:
                 if gpu in self._gpu_col[r]:
                     self.gpu_used[r, self._gpu_col[r][gpu]] += milli
-
-    def _model_id(self, model: str) -> int:
-        if model not in self.model_ids:
-            self.model_ids[model] = len(self.models)
-            self.models.append(model)
-        return self.model_ids[model]
-
-    def _new_row(self, name: str) -> int:
-        if self._spare:
-            r = self._spare.pop()
-            self.names[r] = name
-        else:
-            r = len(self.names)
-            self.names.append(name)
-        self.rows[name] = r
-        return r
-

@@ -17,14 +17,14 @@ The node's NUMA score is the mean load of the NUMA nodes that receive CPUs
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
-from .numa_score import numa_scores
+from tidal_schemas.common import CpuPolicy
 
-CpuPolicy = Literal["spread", "single-numa", "auto"]
+from .numa_score import NumaChoice, numa_scores
 
 
 @dataclass(frozen=True)
@@ -41,16 +41,9 @@ def distribute(policy: CpuPolicy, cpus: int, free: np.ndarray, load: np.ndarray,
                order: np.ndarray | None = None) -> Distribution:
     """Per-NUMA CPU counts for `cpus` exclusive CPUs under `policy`; arrays
     are (nodes × NUMA columns), `order` the optional cached load order."""
-    walk = None
-    if policy == "spread":
-        counts = _spread(cpus, free, valid)
-    elif policy == "single-numa":
-        counts = _single(cpus, free, load, valid)
-    elif policy == "auto":
-        walk = numa_scores(cpus, free, load, valid, order)
-        counts = _auto(cpus, free, valid, order, walk.feasible, load)
-    else:
+    if policy not in CPU_POLICIES:
         raise ValueError(f"unknown CPU policy {policy!r}")
+    counts, walk = CPU_POLICIES[policy](cpus, free, load, valid, order)
     feasible = np.all(counts <= np.where(valid, free, 0), axis=1) & (counts.sum(axis=1) == cpus) & valid.any(axis=1)
     counts = np.where(feasible[:, None], counts, 0)
     used = counts > 0
@@ -89,3 +82,17 @@ def _auto(cpus: int, free: np.ndarray, valid: np.ndarray, order: np.ndarray | No
     counts = np.zeros(free.shape, dtype=np.int64)
     np.put_along_axis(counts, order, take_sorted, axis=1)
     return np.where(feasible[:, None], counts, 0)
+
+
+def _auto_walk(cpus: int, free: np.ndarray, load: np.ndarray, valid: np.ndarray,
+               order: np.ndarray | None) -> tuple[np.ndarray, NumaChoice]:
+    walk = numa_scores(cpus, free, load, valid, order)
+    return _auto(cpus, free, valid, order, walk.feasible, load), walk
+
+
+# policy -> (cpus, free, load, valid, order) -> (per-NUMA counts, §E walk or None)
+CPU_POLICIES: dict[str, Callable[..., tuple[np.ndarray, NumaChoice | None]]] = {
+    "spread": lambda cpus, free, load, valid, order: (_spread(cpus, free, valid), None),
+    "single-numa": lambda cpus, free, load, valid, order: (_single(cpus, free, load, valid), None),
+    "auto": _auto_walk,
+}

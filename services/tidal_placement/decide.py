@@ -5,7 +5,8 @@
    "stale: no metrics for 30s"), node CPU and memory free ≥ request
    (allocatable may be oversold), the exclusive-CPU capability, GPU model,
    enough GPU room (whole free devices, or one device with ≥ the share; per
-   device when a kind, a §B group mask or a mixed-model node is involved),
+   device when a kind, a §B group mask or a mixed-model node is involved;
+   whole GPUs from distinct physical GPUs, see `device_budget`),
    then whether the §A per-NUMA distribution is possible (exclusive pods).
 2. Rank: a GPU pod (or any pod when the strategy scores CPU-only pods) by
    the GPU strategy's cost, then its tiebreaks; then the §E NUMA score
@@ -25,9 +26,11 @@ import numpy as np
 
 from .cluster_state import Allocation, ClusterState
 from .cpu_distribution import distribute
-from .gpu_candidates import GPU_MILLI, Candidates, GpuStrategy, is_share, whole_devices
+from .device_budget import distinct_roots, one_per_root
+from .gpu_candidates import GPU_MILLI, Candidates, GpuStrategy, is_share
 from .gpu_workload import Shape
 from .numa_lookup import exclusive_feasible, exclusive_scores, shared_numa_scores
+from .numa_score import numa_scores
 from .pod_request import Placement, PodRequest
 
 __all__ = ["Placement", "PodRequest", "decide", "eligible_gpus", "node_fit", "shared_numa_scores"]
@@ -49,7 +52,9 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
         need = pod.gpu_milli if is_share(shape) else GPU_MILLI
         if pod.gpu_kind or allowed is not None or (pod.gpu_models and state.mixed_model_rows):
             eligible = eligible_gpus(state, pod, allowed, n)  # per device
-            room = np.count_nonzero(eligible & (state.gpu_free[:n] >= need), axis=1)
+            fit = eligible & (state.gpu_free[:n] >= need)
+            # whole GPUs for one pod come from distinct physical GPUs (device_budget)
+            room = np.count_nonzero(fit, axis=1) if is_share(shape) else distinct_roots(fit, state.gpu_root[:n])
             stages.append(("gpu", room >= pod.gpu_count))
         else:  # every node's GPUs share its model: node-level figures suffice
             if pod.gpu_models:
@@ -125,20 +130,13 @@ def _runners_up(state: ClusterState, rows: np.ndarray, values: np.ndarray, chose
 
 
 def _numa_take(state: ClusterState, r: int, need: int) -> tuple[float, tuple[int, ...]]:
-    # the same §E walk for the one chosen node, in plain Python
-    count = int(state.numa_count[r])
-    free, load = state.numa_free[r].tolist(), state.numa_load[r].tolist()
-    taken, covered = [], 0
-    for j in state.numa_order[r, :count].tolist():
-        taken.append(j)
-        covered += free[j]
-        if covered >= need:
-            break
-    if covered < need:
-        taken = list(range(count))
-    score = sum(load[j] for j in taken) / len(taken) if taken else 0.0
-    ids = state.numa_id[r].tolist()
-    return score, tuple(sorted(ids[j] for j in taken))
+    """The §E walk (`numa_score`) on the chosen node: its score and the NUMA
+    ids taken; a node whose NUMA nodes cannot cover `need` takes them all."""
+    one = slice(r, r + 1)
+    walk = numa_scores(need, state.numa_free[one], state.numa_load[one], state.numa_valid[one], state.numa_order[one])
+    cols = np.flatnonzero(walk.taken[0]) if walk.feasible[0] else np.arange(int(state.numa_count[r]))
+    score = float(state.numa_load[r, cols].mean()) if cols.size else 0.0
+    return score, tuple(sorted(int(state.numa_id[r, j]) for j in cols))
 
 
 def _gpus(state: ClusterState, r: int, pod: PodRequest, shape: Shape, eligible: np.ndarray | None,
@@ -151,8 +149,9 @@ def _gpus(state: ClusterState, r: int, pod: PodRequest, shape: Shape, eligible: 
     if is_share(shape):
         options = np.flatnonzero(ok_row & (state.gpu_free[r] >= pod.gpu_milli))
         picks = [int(options[np.argmin(state.gpu_free[r, options])])]  # the fullest that fits
-    else:
-        picks = whole_devices(state.gpu_free[r], ok_row, pod.gpu_count)
+    else:  # the lowest whole free devices, never two of one physical GPU
+        whole = np.flatnonzero(ok_row & (state.gpu_free[r] == GPU_MILLI))
+        picks = one_per_root(whole, state.gpu_root[r], pod.gpu_count)
     return {state.gpu_id(r, g): pod.gpu_milli for g in picks}
 
 

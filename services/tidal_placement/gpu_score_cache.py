@@ -4,7 +4,8 @@ states not scored before.
 
 A strategy is row-local when a candidate's cost, device and tiebreaks
 depend only on the candidate's own figures (free CPU, free milli-GPU and
-health per device, GPU model) and the pod's shape — true of `fgd` and
+health per device, idle GPU — which counts shared physical GPUs once —
+and GPU model) and the pod's shape — true of `fgd` and
 `fgd-cpu`. Nodes in the same figures are in the same *state* and score
 the same, so:
 
@@ -66,8 +67,8 @@ class _States:
             self.row_state = np.concatenate([self.row_state, np.full(cluster.capacity - len(self.row_state), -1)])
         n = cluster.size
         for r in np.flatnonzero(cluster.version[:n] > self.seen).tolist():
-            key = (int(cluster.gpu_model[r]), int(cluster.cpu_free[r]), cluster.gpu_free[r].tobytes(),
-                   cluster.gpu_valid[r].tobytes())
+            key = (int(cluster.gpu_model[r]), int(cluster.cpu_free[r]), int(cluster.gpu_idle[r]),
+                   cluster.gpu_free[r].tobytes(), cluster.gpu_valid[r].tobytes())
             sid = self.ids.get(key)
             if sid is None:
                 sid = self._add(key, r)

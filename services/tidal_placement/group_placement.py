@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cluster_state import GPU_MILLI, ClusterState
+from .device_budget import first_per_root
 from .gpu_groups import Group, Grouping
 
 
@@ -75,6 +76,8 @@ def choose_group(state: ClusterState, grouping: Grouping, ask: GroupAsk, fits: n
             per_node.setdefault((node, model), []).append((col, model, free))
         total = sum(free if ask.share else 1 for *_, free in usable)
         for (node, _), devices in sorted(per_node.items()):
+            if not ask.share:  # whole GPUs for one container: never two of one physical GPU
+                devices = _one_per_root(state, state.rows[node], devices)
             if len(devices) < wanted:
                 continue
             if fits is not None and not fits[state.rows[node]]:
@@ -120,6 +123,11 @@ def _usable(state: ClusterState, group: Group, ask: GroupAsk,
             if free >= (ask.milli if ask.share else GPU_MILLI):
                 out.append((node, col, model, free))
     return out
+
+
+def _one_per_root(state: ClusterState, r: int, devices: list[tuple[int, str, int]]) -> list[tuple[int, str, int]]:
+    keep = set(first_per_root(sorted(col for col, _, _ in devices), state.gpu_root[r]))
+    return [d for d in devices if d[0] in keep]
 
 
 def _pick(devices: list[tuple[int, str, int]], ask: GroupAsk) -> list[tuple[int, str]]:

@@ -7,7 +7,10 @@ therefore a function of the latest of each, never of their arrival order:
 
 1. A bound or running pod holds what the cluster says (its event carries the
    decision read back from the pod; devices it holds without their names
-   are `Floating`). The cluster is right even against a decision.
+   are `Floating`). The cluster is right even against a decision. Its
+   exclusive CPUs per NUMA node are those of the node agent's latest
+   `cpu.assignment` for the decision it is bound by, when there is one: the
+   agent alone moves them (a move leaves the decision written on the pod).
 2. Else a pending pod (or one not seen yet) holds its latest admitted
    `placed` decision, unless that decision's bind failed or timed out, or it
    was taken for an earlier pod of the same name (another uid).
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tidal_schemas import HOLDING_PHASES, PlacementDecision, PodLifecycle
+from tidal_schemas import HOLDING_PHASES, CpuAssignment, PlacementDecision, PodLifecycle
 
 from .cluster_state import NONE_FLOATING, Allocation, Floating
 
@@ -40,6 +43,7 @@ class PodRecord:
     pod: PodLifecycle | None = None
     decision: PlacementDecision | None = None  # latest admitted `placed` decision
     failed: set[str] = field(default_factory=set)  # decision ids whose bind failed or timed out
+    assignment: CpuAssignment | None = None  # the node agent's latest for this pod
 
     def live_decision(self) -> PlacementDecision | None:
         d = self.decision
@@ -53,7 +57,7 @@ class PodRecord:
         """What the pod holds now (rules 1–3 of the module docstring)."""
         pod = self.pod
         if pod is not None and pod.phase in HOLDING_PHASES:
-            return bound_holding(pod)
+            return bound_holding(pod, self.assignment)
         d = self.live_decision()
         if d is None or (pod is not None and pod.phase != "pending"):
             return None
@@ -65,13 +69,19 @@ class PodRecord:
         return pod is not None and pod.phase == "pending" and not pod.foreign and self.live_decision() is None
 
 
-def bound_holding(pod: PodLifecycle) -> Holding:
+def bound_holding(pod: PodLifecycle, assignment: CpuAssignment | None = None) -> Holding:
     """A bound pod's holding: requests at node level, exclusive CPUs and GPUs
-    by name when its decision was read back, floating otherwise."""
+    by name when its decision was read back, floating otherwise; the
+    exclusive CPUs per NUMA node as `assignment` says when it is the node
+    agent's for the decision the pod is bound by, on its node."""
+    numa_cpus = pod.numa_cpus
+    if assignment is not None and not assignment.released and assignment.node == pod.node \
+            and pod.decision_id and assignment.decision_id == pod.decision_id:
+        numa_cpus = assignment.numa_cpus
     floating = Floating(
         gpus=(pod.gpu.milli,) * pod.gpu.count if pod.gpu.count and not pod.gpus else (),
-        exclusive_cpus=pod.requests.cpu_milli // 1000 if pod.exclusive_cpus and not pod.numa_cpus else 0)
-    allocation = Allocation.of(pod.node or "", pod.requests.cpu_milli, pod.requests.memory_mib, pod.numa_cpus,
+        exclusive_cpus=pod.requests.cpu_milli // 1000 if pod.exclusive_cpus and not numa_cpus else 0)
+    allocation = Allocation.of(pod.node or "", pod.requests.cpu_milli, pod.requests.memory_mib, numa_cpus,
                                {share.gpu: share.milli for share in pod.gpus})
     return Holding(allocation, floating, bound=True)
 

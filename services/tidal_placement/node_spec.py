@@ -6,7 +6,8 @@ else the NUMA node's CPUs minus the node's reserved CPUs on it. Only a node
 that reports exclusive CPUs *and* per-NUMA allocatable figures may host pods
 that ask for exclusive CPUs. A node with no NUMA information gets one
 pseudo NUMA node (id 0) holding all its allocatable CPUs, so §E scoring
-still has something to rank.
+still has something to rank. Each GPU keeps its physical root and weight
+(`device_budget`), so a physical GPU and its slices are one budget.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tidal_schemas import NodeTopology
+
+from .device_budget import roots_and_weights
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,8 @@ class NodeSpec:
     gpu_models: tuple[str, ...]
     gpu_virtual: tuple[bool, ...]
     gpu_healthy: tuple[bool, ...]
+    gpu_roots: tuple[int, ...] = ()
+    gpu_weights: tuple[int, ...] = ()
 
     @property
     def model(self) -> str | None:
@@ -56,6 +61,7 @@ def node_spec(topology: NodeTopology) -> NodeSpec:
         numa_cpus = (topology.allocatable.cpu_milli // 1000,)
         reports_numa = False
     gpus = sorted(topology.gpus, key=lambda g: (g.index, g.id))
+    roots, weights = roots_and_weights([g.id for g in gpus], [g.parent for g in gpus], [g.memory_mib for g in gpus])
     return NodeSpec(
         name=topology.node,
         cpu_milli=topology.allocatable.cpu_milli,
@@ -67,4 +73,6 @@ def node_spec(topology: NodeTopology) -> NodeSpec:
         gpu_models=tuple(g.model for g in gpus),
         gpu_virtual=tuple(g.kind == "virtual" for g in gpus),
         gpu_healthy=tuple(g.healthy for g in gpus),
+        gpu_roots=roots,
+        gpu_weights=weights,
     )

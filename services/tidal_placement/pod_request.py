@@ -7,9 +7,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from tidal_schemas import GpuShare, NodeCandidate, PlacementDecision, PodLifecycle, Resources, pod_key
+from tidal_schemas.common import CpuPolicy
 
 from .cluster_state import GPU_MILLI, Allocation
-from .cpu_distribution import CpuPolicy
 from .gpu_workload import Shape
 
 
@@ -40,6 +40,15 @@ class PodRequest:
                           gpu_models=tuple(pod.gpu.models), gpu_kind=pod.gpu.kind)
 
 
+# What a placement attempt came to, as kube-scheduler's framework `Status`
+# codes: the queue acts on the code, never on the reason text.
+PLACED = "placed"  # Success
+UNSCHEDULABLE = "unschedulable"  # no room now: wait in §C's waiting queue until room may appear
+UNRESOLVABLE = "unresolvable"  # a rule (quota, permission, invalid pod): room freeing up does not lift it
+WAIT = "wait"  # held back behind a better pod of its resource type
+ERROR = "error"  # the cache refused what the policy chose (a bug or a race): tried again next cycle
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where the pod goes and what it takes, or why nowhere (`ok` False).
@@ -58,6 +67,11 @@ class Placement:
     candidates: int = 0
     filtered: Mapping[str, int] = field(default_factory=dict)
     runners_up: Callable[[], tuple[tuple[str, float], ...]] = lambda: ()  # best other nodes, computed on demand
+
+    @property
+    def code(self) -> str:
+        """PLACED, UNRESOLVABLE (`refused`) or UNSCHEDULABLE."""
+        return PLACED if self.ok else UNRESOLVABLE if self.refused else UNSCHEDULABLE
 
 
 def placement_decision(pod: PodLifecycle, placement: Placement, decision_id: str) -> PlacementDecision:

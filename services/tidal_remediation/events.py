@@ -40,12 +40,13 @@ def _measured(action: PlannedAction, at: float) -> dict[str, float]:
 
 def actions_to_events(plan: RoundPlan, node: str, requested_by: str = "remediation") -> list[NodeAction]:
     """One `NodeAction` per planned action, in plan order, with the reason,
-    the dry-run mark, a deterministic id and the load figures."""
+    the dry-run mark, a deterministic id and the load figures; a move names
+    its target NUMA node and CPU count, never CPUs."""
     if node != plan.node:
         raise ValueError(f"plan of node {plan.node} published as node {node}")
     at = m.to_epoch(plan.at)
     iso = m.from_epoch(at).isoformat()  # one id per instant, whatever the time zone
     return [NodeAction(action_id=action_id(node, a.pod, a.kind, iso), node=node, kind=a.kind, pod=a.pod,
-                       cpuset=list(a.cpuset), mems=list(a.mems), reason=a.reason, measured=_measured(a, at),
-                       dry_run=a.dry_run, requested_by=requested_by)
+                       target_numa=a.target_numa, cpu_count=a.cpu_count, reason=a.reason,
+                       measured=_measured(a, at), dry_run=a.dry_run, requested_by=requested_by)
             for a in plan.actions]

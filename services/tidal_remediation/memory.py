@@ -66,7 +66,6 @@ class MovedPod:
     node: str
     pod: str
     from_cpuset: tuple[int, ...]
-    to_cpuset: tuple[int, ...]
     from_numa: int
     to_numa: int
     moved_at: datetime
@@ -150,8 +149,8 @@ class RemediationMemory:
         elif action.kind == "set-cpuset":
             target = int(action.measured[m.TARGET_NUMA])
             self.last_action[(action.node, target)] = at
-            self.moved[key] = MovedPod(action.node, action.pod, m.decode_cpus(action.measured),
-                                       tuple(sorted(action.cpuset)), numa, target, at, action.action_id)
+            self.moved[key] = MovedPod(action.node, action.pod, m.decode_cpus(action.measured), numa, target, at,
+                                       action.action_id)
         return f"{action.kind} of {action.pod} on {action.node} NUMA {numa} pending"
 
     def record_result(self, result: ActionResult) -> str:

@@ -1,5 +1,7 @@
-"""Where a latency-sensitive pod goes when it is moved off a hot NUMA node,
-and on which CPUs (SPEC §E hotspot step 2).
+"""Where a latency-sensitive pod goes when it is moved off a hot NUMA node
+(SPEC §E hotspot step 2). Which CPUs it gets there is the node agent's
+choice, the one authority over the node's CPU sets (kubelet's packed
+allocator on its own books); remediation asks for a NUMA node and a count.
 
 Moving a pod with usage u and k CPUs from source s to target t projects
 
@@ -11,8 +13,10 @@ and t is eligible when
     - t has a load figure and is not cooling down (its load is measured,
       and not still settling from an earlier action),
     - t has at least k free CPUs — CPUs that are neither reserved nor in
-      another pod's exclusive cpuset — so the pod keeps as many CPUs as it
-      had and is never squeezed beyond what t can give,
+      another pod's exclusive cpuset, nor promised to a move onto t still
+      in flight — so the pod keeps as many CPUs as it had and is never
+      squeezed beyond what t can give (a pre-check: the agent refuses,
+      with its reason, what its books cannot honour),
     - load(t) < load(s): never onto a NUMA node busier than the source
       (SPEC §E, loads as they stand in this round, earlier moves included),
     - load'(t) < load(s): the move lowers the hotter of the two, so the
@@ -23,13 +27,6 @@ and t is eligible when
       balanced as moving this pod can make them.
 
 The eligible target with the lowest load'(t) wins (ties: lower id).
-
-The new cpuset takes k of t's free CPUs: whole free physical cores first
-(lowest core first) while k is at least a core's size, so the
-latency-sensitive pod does not share a core's execution units with a
-stranger; then single threads from the cores with the fewest free threads
-(filling partly used cores before breaking whole ones, as the kubelet's
-packed allocator does), ties to the lower core and CPU id.
 """
 
 from __future__ import annotations
@@ -42,10 +39,9 @@ from .state import NodeState, PodState
 
 @dataclass(frozen=True)
 class MoveTarget:
-    """The chosen NUMA node, the CPUs the pod gets there, and the loads."""
+    """The chosen NUMA node and the loads."""
 
     numa: int
-    cpuset: tuple[int, ...]
     source_after: float
     target_before: float
     target_after: float
@@ -57,40 +53,14 @@ def free_cpus(state: NodeState, numa: int, taken: Collection[int]) -> list[int]:
     return [cpu for cpu in state.numa[numa].cpus if cpu not in taken and cpu not in state.reserved_cpus]
 
 
-def pick_cpus(free: list[int], need: int, cpu_core: Mapping[int, int], numa_cpus: Collection[int]) -> tuple[int, ...]:
-    """`need` CPUs of `free`: whole free cores first (lowest core), then
-    threads from the cores with the fewest free threads (ties: lower core,
-    lower CPU). A CPU with no core in `cpu_core` is its own core.
-    Returns () when `free` has fewer than `need` CPUs."""
-    if need > len(free):
-        return ()
-
-    def core(cpu: int) -> tuple[int, int]:
-        return (0, cpu_core[cpu]) if cpu in cpu_core else (1, cpu)
-
-    size: dict[tuple[int, int], int] = {}
-    for cpu in numa_cpus:
-        size[core(cpu)] = size.get(core(cpu), 0) + 1
-    by_core: dict[tuple[int, int], list[int]] = {}
-    for cpu in sorted(free):
-        by_core.setdefault(core(cpu), []).append(cpu)
-    chosen: list[int] = []
-    for key in sorted(by_core):
-        cpus = by_core[key]
-        if len(cpus) == size[key] and need - len(chosen) >= len(cpus):
-            chosen.extend(cpus)
-    rest = [cpu for cpu in sorted(free) if cpu not in chosen]
-    rest.sort(key=lambda cpu: (len(by_core[core(cpu)]), core(cpu), cpu))
-    chosen.extend(rest[:need - len(chosen)])
-    return tuple(sorted(chosen))
-
-
 def choose_target(pod: PodState, source: int, loads: Mapping[int, float], state: NodeState,
-                  taken: Collection[int], cooling: Collection[int]) -> tuple[MoveTarget | None, list[str]]:
+                  taken: Collection[int], cooling: Collection[int],
+                  promised: Mapping[int, int] | None = None) -> tuple[MoveTarget | None, list[str]]:
     """The best eligible target for moving `pod` off `source` (see the
     module docstring), or None; and why each other NUMA node was not taken.
     `loads` are the round's projected loads; `cooling` the NUMA nodes still
-    in their cool-down."""
+    in their cool-down; `promised` the CPUs per NUMA node that moves in
+    flight will take."""
     need = len(pod.cpuset)
     source_after = max(loads[source] - pod.cpu_milli / state.numa[source].capacity_milli, 0.0)
     eligible: list[MoveTarget] = []
@@ -104,9 +74,9 @@ def choose_target(pod: PodState, source: int, loads: Mapping[int, float], state:
         if numa in cooling:
             rejected.append(f"NUMA {numa}: cooling down")
             continue
-        free = free_cpus(state, numa, taken)
-        if len(free) < need:
-            rejected.append(f"NUMA {numa}: {len(free)} free CPU(s) < {need} needed")
+        free = len(free_cpus(state, numa, taken)) - (promised or {}).get(numa, 0)
+        if free < need:
+            rejected.append(f"NUMA {numa}: {max(free, 0)} free CPU(s) < {need} needed")
             continue
         after = loads[numa] + pod.cpu_milli / state.numa[numa].capacity_milli
         if loads[numa] >= loads[source]:
@@ -115,7 +85,6 @@ def choose_target(pod: PodState, source: int, loads: Mapping[int, float], state:
         if after >= loads[source]:
             rejected.append(f"NUMA {numa}: would be at {after:.3f}, not below the source's {loads[source]:.3f}")
             continue
-        cpus = pick_cpus(free, need, state.cpu_core, state.numa[numa].cpus)
-        eligible.append(MoveTarget(numa, cpus, source_after, loads[numa], after))
+        eligible.append(MoveTarget(numa, source_after, loads[numa], after))
     best = min(eligible, key=lambda t: (t.target_after, t.numa), default=None)
     return best, rejected

@@ -23,8 +23,9 @@ first, then cold ones coolest first:
 3. cold (load < low): thaw frozen pods on it, see `thaw.py`.
 
 Guard rails: a latency-sensitive pod is never frozen; a pod with an
-unanswered action is left alone, and CPUs promised by an unanswered move
-are not free; no action on a NUMA node whose last action is younger than
+unanswered action is left alone, and CPUs an unanswered move will take on
+its target are not free; which CPUs a moved pod gets is the node agent's
+choice (remediation names the NUMA node and the count); no action on a NUMA node whose last action is younger than
 the cool-down (a move's target included) — within one round actions chain
 on projected loads, the cool-down separates rounds so that each starts
 from a measurement that shows the previous round's effect; at most
@@ -106,24 +107,24 @@ def _move(r: RoundState, numa: int) -> None:
         if not pod.cpuset:
             r.notes.append(f"{pod.name}: no cpuset reported, its CPU count is unknown: not moved")
             continue
-        target, rejected = choose_target(pod, numa, r.loads, r.state, r.taken, r.cooling)
+        target, rejected = choose_target(pod, numa, r.loads, r.state, r.taken, r.cooling, r.promised)
         if target is None:
             r.notes.append(f"{pod.name}: not moved off NUMA {numa} ({'; '.join(rejected) or 'no other NUMA node'})")
             continue
         before = r.loads[numa]
         r.shift({numa: pod.cpu_milli}, -1)
         r.shift({target.numa: pod.cpu_milli}, +1)
+        count = len(pod.cpuset) if pod.exclusive else 0  # the agent re-takes as many on the target
         if pod.exclusive:
             r.taken -= set(pod.cpuset) - r.state.reserved_cpus
-        r.taken |= set(target.cpuset)
+        r.promised[target.numa] = r.promised.get(target.numa, 0) + count
         r.add("set-cpuset", pod.name, numa,
               f"NUMA {numa} load {before:.3f} > high {high:.3f} with every BE pod frozen: move LS pod {pod.name}, "
               f"lowest usage first ({pod.cpu_milli:.0f} milli-CPU), to NUMA {target.numa} "
               f"(its load {target.target_before:.3f} < source {before:.3f}; projected {target.target_after:.3f}, "
               f"source {target.source_after:.3f})",
-              before, high, pod.cpu_milli, {numa: pod.cpu_milli}, cpuset=target.cpuset, mems=(target.numa,),
-              from_cpuset=pod.cpuset, target_numa=target.numa, target_load=target.target_before,
-              target_projected=target.target_after)
+              before, high, pod.cpu_milli, {numa: pod.cpu_milli}, cpu_count=count, from_cpuset=pod.cpuset,
+              target_numa=target.numa, target_load=target.target_before, target_projected=target.target_after)
 
 
 def plan_round(state: NodeState, memory: RemediationMemory, settings: PolicySettings, now: datetime) -> RoundPlan:

@@ -32,8 +32,7 @@ class PlannedAction:
     pod_cpu_milli: float | None
     shares: Mapping[int, float]
     dry_run: bool = False
-    cpuset: tuple[int, ...] = ()
-    mems: tuple[int, ...] = ()
+    cpu_count: int = 0  # a move: the exclusive CPUs the pod holds (0: a shared pod)
     from_cpuset: tuple[int, ...] = ()
     target_numa: int | None = None
     target_load: float | None = None
@@ -42,7 +41,8 @@ class PlannedAction:
 
 class RoundState:
     """The per-round scratch state the three steps share (read-once inputs,
-    projected loads, CPUs taken, pods already acted on, actions, notes)."""
+    projected loads, CPUs taken, CPUs promised to moves per NUMA node, pods
+    already acted on, actions, notes)."""
 
     def __init__(self, state: NodeState, memory: RemediationMemory, settings: PolicySettings, now: datetime):
         self.state, self.memory, self.settings, self.now = state, memory, settings, now
@@ -50,8 +50,12 @@ class RoundState:
         self.loads = dict(self.measured)
         pending = memory.pending_on(state.node)
         self.taken = set(state.reserved_cpus) | {c for p in state.pods if p.exclusive for c in p.cpuset}
-        # CPUs promised by a move still in flight are not in the metrics yet
-        self.taken |= {c for p in pending if p.action.kind == "set-cpuset" for c in p.action.cpuset}
+        # CPUs a move still in flight will take on its target are not in the metrics yet
+        self.promised: dict[int, int] = {}
+        for p in pending:
+            if p.action.kind == "set-cpuset" and p.action.target_numa is not None:
+                self.promised[p.action.target_numa] = self.promised.get(p.action.target_numa, 0) + \
+                    p.action.cpu_count
         self.busy = {p.action.pod for p in pending}
         self.actions: list[PlannedAction] = []
         self.notes: list[str] = []

@@ -14,6 +14,7 @@ from tidal_bus import Delivery, StartAt
 from tidal_schemas import ActionResult, CpuAssignment, Envelope, NodeAction, NodeMetrics, NodeTopology, SchemaError, derived_id
 
 from tidal_runtime import Service, Subscription
+from tidal_runtime.metrics import node_actions_counter
 
 from .events import actions_to_events
 from .memory import RemediationMemory
@@ -21,6 +22,11 @@ from .plan import plan_round
 from .retry import plan_retries
 from .settings import RemediationSettings
 from .state import node_state_from
+
+
+# Remediation acts on NUMA CPU load alone (plan.py): freezes and moves off a
+# hot NUMA node, thaws on a cold one.
+ACTION_REASONS = {"freeze": "cpu-hotspot", "set-cpuset": "cpu-hotspot", "thaw": "cpu-cold"}
 
 
 class RemediationService(Service):
@@ -36,6 +42,7 @@ class RemediationService(Service):
         self.exclusive: dict[tuple[str, str], set[str]] = {}
         self.memory: dict[str, RemediationMemory] = {}  # per cluster
         self.memory_ready = asyncio.Event()
+        self.actions = node_actions_counter(self.metrics.registry)
 
     def subscriptions(self) -> list[Subscription]:
         return [Subscription("node.topology", self.on_topology), Subscription("node.metrics", self.on_metrics)]
@@ -112,6 +119,8 @@ class RemediationService(Service):
             self.log.debug("node %s: %s", metrics.node, note)
         for action in actions_to_events(plan, metrics.node, requested_by=self.name):
             memory.record_action(action)
+            self.actions.labels(cluster, action.kind, ACTION_REASONS.get(action.kind, "other"),
+                                str(action.dry_run).lower()).inc()
             self.log.info("node %s: %s %s (%s)", action.node, action.kind, action.pod, action.reason)
             await self.publish(action, event_id=action.action_id, cluster=cluster)
 

@@ -20,8 +20,9 @@ those NUMA nodes (empty, i.e. the shared pool, or outside them).
 A pod's cpuset is *exclusive* (its CPUs are nobody else's, so they are not
 free for a move) when the caller says so — e.g. from `cpu.assignment`
 events. Without that list: a cpuset is exclusive unless another pod has
-the very same cpuset or it is every non-reserved CPU of the node, since
-every container in the shared pool is given the whole pool. The fallback
+the very same cpuset or it is every CPU of the node, reserved ones
+included (the node agent's shared pool, as kubelet's) or not, since every
+container in the shared pool is given the whole pool. The fallback
 errs towards "taken", which can only forbid a move, never double-book CPUs.
 """
 
@@ -106,10 +107,12 @@ def _numa_cpus(topology: NodeTopology) -> dict[int, tuple[int, ...]]:
     return {n: tuple(sorted(c)) for n, c in sorted(cpus.items()) if c}
 
 
-def _shared_cpusets(pods: list[PodUsage], allocatable: frozenset[int]) -> set[tuple[int, ...]]:
+def _shared_cpusets(pods: list[PodUsage], allocatable: frozenset[int],
+                    every: frozenset[int]) -> set[tuple[int, ...]]:
     seen = Counter(tuple(sorted(p.cpuset)) for p in pods if p.cpuset)
     shared = {cpuset for cpuset, count in seen.items() if count > 1}
     shared.add(tuple(sorted(allocatable)))
+    shared.add(tuple(sorted(every)))
     return shared
 
 
@@ -124,7 +127,7 @@ def node_state_from(metrics: NodeMetrics, topology: NodeTopology,
     numa_cpus = _numa_cpus(topology)
     cpu_numa = {cpu: n for n, cpus in numa_cpus.items() for cpu in cpus}
     reserved = frozenset(topology.reserved_cpus)
-    shared = _shared_cpusets(metrics.pods, frozenset(cpu_numa) - reserved)
+    shared = _shared_cpusets(metrics.pods, frozenset(cpu_numa) - reserved, frozenset(cpu_numa))
     pods = []
     for usage in metrics.pods:
         cpuset = tuple(sorted(usage.cpuset))

@@ -99,9 +99,11 @@ def trace(series: UsageSeries, adjust_time_s: float, period_s: float,
     """(t, usage, score) at every period step from the first t to the last."""
     start, end = series.times[0], series.times[-1]
     # Steps are counted, not accumulated, so float error cannot add a step.
-    steps = math.floor((end - start) / period_s + 1e-9)
+    span = (end - start) / period_s  # inf when t runs from -1e308 to 1e308
+    steps = math.floor(span + 1e-9) if math.isfinite(span) else MAX_STEPS + 1
     if steps > MAX_STEPS:
-        raise UsageFileError(f"{steps} periods from t={start:g} to t={end:g} with --period {period_s:g}s: "
+        count = f"{steps}" if math.isfinite(span) else "more"
+        raise UsageFileError(f"{count} periods from t={start:g} to t={end:g} with --period {period_s:g}s: "
                              f"more than {MAX_STEPS:,} rows; use a longer --period")
     score = initial
     rows = [(start, series.at(start), score)]

@@ -17,10 +17,11 @@ Each estimator reduces two per-sample series, CPU and memory utilisation
 same statistic to each series alone, times capacity, for consumers that need
 one resource (oversell's requested / peak).
 
-Weights (decided) follow the node's task load profile: each resource's
-requested share of capacity, normalised to sum to 1 — a node whose pods ask
-for 60 % of its CPU and 20 % of its memory is CPU-bound, weights 0.75/0.25.
-With nothing requested the weights are 0.5/0.5.
+Weights follow the node's task load profile (`load_profile_weights`): each
+resource's share of capacity used by the node's pods over the window,
+normalised to sum to 1 — a node whose pods use 60 % of its CPU and 20 % of
+its memory is CPU-bound, weights 0.75/0.25. With nothing used the weights
+are 0.5/0.5. A fixed `weight_cpu` setting overrides them.
 
 With fewer samples than the minimum the estimate has no utilisation and the
 reason says "too few samples: N < min": never a made-up number.
@@ -78,11 +79,12 @@ class Weights:
     memory: float = 0.5
 
 
-def load_profile_weights(requested: Resources, capacity: Resources) -> Weights:
-    """Weights from the node's pods: w_r = share_r / (share_cpu + share_mem)
-    with share_r = requested_r / capacity_r. Nothing requested → 0.5/0.5."""
-    cpu_share = requested.cpu_milli / capacity.cpu_milli if capacity.cpu_milli else 0.0
-    memory_share = requested.memory_mib / capacity.memory_mib if capacity.memory_mib else 0.0
+def load_profile_weights(samples: Sequence[Sample]) -> Weights:
+    """Weights from the node's task load profile: w_r = share_r / (share_cpu
+    + share_mem), share_r the mean over the window of what the node's pods
+    use of resource r, as a fraction of capacity. Nothing used → 0.5/0.5."""
+    cpu_share = sum(s.pods_cpu_util for s in samples) / len(samples) if samples else 0.0
+    memory_share = sum(s.pods_memory_util for s in samples) / len(samples) if samples else 0.0
     total = cpu_share + memory_share
     if total <= 0:
         return Weights()

@@ -24,6 +24,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
+from prometheus_client import Gauge
 from tidal_bus import Delivery
 from tidal_schemas import Envelope, NodeMetrics, NodeScore, PodLifecycle, Resources, UserScore, derived_id
 from tidal_schemas.streams import partition_for, stream
@@ -32,7 +33,7 @@ from tidal_runtime import Service, Subscription
 
 from .fairshare import FairShareBook, adjust_time_from_settle_time, run_times_by_resource_type, usage_by_resource_type
 from .load import load_from_metrics
-from .peak import ESTIMATORS, SampleWindow, Weights, sample_from_metrics
+from .peak import ESTIMATORS, SampleWindow, Weights, load_profile_weights, sample_from_metrics
 from .running import RunningPods
 from .settings import ScoringSettings
 
@@ -54,13 +55,16 @@ class ScoringService(Service):
         self.settings: ScoringSettings
         s = self.settings
         self.windows: dict[str, SampleWindow] = {}
-        self.weights = Weights(cpu=s.weight_cpu, memory=1 - s.weight_cpu)
+        self.weights = None if s.weight_cpu is None else Weights(cpu=s.weight_cpu, memory=1 - s.weight_cpu)
         self.adjust_time_s = adjust_time_from_settle_time(s.settle_time_s)
         self.books: dict[str, FairShareBook] = {}
         self.running = RunningPods()
         self.owned_score_partitions: frozenset[int] = frozenset()
         self.pods_caught_up = asyncio.Event()
         self.clock = time.time
+        self.fair_share = Gauge("tidal_fair_share_score", "Fair-share score of a user for a resource type (lower: "
+                                "placed first), as last published by this replica", ["cluster", "user", "resource_type"],
+                                registry=self.metrics.registry)
 
     def subscriptions(self) -> list[Subscription]:
         return [
@@ -81,8 +85,9 @@ class ScoringService(Service):
         window = self.windows.setdefault(envelope.cluster, SampleWindow(self.settings.peak_window_s))
         capacity = Resources(cpu_milli=len(metrics.cpu_util) * 1000, memory_mib=metrics.memory_total_mib)
         window.add(metrics.node, sample_from_metrics(metrics, capacity))
+        samples = window.samples(metrics.node)
         estimate = ESTIMATORS[self.settings.peak_estimator](
-            window.samples(metrics.node), self.settings.peak_window_s, capacity, self.weights,
+            samples, self.settings.peak_window_s, capacity, self.weights or load_profile_weights(samples),
             min_samples=self.settings.peak_min_samples)
         score = NodeScore(node=metrics.node, load=report.load, numa_load=report.numa_load, peak=estimate,
                           sampled_at=metrics.sampled_at)
@@ -142,5 +147,6 @@ class ScoringService(Service):
             for score in self._book(cluster).advance(at, usage, first_run):
                 event_id = derived_id(f"fairshare/{cluster}", UserScore.TYPE, score.event_key(), at.isoformat())
                 await self.publish(score, event_id=event_id, cluster=cluster)
+                self.fair_share.labels(cluster, score.user, score.resource_type).set(score.score)
                 published.append(score)
         return published

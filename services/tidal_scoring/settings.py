@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from tidal_runtime import ServiceSettings
+from tidal_schemas.scores import PeakEstimator
 
 from .durations import parse_duration
 
@@ -17,10 +16,11 @@ class ScoringSettings(ServiceSettings):
 
     period_s: float = Field(60.0, gt=0, description="fair-share update period Δt")
     settle_time: str = Field("7d", description="4T: time for a score to settle within 2 % after a change")
-    peak_estimator: Literal["weighted", "percentile", "statistical"] = "percentile"
+    peak_estimator: PeakEstimator = "percentile"
     peak_window_s: float = Field(300.0, gt=0)
     peak_min_samples: int = Field(3, ge=1)
-    weight_cpu: float = Field(0.5, ge=0, le=1, description="w_cpu of the weighted estimator (w_mem = 1 - w_cpu)")
+    weight_cpu: float | None = Field(None, ge=0, le=1, description="fixed w_cpu of the peak estimators (w_mem = "
+                                     "1 - w_cpu); unset: each node's weights follow its pods' load profile (§D)")
 
     @field_validator("settle_time")
     @classmethod

@@ -29,7 +29,7 @@ ActionKind = Literal["taint", "untaint", "evict", "freeze", "thaw", "set-cpuset"
 @dataclass(frozen=True)
 class Happening:
     """One thing that happened: `kind` is an action kind (done), `placed`,
-    `pending`, `bind-failed` or `deleted`."""
+    `pending`, `refused` (a kubelet refused a binding), `bind-failed` or `deleted`."""
 
     t_s: float
     kind: str

@@ -93,6 +93,14 @@ def _table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _invariants(report: dict[str, Any]) -> str:
+    found = report.get("invariants") or {}
+    lines = found.get("lines") or []
+    if not lines:
+        return f"<p>invariant violations: {found.get('violations', 'not audited')}</p>"
+    return f"<p>invariant violations: {found['violations']}</p><pre>{escape(chr(10).join(lines))}</pre>"
+
+
 def render_html(report: dict[str, Any], record: Recorder, fair_share: Sequence[dict],
                 reference: dict[str, dict[str, float]]) -> str:
     """The whole page."""
@@ -104,7 +112,8 @@ def render_html(report: dict[str, Any], record: Recorder, fair_share: Sequence[d
                ("pods running / pending", f"{pods['running']} / {pods['pending']}"),
                ("decisions / s", decisions["per_second"]),
                ("decision latency p50 / p99 ms", f"{decisions['latency_ms']['p50']} / {decisions['latency_ms']['p99']}"),
-               ("wall time s", run["wall_s"])]
+               ("wall time s", run["wall_s"]),
+               ("invariant violations", report.get("invariants", {}).get("violations"))]
     expectations = report.get("expectations") or []
     verdicts = _table([("pass" if e["ok"] else "FAIL", e["expect"], e["seen"]) for e in expectations],
                       ["", "expected", "seen"]) if expectations else "<p>No expectations.</p>"
@@ -121,6 +130,7 @@ svg.plot{{display:block;margin:8px 0}}pre{{background:#f4f4f4;padding:8px;font-s
 <h1>Tidal simulation: {escape(run['workload'])}</h1>
 {_table(figures, ["figure", "value"])}
 <h2>Expectations</h2>{verdicts}
+<h2>Invariants (tidal audit)</h2>{_invariants(report)}
 <h2>GPU allocation vs arrived load</h2>{allocation_plot(report, record, reference)}
 <h2>NUMA load heat map</h2>{numa_heat_plot(record)}
 <h2>Fair share</h2>{fair}{usage_share_plot(record)}

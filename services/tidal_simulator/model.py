@@ -1,16 +1,15 @@
-"""The simulated cluster (pure): which pod runs where, holding which GPUs and
-exclusive CPUs, frozen or not, pinned to which cpuset, and which node is
-tainted. Every change returns the events a real cluster would publish about
-it (bridge: bind results, pod lifecycle, taint/evict results; node agent:
-CPU assignments, freeze/thaw/cpuset results), for the service to send.
+"""The simulated machines (pure): which pod runs where, holding which GPUs
+and exclusive CPUs, frozen or not, pinned to which cpuset, and which node
+is tainted. The kubelets (`kubelet.py`) drive it from what happens in the
+API server; it publishes nothing.
 
-Binding checks what the API server and the kubelet would: the pod exists,
-is the one decided for and is not bound yet; the node exists; the node's
+Admission (`admission`) checks what a node's kubelet, device plugin and
+node agent would before the pod may run there: the node exists; its
 (possibly oversold) allocatable still covers every pod's CPU and memory
-requests; each GPU named exists, is healthy and has the milli left; the
-exclusive CPUs can be taken per NUMA node from the shared pool (the node
-agent's packed allocator). A refusal is a failed `BindResult`, never a
-partial change.
+requests; the decision written on the pod gives the GPUs asked, each
+existing, healthy and with the milli left; its exclusive CPUs can be taken
+per NUMA node from the shared pool (by the node's agent, `agents.py`). A
+refused pod changes nothing.
 """
 
 from __future__ import annotations
@@ -19,15 +18,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tidal_schemas import (
-    ActionResult, BindResult, CpuAssignment, GpuShare, NodeAction, Payload, PlacementDecision, PodLifecycle,
-    Resources,
-)
-from tidal_topology.cpu_allocator import pick_cpus, pick_per_numa
+from tidal_schemas import GpuShare, NodeAction, Resources
+from tidal_schemas.decision_codec import HeldDecision
 
+from .agents import NodeAgent, make_agent
+from .pods import SimPod
 from .workload import SimNode, SimPodSpec
 
 GPU_MILLI = 1000
+AGENT_ACTIONS = ("freeze", "thaw", "set-cpuset")
 
 
 @dataclass
@@ -53,17 +52,8 @@ class PodState:
         return self.spec.key
 
     @property
-    def request(self) -> PodLifecycle:
+    def request(self) -> SimPod:
         return self.spec.pod
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """Whether a change was made, why not, and the events that report it."""
-
-    ok: bool
-    reason: str = ""
-    events: tuple[Payload, ...] = ()
 
 
 class ClusterModel:
@@ -75,6 +65,7 @@ class ClusterModel:
         self.taints: dict[str, set[str]] = {k: set() for k in self.nodes}
         self.gpu_used: dict[str, dict[str, int]] = {k: {} for k in self.nodes}
         self.gpu_model = {k: {g.id: g.model for g in n.topology.gpus} for k, n in self.nodes.items()}
+        self.agents: dict[str, NodeAgent] = {k: make_agent(n.topology) for k, n in self.nodes.items()}
         self.pods: dict[str, PodState] = {}
         for spec in pods:
             if spec.key in self.pods:
@@ -97,11 +88,7 @@ class ClusterModel:
 
     def shared_pool(self, node: str) -> list[int]:
         """CPUs not reserved and not held exclusively: what shared pods run on."""
-        topology = self.nodes[node].topology
-        taken = set(topology.reserved_cpus)
-        for pod in self.running_on(node):
-            taken.update(pod.assigned)
-        return sorted(c.cpu for c in topology.cpus if c.cpu not in taken)
+        return self.agents[node].shared_pool()
 
     def cpuset(self, pod: PodState) -> list[int]:
         """The CPUs a pod runs on: set by an action, else its exclusive CPUs,
@@ -117,54 +104,79 @@ class ClusterModel:
         used = self.gpu_used[node]
         return {g.id: GPU_MILLI - used.get(g.id, 0) for g in self.nodes[node].topology.gpus if g.healthy}
 
-    # -- pods arriving, binding, leaving -------------------------------------
-    def arrive(self, key: str, at: datetime) -> PodLifecycle:
-        """The pod is created: its pending event."""
+    # -- pods arriving, starting, leaving --------------------------------------
+    def arrive(self, key: str, at: datetime) -> None:
+        """The pod is created (pending)."""
         pod = self.pods[key]
         pod.phase, pod.created_at = "pending", at
-        return pod.request.model_copy(update={"phase": "pending", "created_at": at})
 
-    def bind(self, decision: PlacementDecision, at: datetime, t_s: float) -> Outcome:
-        """Carry out a `placed` decision (checks in the module docstring)."""
-        key = decision.event_key()
+    def admission(self, key: str, node: str, held: HeldDecision | None) -> str | None:
+        """Why `node` cannot run pod `key` as `held` says (None: it can); see
+        the module docstring."""
         pod = self.pods.get(key)
-        problem = self._bind_problem(pod, decision)
-        if problem is not None:
-            return problem
-        assert pod is not None and decision.node is not None
-        node = decision.node
+        if pod is None or pod.phase != "pending":
+            return f"pod {key} is not pending here ({pod.phase if pod else 'unknown'})"
+        if node not in self.nodes:
+            return f"node {node} does not exist"
+        ask, used, allocatable = pod.request, self.requested_on(node), self.allocatable[node]
+        for what, need, have, limit in (("cpu", ask.requests.cpu_milli, used.cpu_milli, allocatable.cpu_milli),
+                                        ("memory", ask.requests.memory_mib, used.memory_mib, allocatable.memory_mib)):
+            if have + need > limit:
+                return f"node {node}: {what} {have} + {need} > allocatable {limit}"
+        if (ask.gpu.count or ask.exclusive_cpus) and held is None:
+            return f"pod {key} asks GPUs or exclusive CPUs and carries no decision naming them"
+        gpus = held.gpus if held else ()
+        given = sum(g.milli for g in gpus)
+        if given != ask.gpu.total_milli or (ask.gpu.count and len(gpus) != ask.gpu.count):
+            return f"decision gives {len(gpus)} GPU(s), {given} milli; pod {key} asks {ask.gpu.count} × {ask.gpu.milli}"
+        free = self.gpu_free(node)
+        for share in gpus:
+            left = free.get(share.gpu)
+            if left is None:
+                return f"node {node} has no healthy GPU {share.gpu}"
+            if share.milli > left:
+                return f"GPU {share.gpu} on {node} has {left} milli left, decision takes {share.milli}"
+            free[share.gpu] = left - share.milli
+        numa_cpus = held.numa_cpus if held else {}
+        if ask.exclusive_cpus and sum(numa_cpus.values()) * 1000 != ask.requests.cpu_milli:
+            return f"decision gives {sum(numa_cpus.values())} exclusive CPUs, pod {key} asks " \
+                   f"{ask.requests.cpu_milli // 1000}"
+        return None
+
+    def start(self, key: str, node: str, held: HeldDecision | None, at: datetime, t_s: float
+              ) -> tuple[tuple[int, ...], str]:
+        """Run an admitted pod as `held` says; (its exclusive CPUs, "") or
+        ((), why) when its node's agent cannot give them (nothing changed)."""
+        pod = self.pods[key]
+        numa_cpus = dict(held.numa_cpus) if held else {}
         assigned: tuple[int, ...] = ()
         if pod.request.exclusive_cpus:
-            picked = pick_per_numa(self.nodes[node].topology.cpus, self.shared_pool(node), decision.numa_cpus)
-            if picked.cpus is None:
-                return self._refused(decision, f"node {node} cannot give exclusive CPUs "
-                                               f"{dict(decision.numa_cpus)}: {picked.reason}")
-            assigned = tuple(picked.cpus)
+            assigned, why = self.agents[node].assign(key, numa_cpus)
+            if not assigned:
+                return (), f"node {node} cannot give exclusive CPUs {numa_cpus}: {why}"
         gpus = tuple(GpuShare(gpu=g.gpu, milli=g.milli, model=self.gpu_model[node].get(g.gpu, ""))
-                     for g in decision.gpus)
-        self._start(pod, node, at, t_s, dict(decision.numa_cpus), gpus, assigned)
-        pod.decision_id = decision.decision_id
-        result = BindResult(decision_id=decision.decision_id, namespace=decision.namespace, name=decision.name,
-                            node=node, ok=True)
-        return Outcome(True, "", (result, *self._started_events(pod)))
+                     for g in (held.gpus if held else ()))
+        self._start(pod, node, at, t_s, numa_cpus, gpus, assigned)
+        pod.decision_id = held.decision_id if held else None
+        return assigned, ""
 
-    def place(self, key: str, node: str, at: datetime, t_s: float) -> Outcome:
+    def place(self, key: str, node: str, at: datetime, t_s: float) -> tuple[dict[int, int], tuple[GpuShare, ...], str]:
         """Start a pod already running when the simulation begins, on `node`:
-        the first GPUs with room, the exclusive CPUs spread as the node agent
-        would pack them, its cpuset pinned to `pin_numa` when given."""
+        the first GPUs with room, exclusive CPUs as the node's agent packs
+        them, its cpuset pinned to `pin_numa` when given. (NUMA CPU counts,
+        GPUs, "") — or with the reason it cannot, nothing changed."""
         pod = self.pods[key]
         ask, topology = pod.request, self.nodes[node].topology
         free = self.gpu_free(node)
         fitting = [g for g, left in free.items() if left >= ask.gpu.milli][:ask.gpu.count] if ask.gpu.count else []
         if len(fitting) < ask.gpu.count:
-            return Outcome(False, f"pod {key}: node {node} has not {ask.gpu.count} GPUs with {ask.gpu.milli} milli left")
+            return {}, (), f"pod {key}: node {node} has not {ask.gpu.count} GPUs with {ask.gpu.milli} milli left"
         assigned: tuple[int, ...] = ()
         numa_cpus: dict[int, int] = {}
         if ask.exclusive_cpus:
-            picked = pick_cpus(topology.cpus, self.shared_pool(node), ask.requests.cpu_milli // 1000)
-            if picked.cpus is None:
-                return Outcome(False, f"pod {key}: node {node}: {picked.reason}")
-            assigned = tuple(picked.cpus)
+            assigned, why = self.agents[node].assign_count(key, ask.requests.cpu_milli // 1000)
+            if not assigned:
+                return {}, (), f"pod {key}: node {node}: {why}"
             numa_of = {c.cpu: c.numa for c in topology.cpus}
             for cpu in assigned:
                 numa_cpus[numa_of[cpu]] = numa_cpus.get(numa_of[cpu], 0) + 1
@@ -173,55 +185,74 @@ class ClusterModel:
         self._start(pod, node, at, t_s, numa_cpus, gpus, assigned)
         if pod.spec.pin_numa:
             pod.pinned = tuple(sorted(c.cpu for c in topology.cpus if c.numa in pod.spec.pin_numa))
-        return Outcome(True, "", self._started_events(pod))
+        return numa_cpus, gpus, ""
 
-    def refuse(self, decision: PlacementDecision, reason: str) -> BindResult:
-        """A failed bind result for `decision`, the model unchanged."""
-        return BindResult(decision_id=decision.decision_id, namespace=decision.namespace, name=decision.name,
-                          node=decision.node or "-", ok=False, reason=reason)
+    def due(self, t_s: float) -> list[str]:
+        """Running pods whose run time is over at `t_s`."""
+        return [key for key in sorted(self._timed)
+                if t_s >= (self.pods[key].started_s or 0.0) + (self.pods[key].spec.duration_s or 0.0)]
 
-    def finish_due(self, t_s: float, at: datetime) -> list[Payload]:
-        """Pods whose run time is over leave (deleted events)."""
-        events: list[Payload] = []
-        for key in sorted(self._timed):
-            pod = self.pods[key]
-            if pod.started_s is not None and t_s >= pod.started_s + (pod.spec.duration_s or 0.0):
-                events += self._delete(pod, at)
-        return events
+    def delete(self, key: str) -> tuple[int, ...]:
+        """The pod is gone: what it held goes back; the exclusive CPUs it had."""
+        pod = self.pods.get(key)
+        if pod is None or pod.phase in ("waiting", "deleted"):
+            return ()
+        node, released = pod.node, ()
+        if node is not None and pod.phase == "running":
+            for share in pod.gpus:
+                left = self.gpu_used[node].get(share.gpu, 0) - share.milli
+                if left > 0:
+                    self.gpu_used[node][share.gpu] = left
+                else:
+                    self.gpu_used[node].pop(share.gpu, None)
+            self._on_node[node].discard(key)
+            released = self.agents[node].release(key)
+        self._timed.discard(key)
+        pod.phase, pod.assigned, pod.pinned, pod.frozen = "deleted", (), None, False
+        return released
 
-    # -- actions --------------------------------------------------------------
-    def act(self, action: NodeAction, at: datetime) -> Outcome:
-        """Carry out a node action; its `ActionResult` (and, for an eviction,
-        the pod's deletion) in the events. Taint and evict are what the
-        bridge does; freeze, thaw and set-cpuset what the node agent does."""
-        def result(status: str, reason: str = "") -> ActionResult:
-            return ActionResult(action_id=action.action_id, node=action.node, kind=action.kind, pod=action.pod,
-                                status=status, reason=reason)
-
+    # -- the node agent's actions ------------------------------------------------
+    def act(self, action: NodeAction) -> tuple[str, str]:
+        """Carry out a freeze, thaw or set-cpuset on a pod's (simulated)
+        cgroup; (status, reason) as the agent reports it."""
         if action.node not in self.nodes:
-            return Outcome(False, "unknown node", (result("failed", f"no node {action.node} in the simulation"),))
+            return "failed", f"no node {action.node} in the simulation"
         if action.dry_run:
-            return Outcome(False, "dry run", (result("skipped", "dry run: not executed"),))
-        if action.kind in ("taint", "untaint"):
-            taints = self.taints[action.node]
-            (taints.add if action.kind == "taint" else taints.discard)(action.taint_key or "")
-            return Outcome(True, "", (result("done"),))
+            return "skipped", "dry run: not executed"
         pod = self.pods.get(action.pod or "")
         if pod is None or pod.phase != "running":
-            return Outcome(False, "unknown pod", (result("unknown-pod", f"no running pod {action.pod}"),))
+            return "unknown-pod", f"no running pod {action.pod}"
         if pod.node != action.node:
-            return Outcome(False, "other node", (result("refused", f"pod {action.pod} runs on {pod.node}"),))
-        if action.kind == "evict":
-            return Outcome(True, "", (result("done", "evicted"), *self._delete(pod, at)))
+            return "refused", f"pod {action.pod} runs on {pod.node}"
         if action.kind in ("freeze", "thaw"):
             pod.frozen = action.kind == "freeze"
-            return Outcome(True, "", (result("done"),))
+            return "done", ""
+        if action.target_numa is not None:  # a move: the node's agent chooses the CPUs
+            moved, why = self.agents[action.node].move(pod.key, pod.request.uid, action.target_numa,
+                                                       action.cpu_count)
+            if not moved:
+                return "refused", why
+            cpus = tuple(self.agents[action.node].cpuset(pod.key))
+            if pod.assigned:
+                numa_of = {c.cpu: c.numa for c in self.nodes[action.node].topology.cpus}
+                pod.assigned, pod.pinned = cpus, None
+                pod.numa_cpus = {n: sum(1 for c in cpus if numa_of[c] == n)
+                                 for n in sorted({numa_of[c] for c in cpus})}
+            else:
+                pod.pinned = cpus
+            return "done", why
         known = {c.cpu for c in self.nodes[action.node].topology.cpus}
-        if not set(action.cpuset) <= known:
-            return Outcome(False, "bad cpuset", (result("refused", f"cpuset {action.cpuset} names CPUs "
-                                                                     f"{action.node} does not have"),))
+        if not set(action.cpuset) <= known:  # a stand-in's concrete cpuset (the schema allows it)
+            return "refused", f"cpuset {action.cpuset} names CPUs {action.node} does not have"
         pod.pinned = tuple(sorted(action.cpuset))
-        return Outcome(True, "", (result("done"),))
+        return "done", ""
+
+    # -- the node object -----------------------------------------------------------
+    def set_taints(self, node: str, keys: Iterable[str]) -> tuple[set[str], set[str]]:
+        """The node's taint keys are now `keys`; (added, removed)."""
+        now, before = set(keys), self.taints.get(node, set())
+        self.taints[node] = now
+        return now - before, before - now
 
     def set_allocatable(self, node: str, allocatable: Resources) -> bool:
         """Admission uses the (oversold) allocatable from now on."""
@@ -231,46 +262,6 @@ class ClusterModel:
         return True
 
     # -- internals --------------------------------------------------------------
-    def _bind_problem(self, pod: PodState | None, decision: PlacementDecision) -> Outcome | None:
-        key, node = decision.event_key(), decision.node or ""
-        if pod is None or pod.phase in ("waiting", "deleted"):
-            return self._refused(decision, f"pod {key} is gone")
-        if decision.uid and pod.request.uid and decision.uid != pod.request.uid:
-            return self._refused(decision, f"pod {key} was replaced: uid is {pod.request.uid}")
-        if pod.phase == "running":
-            if pod.node == node and pod.decision_id == decision.decision_id:
-                return Outcome(True, "already bound by this decision", (BindResult(
-                    decision_id=decision.decision_id, namespace=decision.namespace, name=decision.name,
-                    node=node, ok=True, reason="already bound by this decision"),))
-            return self._refused(decision, f"pod {key} is already bound to node {pod.node}")
-        if node not in self.nodes:
-            return self._refused(decision, f"node {node} is gone")
-        ask, held, allocatable = pod.request, self.requested_on(node), self.allocatable[node]
-        for what, need, have, limit in (("cpu", ask.requests.cpu_milli, held.cpu_milli, allocatable.cpu_milli),
-                                        ("memory", ask.requests.memory_mib, held.memory_mib, allocatable.memory_mib)):
-            if have + need > limit:
-                return self._refused(decision, f"node {node} admission: {what} {have} + {need} > allocatable {limit}")
-        given = sum(g.milli for g in decision.gpus)
-        if given != ask.gpu.total_milli or (ask.gpu.count and len(decision.gpus) != ask.gpu.count):
-            return self._refused(decision, f"decision gives {len(decision.gpus)} GPU(s), {given} milli; "
-                                           f"pod {key} asks {ask.gpu.count} × {ask.gpu.milli}")
-        free = self.gpu_free(node)
-        for share in decision.gpus:
-            left = free.get(share.gpu)
-            if left is None:
-                return self._refused(decision, f"node {node} has no healthy GPU {share.gpu}")
-            if share.milli > left:
-                return self._refused(decision, f"GPU {share.gpu} on {node} has {left} milli left, "
-                                               f"decision takes {share.milli}")
-            free[share.gpu] = left - share.milli
-        if ask.exclusive_cpus and sum(decision.numa_cpus.values()) * 1000 != ask.requests.cpu_milli:
-            return self._refused(decision, f"decision gives {sum(decision.numa_cpus.values())} exclusive CPUs, "
-                                           f"pod {key} asks {ask.requests.cpu_milli // 1000}")
-        return None
-
-    def _refused(self, decision: PlacementDecision, reason: str) -> Outcome:
-        return Outcome(False, reason, (self.refuse(decision, reason),))
-
     def _start(self, pod: PodState, node: str, at: datetime, t_s: float, numa_cpus: dict[int, int],
                gpus: tuple[GpuShare, ...], assigned: tuple[int, ...]) -> None:
         pod.phase, pod.node, pod.numa_cpus, pod.gpus, pod.assigned = "running", node, numa_cpus, gpus, assigned
@@ -280,32 +271,3 @@ class ClusterModel:
         self._on_node[node].add(pod.key)
         if pod.spec.duration_s is not None:
             self._timed.add(pod.key)
-
-    def _started_events(self, pod: PodState) -> tuple[Payload, ...]:
-        running = pod.request.model_copy(update={
-            "phase": "running", "node": pod.node, "numa_cpus": dict(pod.numa_cpus), "gpus": list(pod.gpus),
-            "created_at": pod.created_at or pod.started_at, "started_at": pod.started_at})
-        bound = running.model_copy(update={"phase": "bound", "started_at": None})
-        events: list[Payload] = [bound, running]
-        if pod.assigned:
-            events.append(CpuAssignment(node=pod.node, pod=pod.key, cpuset=list(pod.assigned)))
-        return tuple(events)
-
-    def _delete(self, pod: PodState, at: datetime) -> list[Payload]:
-        node = pod.node
-        assert node is not None
-        for share in pod.gpus:
-            left = self.gpu_used[node].get(share.gpu, 0) - share.milli
-            if left > 0:
-                self.gpu_used[node][share.gpu] = left
-            else:
-                self.gpu_used[node].pop(share.gpu, None)
-        self._on_node[node].discard(pod.key)
-        self._timed.discard(pod.key)
-        events: list[Payload] = [pod.request.model_copy(update={
-            "phase": "deleted", "node": node, "gpus": list(pod.gpus), "numa_cpus": dict(pod.numa_cpus),
-            "created_at": pod.created_at or at, "started_at": pod.started_at})]
-        if pod.assigned:
-            events.append(CpuAssignment(node=node, pod=pod.key, cpuset=list(pod.assigned), released=True))
-        pod.phase, pod.assigned, pod.pinned, pod.frozen = "deleted", (), None, False
-        return events

@@ -1,15 +1,29 @@
-"""Builders shared by the workload sources: a pending pod event with a
-stable uid."""
+"""A simulated pod as its user asks for it (`SimPod`, plain data), and the
+Kubernetes objects the simulated cluster holds for pods and nodes (pure).
+
+The simulator never describes a pod the way Tidal reports it: it creates the
+Pod object a user would submit — requests, `nvidia.com/gpu` limits and the
+`tidal.dev/` annotations and labels of `tidal_bridge.annotations` — and the
+bridge reads it as it reads any pod. `tests/test_simulator_model.py` checks
+that what the bridge reads is what was asked.
+"""
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
-from tidal_schemas import GpuAsk, PodLifecycle, Resources
+from tidal_schemas import GpuAsk, NodeTopology, Resources
+
+from .kube_api.objects import node_object
+from .kube_api.protocol import stamp
 
 _UIDS = uuid.UUID("6a4f3a52-11b8-4d0c-9a0e-5f2a64c1d7b3")
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
+GPU_RESOURCE = "nvidia.com/gpu"
+SCHEDULER = "tidal"
 
 
 def pod_uid(namespace: str, name: str, salt: str = "") -> str:
@@ -18,12 +32,88 @@ def pod_uid(namespace: str, name: str, salt: str = "") -> str:
     return str(uuid.uuid5(_UIDS, f"{salt}/{namespace}/{name}"))
 
 
-def pending_pod(namespace: str, name: str, *, cpu_milli: int, memory_mib: int, gpu: GpuAsk = GpuAsk(),
-                tenant: str = "default", user: str = "default", qos: str = "BE", priority: int = 0,
-                evictable: bool = False, exclusive_cpus: bool = False, cpu_policy: str | None = None,
-                labels: dict[str, str] | None = None) -> PodLifecycle:
-    """The pending event of a pod (created_at is set again when it arrives)."""
-    return PodLifecycle(namespace=namespace, name=name, uid=pod_uid(namespace, name), phase="pending",
-                        requests=Resources(cpu_milli=cpu_milli, memory_mib=memory_mib), gpu=gpu, tenant=tenant,
-                        user=user, qos=qos, priority=priority, evictable=evictable, exclusive_cpus=exclusive_cpus,
-                        cpu_policy=cpu_policy, labels=labels or {}, created_at=EPOCH)
+@dataclass(frozen=True)
+class SimPod:
+    """What a pod asks: requests, GPUs, exclusive CPUs, and who it is for."""
+
+    namespace: str
+    name: str
+    uid: str
+    requests: Resources
+    gpu: GpuAsk = GpuAsk()
+    tenant: str = "default"
+    user: str = "default"
+    qos: str = "BE"
+    priority: int = 0
+    evictable: bool = False
+    exclusive_cpus: bool = False
+    cpu_policy: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def event_key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def sim_pod(namespace: str, name: str, *, cpu_milli: int, memory_mib: int, gpu: GpuAsk = GpuAsk(),
+            tenant: str = "default", user: str = "default", qos: str = "BE", priority: int = 0,
+            evictable: bool = False, exclusive_cpus: bool = False, cpu_policy: str | None = None,
+            labels: dict[str, str] | None = None) -> SimPod:
+    """A pod's ask, with a uid derived from its key."""
+    if exclusive_cpus and (cpu_milli <= 0 or cpu_milli % 1000):
+        raise ValueError(f"exclusive CPUs need whole, non-zero CPU requests, got {cpu_milli}m")
+    return SimPod(namespace, name, pod_uid(namespace, name), Resources(cpu_milli=cpu_milli, memory_mib=memory_mib),
+                  gpu, tenant, user, qos, priority, evictable, exclusive_cpus, cpu_policy, dict(labels or {}))
+
+
+def _asks(pod: SimPod) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """(annotations, labels, limits) that say what `pod` asks beyond CPU and memory."""
+    annotations: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    gpu = pod.gpu
+    if gpu.count:
+        if gpu.milli < 1000:  # a share of one GPU is not a whole extended resource
+            annotations["tidal.dev/gpu-milli"] = str(gpu.milli)
+        else:
+            limits[GPU_RESOURCE] = str(gpu.count)
+        if gpu.models:
+            annotations["tidal.dev/gpu-models"] = "|".join(gpu.models)
+        if gpu.kind:
+            annotations["tidal.dev/gpu-kind"] = gpu.kind
+        if gpu.group:
+            annotations["tidal.dev/gpu-group"] = gpu.group
+    if pod.exclusive_cpus:
+        annotations["tidal.dev/exclusive-cpus"] = "true"
+    if pod.cpu_policy:
+        annotations["tidal.dev/cpu-policy"] = pod.cpu_policy
+    labels = {**pod.labels, "tidal.dev/tenant": pod.tenant, "tidal.dev/user": pod.user, "tidal.dev/qos": pod.qos}
+    if pod.evictable:
+        labels["tidal.dev/evictable"] = "true"
+    return annotations, labels, limits
+
+
+def pod_manifest(pod: SimPod, created: datetime, *, node: str | None = None, phase: str = "Pending",
+                 annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """The Pod object a user submits for `pod` (already bound to `node`, in
+    `phase`, with extra `annotations`, for a pod running before the start)."""
+    asked, labels, limits = _asks(pod)
+    requests = {"cpu": f"{pod.requests.cpu_milli}m", "memory": f"{pod.requests.memory_mib}Mi", **limits}
+    spec: dict[str, Any] = {"schedulerName": SCHEDULER, "priority": pod.priority, "containers": [
+        {"name": "main", "image": "registry.k8s.io/pause:3.9",
+         "resources": {"requests": requests, **({"limits": limits} if limits else {})}}]}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid, "creationTimestamp": stamp(created),
+                         "labels": labels, "annotations": {**asked, **(annotations or {})}},
+            "spec": spec, "status": {"phase": phase, "qosClass": "Burstable",
+                                     **({"startTime": stamp(created)} if phase == "Running" else {})}}
+
+
+def node_manifest(topology: NodeTopology) -> dict[str, Any]:
+    """The Node object of a simulated machine: its capacity and allocatable."""
+    gpus = sum(1 for g in topology.gpus if g.healthy and g.kind == "physical")
+    obj = node_object(topology.node, cpu=f"{topology.capacity.cpu_milli}m", memory=f"{topology.capacity.memory_mib}Mi",
+                      gpus=gpus, labels={"tidal.dev/pool": topology.pool} if topology.pool else None)
+    obj["status"]["allocatable"].update(cpu=f"{topology.allocatable.cpu_milli}m",
+                                        memory=f"{topology.allocatable.memory_mib}Mi")
+    return obj

@@ -1,7 +1,9 @@
 """One simulation run end to end, over a bus where the real services run:
-start the simulator in this process, let the services take in the cluster,
-drive the pods, check the expectations, collect the fair-share scores the
-scoring service published, and build the report (and the HTML page)."""
+start the simulator in this process and the real bridge against its API
+server (`bridge.py`), let the services take in the cluster,
+drive the pods, check the expectations, audit the streams of its cluster in
+its namespace, from the earliest event (`tidal_audit`: the §F invariants), collect the fair-share scores the scoring service
+published, and build the report (and the HTML page)."""
 
 from __future__ import annotations
 
@@ -12,9 +14,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from tidal_audit.registry import audit
+from tidal_audit.streams import read_streams
 from tidal_bus import StartAt
 from tidal_schemas import SchemaError, UserScore
 
+from .bridge import BridgeStarter, in_process_bridge
 from .driver import attach_ledger, run_arrive_only, run_timed, stderr_progress
 from .expectations import check
 from .html_report import render_html
@@ -24,6 +29,7 @@ from .settings import SimulatorSettings
 from .workload import Workload
 
 MAX_SCORES = 20_000
+MAX_LINES = 200  # violations listed in the report (all are counted)
 
 
 @dataclass
@@ -47,20 +53,24 @@ class RunResult:
     report: dict[str, Any]
     html: str
     failed_expectations: int
+    violations: int = 0
 
 
 async def simulate(plan: RunPlan, *, warmup: Callable[[SimulatorService], Awaitable[None]] | None = None,
-                   progress: Callable[[str], None] = stderr_progress) -> RunResult:
+                   progress: Callable[[str], None] = stderr_progress,
+                   bridge: BridgeStarter = in_process_bridge) -> RunResult:
     """Run `plan` (see the module docstring)."""
     started, started_utc = time.monotonic(), datetime.now(timezone.utc)
     sim = SimulatorService(plan.settings, workload=plan.workload)
     task = asyncio.create_task(sim.run(), name="simulator")
+    stop_bridge = None
     try:
         while not sim.ready()[0]:
             if task.done():
                 task.result()  # raises the reason it stopped
                 raise RuntimeError("the simulator stopped before it was ready")
             await asyncio.sleep(0.02)
+        stop_bridge = await bridge(sim)
         if warmup is not None:
             await warmup(sim)
         attach_ledger(sim, plan.shapes)
@@ -71,6 +81,11 @@ async def simulate(plan: RunPlan, *, warmup: Callable[[SimulatorService], Awaita
         else:
             await run_timed(sim, progress_every=plan.progress_every, progress=progress)
         release_wall = time.monotonic() - release_started
+        if stop_bridge is not None:  # the run has settled: the audit reads a finished cluster
+            await sim.settled()
+            await stop_bridge()
+            stop_bridge = None
+        violations = audit(await read_streams(sim.bus), cluster=sim.settings.cluster)
         scores = await fair_share_scores(sim, started_utc)
         keys = list(sim.model.pods)
         verdicts = check(plan.workload.expectations, sim.record.timeline, keys)
@@ -79,12 +94,15 @@ async def simulate(plan: RunPlan, *, warmup: Callable[[SimulatorService], Awaita
                               extra={**plan.extra, "bind_failure_rate": plan.settings.bind_failure_rate,
                                      "seed": plan.settings.seed, "clock": plan.settings.clock,
                                      "tick_s": sim.clock.tick_s})
+        report["invariants"] = {"violations": len(violations), "lines": [v.line() for v in violations[:MAX_LINES]]}
         if plan.reference:
             report["reference"] = {"source": "published_results_default.csv (median of 10 seeds)",
                                    "allocation_pct_by_arrived": plan.reference}
         html = render_html(report, sim.record, scores, plan.reference)
-        return RunResult(report, html, sum(1 for v in verdicts if not v.ok))
+        return RunResult(report, html, sum(1 for v in verdicts if not v.ok), len(violations))
     finally:
+        if stop_bridge is not None:
+            await stop_bridge()
         sim.stop()
         try:
             await asyncio.wait_for(task, 30)

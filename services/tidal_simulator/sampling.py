@@ -62,7 +62,7 @@ def sample_node(model: ClusterModel, node: str, t_s: float, at: datetime, interv
             util[c] = util.get(c, 0.0) + cpu / (1000.0 * len(cpuset))
         uid = pod.request.uid or pod.key
         samples.append(PodSample(uid=uid, cpu_milli=cpu, memory_mib=mem))
-        by_uid[uid] = pod.request.model_copy(update={"phase": "running", "node": node, "uid": uid})
+        by_uid[uid] = pod.request  # the agent names a pod by its key and QoS
         if pod.pinned is not None or pod.assigned:
             cpusets[pod.key] = cpuset
         frozen[uid] = pod.frozen

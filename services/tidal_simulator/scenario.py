@@ -25,11 +25,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from tidal_schemas import GpuAsk, TenantConfig
+from tidal_schemas.common import CpuPolicy, repeated
 from tidal_schemas.envelope import describe_validation_error
 from tidal_simulator.topology_builder import make_topology
 
 from .expectations import Expectation
-from .pods import pending_pod
+from .pods import sim_pod
 from .usage_curves import UsageSpec
 from .workload import SimNode, SimPodSpec, Workload
 
@@ -96,7 +97,7 @@ class PodSpec(_Strict):
     memory_mib: int = Field(1024, ge=0, le=MAX_AMOUNT)
     gpu: GpuSpec = GpuSpec()
     exclusive_cpus: bool = False
-    cpu_policy: Literal["spread", "single-numa", "auto"] | None = None
+    cpu_policy: CpuPolicy | None = None
     qos: Literal["LS", "BE"] = "BE"
     priority: int = Field(0, ge=-(2**31), le=2**31 - 1, description="as Kubernetes: a 32-bit integer")
     evictable: bool = False
@@ -174,10 +175,8 @@ def scenario_workload(scenario: Scenario, where: str = "scenario") -> Workload:
                 raise ScenarioError(f"{where}: field 'nodes.{i}': {_first_line(exc)}") from None
             topology = topology.model_copy(update={"pool": spec.pool})
             nodes.append(SimNode(topology, dict(spec.background), spec.system_memory_mib))
-    names = [n.topology.node for n in nodes]
-    if len(set(names)) != len(names):
-        raise ScenarioError(f"{where}: field 'nodes': node names repeat: "
-                            f"{', '.join(sorted({n for n in names if names.count(n) > 1}))}")
+    if twice := repeated(n.topology.node for n in nodes):
+        raise ScenarioError(f"{where}: field 'nodes': node names repeat: {', '.join(twice)}")
     numa_count = {n.topology.node: len(n.topology.numa_nodes) for n in nodes}
     pods: list[SimPodSpec] = []
     for i, spec in enumerate(scenario.pods):
@@ -187,7 +186,7 @@ def scenario_workload(scenario: Scenario, where: str = "scenario") -> Workload:
             raise ScenarioError(f"{where}: field 'pods.{i}.numa': needs `node` and NUMA ids of that node")
         for r, name in enumerate(spec.names()):
             try:
-                pod = pending_pod(spec.namespace or spec.tenant, name, cpu_milli=spec.cpu_milli,
+                pod = sim_pod(spec.namespace or spec.tenant, name, cpu_milli=spec.cpu_milli,
                                   memory_mib=spec.memory_mib, gpu=GpuAsk(**spec.gpu.model_dump()),
                                   tenant=spec.tenant, user=spec.user, qos=spec.qos, priority=spec.priority,
                                   evictable=spec.evictable, exclusive_cpus=spec.exclusive_cpus,
@@ -196,10 +195,8 @@ def scenario_workload(scenario: Scenario, where: str = "scenario") -> Workload:
                 raise ScenarioError(f"{where}: field 'pods.{i}': {_first_line(exc)}") from None
             pods.append(SimPodSpec(pod, spec.usage, spec.arrive_s + r * spec.every_s, spec.duration_s, spec.node,
                                    tuple(spec.numa)))
-    keys = [p.key for p in pods]
-    if len(set(keys)) != len(keys):
-        raise ScenarioError(f"{where}: field 'pods': pod names repeat: "
-                            f"{', '.join(sorted({k for k in keys if keys.count(k) > 1}))}")
+    if twice := repeated(p.key for p in pods):
+        raise ScenarioError(f"{where}: field 'pods': pod names repeat: {', '.join(twice)}")
     return Workload(name=scenario.name, nodes=tuple(nodes), pods=tuple(pods), tenants=tuple(scenario.tenants),
                     expectations=tuple(scenario.expect), tick_s=scenario.tick_s, duration_s=scenario.duration_s,
                     source={"kind": "scenario", "file": where, "seed": scenario.seed})

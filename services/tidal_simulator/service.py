@@ -1,38 +1,52 @@
-"""The simulator service: the model of `model.py` on the bus.
+"""The simulator service: a stand-in cluster on the bus, behind a
+Kubernetes API server.
 
-Publishes what the bridge and the node agents would: `node.topology` of
-every node at start, `node.metrics` per node each tick (when its sample can
-have changed, or after `metrics_heartbeat_s`), `pod.lifecycle` (pending →
-bound → running → deleted), `bind.result`, `cpu.assignment` and
-`action.result`. Consumes `placement.decision` (binds placed pods; refuses a
-seeded share `bind_failure_rate` of them to exercise rollback),
-`node.allocatable` (admission uses it) and `node.action` (answers every
-action). Events carry the simulated time. A driver (`driver.py`) releases
-pods and waits for them to settle; `settled` futures tell it when a pod is
-running or was decided pending.
+It plays the world, never Tidal: the cluster's API server (`kube_api`,
+with the kubeconfig written to `settings.kubeconfig`), where it creates the
+nodes and, as they arrive, the pods users submit; the kubelets
+(`kubelet.py`), which admit bound pods, run them and delete finished ones;
+and the machines' node agents — `node.topology` of every node at start,
+`node.metrics` per node each tick (when its sample can have changed, or
+after `metrics_heartbeat_s`), `cpu.assignment` (`agents.py`) and the
+results of freeze / thaw / set-cpuset. The bridge, connected to the API
+server, is what publishes pod lifecycle events and bind results, and what
+carries out taints and evictions.
+
+It also watches the pipeline for the report: `placement.decision` (a pod
+decided pending is settled), `bind.result`, `node.action` (who asked for
+what) and `action.result`; and takes in `node.allocatable` (the kubelets
+admit against the oversold allocatable). Events carry the simulated time. A
+driver (`driver.py`) releases pods and waits for them to settle: `settled`
+futures tell it when a pod is running or was decided pending.
 """
 
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tidal_bus import Delivery, StartAt
 from tidal_schemas import (
-    ActionResult, Envelope, NodeAction, NodeAllocatable, NodeMetrics, Payload, PlacementDecision, PodLifecycle,
-    make_envelope,
+    ActionResult, BindResult, CpuAssignment, Envelope, NodeAction, NodeAllocatable, NodeMetrics, Payload,
+    PlacementDecision, make_envelope,
 )
+from tidal_schemas.decision_codec import write_decision
 
 from tidal_runtime import Service, Subscription
 
 from .clock import SimClock
 from .frag_ledger import FragLedger
-from .model import ClusterModel, Outcome
+from .kube_api import KubeApiServer, write_kubeconfig
+from .kubelet import Kubelets
+from .model import AGENT_ACTIONS, ClusterModel
+from .pods import node_manifest, pod_manifest
 from .recorder import Recorder, TickSample
 from .sampling import node_is_static, sample_node
 from .settings import SimulatorSettings
@@ -42,7 +56,7 @@ from .workload import Workload
 class SimulatorService(Service):
     name = "simulator"
     settings_class = SimulatorSettings
-    produces = ("node.topology", "node.metrics", "pod.lifecycle", "bind.result", "action.result")
+    produces = ("node.topology", "node.metrics", "cpu.assignment", "action.result")
 
     def __init__(self, settings: SimulatorSettings | None = None, *, bus=None, workload: Workload | None = None,
                  run_id: str | None = None) -> None:
@@ -63,6 +77,13 @@ class SimulatorService(Service):
         self.run_id = run_id or uuid.uuid4().hex[:8]
         self.waiters: dict[str, asyncio.Future] = {}
         self.last_metrics: dict[str, NodeMetrics] = {}
+        self.api = KubeApiServer(history_limit=s.kube_history, record_requests=False)
+        self.api.on_request = lambda method, path: self._touch()
+        self.kubelets = Kubelets(self)
+        self.api.admit_binding = self.kubelets.admit
+        self.api.store.listeners.append(self.kubelets.observe)
+        self._kubeconfig = ""
+        self._asked: dict[tuple[str, str, str | None], str] = {}  # (kind, node, pod) -> who asked
         self._nodes = sorted(self.model.nodes)
         self._dirty: set[str] = set(self.model.nodes)
         self._static: dict[str, bool] = {}
@@ -80,11 +101,13 @@ class SimulatorService(Service):
         group = f"simulator-{self.run_id}"
         common = dict(group=group, start=StartAt.at_time(self.started_at), replay_on_assign=False)
         return [Subscription("placement.decision", self.on_decision, **common),
+                Subscription("bind.result", self.on_bind_result, **common),
                 Subscription("node.allocatable", self.on_allocatable, **common),
-                Subscription("node.action", self.on_action, **common)]
+                Subscription("node.action", self.on_action, **common),
+                Subscription("action.result", self.on_action_result, **common)]
 
     def loops(self):
-        return [self.drive] if self.settings.autorun else []
+        return [self.kubelets.run, *([self.drive] if self.settings.autorun else [])]
 
     async def drive(self) -> None:
         """Standalone: release the workload by its arrival times, then keep
@@ -97,21 +120,48 @@ class SimulatorService(Service):
         self.log.info("workload done at %.0f s of scenario time; still answering", self.clock.t_s)
         await asyncio.Event().wait()
 
+    @property
+    def kubeconfig(self) -> str:
+        """Where the kubeconfig of this cluster is (written at start)."""
+        if not self._kubeconfig:
+            self._kubeconfig = self.settings.kubeconfig or str(Path(tempfile.mkdtemp(prefix="tidal-sim-")) / "kubeconfig")
+        return self._kubeconfig
+
     async def on_start(self) -> None:
-        """The cluster as it is at time 0: inventories, tenants, pods already
-        running, and a first usage sample of every node."""
+        """The cluster as it is at time 0: its API server with every node and
+        the pods already running, the machines' inventories, the tenants, and
+        a first usage sample of every node."""
+        s = self.settings
+        await self.api.start(s.kube_api_host, s.kube_api_port)
+        write_kubeconfig(self.kubeconfig, self.api.url, f"simulator-{s.cluster}")
+        self.log.info("API server at %s (kubeconfig %s)", self.api.url, self.kubeconfig)
         for node in self.model.nodes.values():
+            self.api.create_node(node_manifest(node.topology))
             await self.emit(node.topology)
         for tenant in self.workload.tenants:
             await self.emit(tenant)
         for spec in self.workload.pods:
             if spec.node is not None:
-                outcome = self.model.place(spec.key, spec.node, self.clock.now(), 0.0)
-                if not outcome.ok:
-                    raise ValueError(f"cannot start pre-placed pod: {outcome.reason}")
-                self.record.happen(0.0, "placed", spec.node, spec.key, "running at start")
-                await self.emit_all(outcome.events)
+                await self._start_placed(spec)
         await self.publish_metrics(force=True)
+
+    async def on_stop(self) -> None:
+        await self.api.stop()
+
+    async def _start_placed(self, spec) -> None:
+        """A pod running since before the start: placed earlier, so its
+        decision is written on it as the bridge wrote it then."""
+        numa_cpus, gpus, problem = self.model.place(spec.key, spec.node, self.clock.now(), 0.0)
+        if problem:
+            raise ValueError(f"cannot start pre-placed pod: {problem}")
+        pod = spec.pod
+        earlier = PlacementDecision(decision_id=f"before-start-{pod.uid[:8]}", namespace=pod.namespace,
+                                    name=pod.name, uid=pod.uid, outcome="placed", node=spec.node,
+                                    numa_cpus=numa_cpus, gpus=list(gpus))
+        self.api.create_pod(pod_manifest(pod, self.clock.now(), node=spec.node, phase="Running",
+                                         annotations=write_decision(earlier)))
+        self.record.happen(0.0, "placed", spec.node, spec.key, "running at start")
+        self.kubelets.assigned(spec.key, spec.node, self.model.pods[spec.key].assigned)
 
     async def emit(self, payload: Payload, *, cause: Envelope[Any] | None = None,
                    discriminator: str = "") -> Envelope[Any]:
@@ -122,17 +172,12 @@ class SimulatorService(Service):
         self.metrics.published(payload.TYPE)
         return envelope
 
-    async def emit_all(self, events, cause: Envelope[Any] | None = None) -> None:
-        for event in events:
-            tag = getattr(event, "phase", "") or ("released" if getattr(event, "released", False) else "")
-            await self.emit(event, cause=cause, discriminator=f"{event.TYPE}/{tag}")
-
-    # -- inputs -----------------------------------------------------------------
+    # -- what the pipeline does ----------------------------------------------------
     async def on_decision(self, envelope: Envelope[PlacementDecision], delivery: Delivery) -> None:
         decision, t = envelope.payload, self.clock.t_s
         key = decision.event_key()
         pod = self.model.pods.get(key)
-        if pod is None or (decision.uid and pod.request.uid and decision.uid != pod.request.uid):
+        if pod is None or (decision.uid and decision.uid != pod.request.uid):
             return  # not a pod of this simulation
         self._touch()
         record = self.record
@@ -142,25 +187,16 @@ class SimulatorService(Service):
         record.last_decision[key] = (decision.outcome, decision.reason, dict(decision.filtered))
         if decision.outcome == "pending":
             record.happen(t, "pending", None, key, decision.reason)
-            self._settle(key, "pending")
+            self.settle(key, "pending")
+
+    async def on_bind_result(self, envelope: Envelope[BindResult], delivery: Delivery) -> None:
+        result = envelope.payload
+        if result.event_key() not in self.model.pods:
             return
-        rate = self.settings.bind_failure_rate
-        if rate and pod.phase == "pending" and self.bind_rng.random() < rate:
-            reason = f"injected bind failure (rate {rate:g})"
-            outcome = Outcome(False, reason, (self.model.refuse(decision, reason),))
-        else:
-            outcome = self.model.bind(decision, self.clock.now(), t)
-        await self.emit_all(outcome.events, envelope)
-        if not outcome.ok:
-            record.bind_results["failed"] += 1
-            record.happen(t, "bind-failed", decision.node, key, outcome.reason)
-            return
-        if outcome.reason:  # a redelivered decision: already bound
-            return
-        record.bind_results["ok"] += 1
-        record.happen(t, "placed", decision.node, key)
-        self._changed(decision.node)
-        self._settle(key, "running")
+        self._touch()
+        self.record.bind_results["ok" if result.ok else "failed"] += 1
+        if not result.ok:
+            self.record.happen(self.clock.t_s, "bind-failed", result.node, result.event_key(), result.reason)
 
     async def on_allocatable(self, envelope: Envelope[NodeAllocatable], delivery: Delivery) -> None:
         figures = envelope.payload
@@ -177,41 +213,54 @@ class SimulatorService(Service):
             self.ledger.refresh(figures.node)
 
     async def on_action(self, envelope: Envelope[NodeAction], delivery: Delivery) -> None:
+        """Every action is counted; the node agent's kinds are carried out here
+        (the bridge carries out taints and evictions through the API server)."""
         action, t = envelope.payload, self.clock.t_s
         self._touch()
         by = action.requested_by or envelope.source
         self.record.actions[(by, action.kind)] += 1
-        outcome = self.model.act(action, self.clock.now())
-        await self.emit_all(outcome.events, envelope)
-        result = outcome.events[0]
-        assert isinstance(result, ActionResult)
-        self.record.results[(action.kind, result.status)] += 1
-        if result.status != "done":
+        self._asked[(action.kind, action.node, action.pod)] = by
+        if action.kind not in AGENT_ACTIONS or action.node not in self.model.nodes:
             return
-        self.record.happen(t, action.kind, action.node, action.pod, action.reason[:160], by)
-        self._changed(action.node)
-        if action.kind == "evict":
-            self.record.happen(t, "deleted", action.node, action.pod, "evicted", by)
+        status, reason = self.model.act(action)
+        await self.emit(ActionResult(action_id=action.action_id, node=action.node, kind=action.kind,
+                                     pod=action.pod, status=status, reason=reason), cause=envelope)
+        if status == "done":
+            self.record.happen(t, action.kind, action.node, action.pod, action.reason[:160], by)
+            self.changed(action.node)
+            pod = self.model.pods.get(action.pod or "")
+            if action.kind == "set-cpuset" and pod is not None and pod.assigned:  # as the agent announces a move
+                await self.emit(CpuAssignment(node=action.node, pod=pod.key, cpuset=list(pod.assigned),
+                                              numa_cpus=dict(pod.numa_cpus), decision_id=pod.decision_id or "",
+                                              reason=reason[:1024]), cause=envelope)
+
+    async def on_action_result(self, envelope: Envelope[ActionResult], delivery: Delivery) -> None:
+        result = envelope.payload
+        if result.node in self.model.nodes:
+            self._touch()
+            self.record.results[(result.kind, result.status)] += 1
+
+    def asked_by(self, kind: str, node: str | None, pod: str | None) -> str:
+        """Who asked for an action the bridge carried out, when known."""
+        return self._asked.get((kind, node or "", pod), "")
 
     # -- what the driver calls ---------------------------------------------------
     async def release(self, key: str) -> asyncio.Future:
-        """The pod arrives (its pending event is published); the future
-        resolves to "running" or "pending" once it is settled."""
+        """The pod is submitted to the API server; the future resolves to
+        "running" or "pending" once it is settled."""
         future = asyncio.get_running_loop().create_future()
         self.waiters[key] = future
         self.record.released_at[key] = time.monotonic()
         self._touch()
-        await self.emit(self.model.arrive(key, self.clock.now()))
+        self.model.arrive(key, self.clock.now())
+        self.api.create_pod(pod_manifest(self.model.pods[key].request, self.clock.now()))
         return future
 
     async def tick(self) -> float:
         """Advance the clock; pods whose time is up leave; publish samples."""
         t = self.clock.advance()
-        for event in self.model.finish_due(t, self.clock.now()):
-            if isinstance(event, PodLifecycle):
-                self.record.happen(t, "deleted", event.node, event.event_key(), "finished")
-                self._changed(event.node)
-            await self.emit(event, discriminator=f"{event.TYPE}/finished")
+        self.kubelets.finish(self.model.due(t))
+        await self.kubelets.idle.wait()
         await self.publish_metrics()
         return t
 
@@ -265,24 +314,25 @@ class SimulatorService(Service):
         quiet_s = s.settle_quiet_s if quiet_s is None else quiet_s
         while True:
             quiet = time.monotonic() - self._last_input >= quiet_s
-            if quiet and not self._awaiting_allocatable:
+            if quiet and not self._awaiting_allocatable and self.kubelets.idle.is_set():
                 return True
             if time.monotonic() > deadline:
                 self._awaiting_allocatable.clear()  # an unanswered sample is not waited for twice
                 return False
             await asyncio.sleep(min(max(s.settle_quiet_s / 2, 0.005), 0.05))
 
-    # -- internals --------------------------------------------------------------
-    def _touch(self) -> None:
-        self._last_input = time.monotonic()
-
-    def _changed(self, node: str | None) -> None:
+    # -- what the kubelets call ------------------------------------------------------
+    def changed(self, node: str | None) -> None:
+        """`node`'s pods changed: sample it, refresh its GPU figures."""
         if node in self.model.nodes:
             self._dirty.add(node)
             if self.ledger is not None:
                 self.ledger.refresh(node)
 
-    def _settle(self, key: str, how: str) -> None:
+    def settle(self, key: str, how: str) -> None:
         future = self.waiters.pop(key, None)
         if future is not None and not future.done():
             future.set_result(how)
+
+    def _touch(self) -> None:
+        self._last_input = time.monotonic()

@@ -38,3 +38,9 @@ class SimulatorSettings(ServiceSettings):
                                                              "counted as undecided")
     batch: int = Field(1, ge=1, description="pods released together before waiting for their decisions")
     autorun: bool = Field(True, description="release the workload's pods by itself (off when a driver does)")
+    kube_api_host: str = Field("127.0.0.1", description="where the simulated cluster's API server listens")
+    kube_api_port: int = Field(0, ge=0, le=65535, description="its port (0: any free one)")
+    kubeconfig: str = Field("", description="written at start: how the bridge and kubectl reach the "
+                            "simulated cluster (default: a fresh temporary folder)")
+    kube_history: int = Field(50_000, ge=100, description="changes the API server keeps for watches to resume "
+                              "from (older resourceVersions get 410 Gone, as after etcd compaction)")

@@ -13,8 +13,12 @@ duration; a share `leave` of the pods leave after 10–50 % of it.
 
 from __future__ import annotations
 
+from typing import get_args
+
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+
+from tidal_schemas.common import CpuPolicy
 
 from .scenario import GpuSpec, NodeSpec, PodSpec, Scenario
 from .usage_curves import Constant, Diurnal, Spike, UsageSpec
@@ -86,7 +90,7 @@ def _pod(i: int, spec: SyntheticSpec, rng: np.random.Generator, kind: str) -> Po
                        qos="BE", evictable=True, **common)
     if kind == "service":
         return PodSpec(cpu_milli=1000 * int(rng.choice([1, 2, 4])), memory_mib=int(rng.choice([2048, 4096, 8192])),
-                       exclusive_cpus=True, cpu_policy=str(rng.choice(["spread", "single-numa", "auto"])),
+                       exclusive_cpus=True, cpu_policy=str(rng.choice(list(get_args(CpuPolicy)))),
                        qos="LS", priority=100, **common)
     models = [spec.gpu_models[int(rng.integers(len(spec.gpu_models)))]] if rng.random() < 0.3 else []
     if kind == "share":

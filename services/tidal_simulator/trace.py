@@ -23,7 +23,7 @@ from tidal_schemas import GpuAsk
 from tidal_simulator.openb import TraceError, TracePod, node_topology, read_nodes, read_pods
 from tidal_simulator.openb_replay import arrival_sequence
 
-from .pods import pending_pod
+from .pods import sim_pod
 from .usage_curves import Constant, UsageSpec
 from .workload import SimNode, SimPodSpec, Workload
 
@@ -41,7 +41,7 @@ def trace_pod(pod: TracePod, tenants: int, usage: UsageSpec, arrive_s: float,
     """A trace pod as a simulated pod."""
     tenant = tenant_of(pod.name, tenants)
     gpu = GpuAsk(count=pod.num_gpu, milli=pod.gpu_milli if pod.num_gpu else 1000, models=list(pod.gpu_spec))
-    event = pending_pod(tenant, pod.name, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib, gpu=gpu,
+    event = sim_pod(tenant, pod.name, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib, gpu=gpu,
                         tenant=tenant, user=tenant, qos="LS" if pod.qos in _LS else "BE",
                         priority=100 if pod.qos in _LS else 0, evictable=pod.qos not in _LS)
     return SimPodSpec(event, usage, arrive_s, duration_s)

@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidal_schemas import NodeTopology, PodLifecycle, TenantConfig
+from tidal_schemas import NodeTopology, TenantConfig
 
+from .pods import SimPod
 from .usage_curves import UsageSpec
 
 
@@ -30,7 +31,7 @@ class SimPodSpec:
     end), and for pods already running at the start, where (`node`, and
     optionally the NUMA nodes its cpuset is pinned to)."""
 
-    pod: PodLifecycle
+    pod: SimPod
     usage: UsageSpec = UsageSpec()
     arrive_s: float = 0.0
     duration_s: float | None = None

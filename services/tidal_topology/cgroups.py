@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .cgroup_paths import CgroupVersion, check_parent, check_uid, find_pod_dir, inside
+from .cgroup_paths import CgroupVersion, check_parent, check_uid, find_pod_dir, inside, list_pod_dirs, parent_dir
 from .cpuset import format_cpuset, parse_cpuset
 
 _POLL_S = 0.01
@@ -113,6 +113,36 @@ def pod_cpuset(fs: CgroupFs, uid: str) -> list[int] | None:
         return parse_cpuset(_read(pod_dir / "cpuset.cpus"))
     except (OSError, ValueError):
         return None
+
+
+@dataclass(frozen=True)
+class PodCpuset:
+    """A pod cgroup as found: its cpuset (None when unreadable) and the
+    names of the cgroups below it (its containers)."""
+
+    cpus: tuple[int, ...] | None
+    children: frozenset[str]
+
+
+def scan_pod_cpusets(fs: CgroupFs) -> dict[str, PodCpuset]:
+    """Every pod cgroup under the parent (cpuset hierarchy on v1): uid -> its
+    cpuset and container cgroups. Empty when the parent does not exist."""
+    problem = check_parent(fs.parent)
+    base = None if problem else parent_dir(Path(fs.root), fs.parent, "cpuset" if fs.version == "v1" else None)
+    if base is None:
+        return {}
+    found = {}
+    for uid, pod_dir in list_pod_dirs(base, Path(fs.root)).items():
+        try:
+            cpus: tuple[int, ...] | None = tuple(parse_cpuset(_read(pod_dir / "cpuset.cpus")))
+        except (OSError, ValueError):
+            cpus = None
+        try:
+            children = frozenset(e.name for e in os.scandir(pod_dir) if e.is_dir(follow_symlinks=False))
+        except OSError:
+            children = frozenset()
+        found[uid] = PodCpuset(cpus, children)
+    return found
 
 
 def freeze_pod(fs: CgroupFs, uid: str, timeout_s: float = 5.0) -> Outcome:

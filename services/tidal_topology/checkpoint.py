@@ -1,10 +1,12 @@
-"""§A exclusive-CPU state of a node: which container holds which CPUs, and
-the shared pool everyone else runs on. Nothing is pre-partitioned: at start
-every non-reserved CPU is shared.
+"""§A exclusive-CPU state of a node — the agent's books: which container
+holds which CPUs, and which pod each holding (or NUMA pinning) serves.
+Nothing is pre-partitioned: at start every CPU is shared.
 
-    shared pool = all CPUs − reserved − ∪ assigned
+    free (for exclusive use) = all CPUs − reserved − ∪ assigned
+    shared pool              = all CPUs − ∪ assigned      (reserved CPUs stay shared, as in kubelet)
 
-Assign/release are pure. The state file is written atomically (temp file,
+Assign/release are pure; `claims` (see `Claim`) are kept beside them and
+changed by `books.py`. The state file is written atomically (temp file,
 fsync, rename, fsync of the directory) and carries a SHA-256 checksum; a
 file that fails to parse or to match its checksum is reported as corrupt so
 the caller rebuilds from the stream — it is never read as "empty".
@@ -22,8 +24,23 @@ from typing import Literal
 
 from .cpuset import format_cpuset, parse_cpuset
 
-VERSION = 1
+VERSION = 2
+READS = (1, 2)  # version 1 had no claims: each assigned pod reads as a bound claim
 Key = tuple[str, str]  # (pod "namespace/name", container)
+Stage = Literal["decided", "bound", "running"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Why the agent pins a pod: the decision (or move) it serves, the pod's
+    uid once known, the NUMA nodes it is pinned to, and how far its bind has
+    gone (`decided`: awaiting the bind since `at`, epoch seconds)."""
+
+    uid: str = ""
+    decision_id: str = ""
+    numa_nodes: tuple[int, ...] = ()
+    stage: Stage = "decided"
+    at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -31,12 +48,26 @@ class CpuState:
     cpus: frozenset[int]
     reserved: frozenset[int] = frozenset()
     assignments: Mapping[Key, frozenset[int]] = field(default_factory=dict)
+    claims: Mapping[str, Claim] = field(default_factory=dict)
+
+    @property
+    def assigned(self) -> frozenset[int]:
+        """Every CPU held exclusively."""
+        return frozenset().union(*self.assignments.values()) if self.assignments else frozenset()
+
+    @property
+    def free(self) -> frozenset[int]:
+        """All CPUs − reserved − every assigned CPU: what exclusive requests take from."""
+        return self.cpus - self.reserved - self.assigned
 
     @property
     def shared_pool(self) -> frozenset[int]:
-        """All CPUs − reserved − every assigned CPU."""
-        taken = set().union(*self.assignments.values()) if self.assignments else set()
-        return self.cpus - self.reserved - taken
+        """All CPUs − every assigned CPU: where every other pod runs."""
+        return self.cpus - self.assigned
+
+    def held_by(self, pod: str) -> frozenset[int]:
+        """The CPUs every container of `pod` holds (empty: none)."""
+        return frozenset().union(*(cpus for (p, _), cpus in self.assignments.items() if p == pod))
 
     def holder_of(self, cpu: int) -> Key | None:
         """The (pod, container) holding `cpu`, or None."""
@@ -80,7 +111,7 @@ def assign(state: CpuState, pod: str, container: str, cpus: Iterable[int]) -> Ch
         problems.append(f"cpus {format_cpuset(wanted - state.cpus)} are not on this node")
     if wanted & state.reserved:
         problems.append(f"cpus {format_cpuset(wanted & state.reserved)} are reserved")
-    for cpu in sorted(wanted & (state.cpus - state.reserved - state.shared_pool)):
+    for cpu in sorted(wanted & state.assigned):
         holder = state.holder_of(cpu)
         problems.append(f"cpu {cpu} is held by {holder[0]}/{holder[1]}")
     if problems:
@@ -114,7 +145,17 @@ def _data(state: CpuState) -> dict:
     pods: dict[str, dict[str, str]] = {}
     for (pod, container), cpus in sorted(state.assignments.items()):
         pods.setdefault(pod, {})[container] = format_cpuset(cpus)
-    return {"cpus": format_cpuset(state.cpus), "reserved": format_cpuset(state.reserved), "assignments": pods}
+    claims = {pod: {"uid": c.uid, "decision_id": c.decision_id, "numa_nodes": format_cpuset(c.numa_nodes),
+                    "stage": c.stage, "at": c.at} for pod, c in sorted(state.claims.items())}
+    return {"cpus": format_cpuset(state.cpus), "reserved": format_cpuset(state.reserved), "assignments": pods,
+            "claims": claims}
+
+
+def _claim(raw: dict) -> Claim:
+    if raw["stage"] not in ("decided", "bound", "running") or not isinstance(raw["at"], (int, float)):
+        raise ValueError(f"bad claim {raw!r:.80}")
+    return Claim(str(raw["uid"]), str(raw["decision_id"]), tuple(parse_cpuset(raw["numa_nodes"])), raw["stage"],
+                 float(raw["at"]))
 
 
 def _checksum(data: dict) -> str:
@@ -173,7 +214,7 @@ def decode_state(raw: bytes, where: str = "state") -> Loaded:
         return Loaded("corrupt", reason=f"{where}: not JSON ({exc})")
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), dict):
         return Loaded("corrupt", reason=f"{where}: not a state document")
-    if doc.get("version") != VERSION:
+    if doc.get("version") not in READS:
         return Loaded("corrupt", reason=f"{where}: unsupported version {doc.get('version')!r}")
     data = doc["data"]
     if doc.get("checksum") != _checksum(data):
@@ -186,6 +227,11 @@ def decode_state(raw: bytes, where: str = "state") -> Loaded:
                 if not change.ok:
                     return Loaded("corrupt", reason=f"{where}: {pod}/{container}: {change.reason}")
                 state = change.state
+        if doc["version"] == 1:
+            claims = {pod: Claim(stage="bound") for pod, _ in state.assignments}
+        else:
+            claims = {str(pod): _claim(raw) for pod, raw in data["claims"].items()}
+        state = replace(state, claims=claims)
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         return Loaded("corrupt", reason=f"{where}: malformed data ({exc})")
     return Loaded("ok", state)

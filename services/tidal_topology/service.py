@@ -1,32 +1,38 @@
-"""The node agent: publishes this node's topology and usage, gives pods
-their exclusive CPUs, and carries out freeze / thaw / set-cpuset actions on
-the pod cgroups. One instance per node (a DaemonSet)."""
+"""The node agent: publishes this node's topology and usage, is the one
+authority over the node's CPU sets (exclusive CPUs tied to their bind, the
+shared pool, NUMA pinning, moves — see `books.py` and `authority.py`), and
+carries out freeze / thaw / set-cpuset actions on the pod cgroups. One
+instance per node (a DaemonSet)."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import Gauge
+
 from tidal_bus import Delivery
-from tidal_schemas import ActionResult, CpuAssignment, Envelope, NodeAction, PlacementDecision, PodLifecycle
+from tidal_schemas import ActionResult, BindResult, Envelope, NodeAction, PlacementDecision, PodLifecycle
 
 from tidal_schemas.fence import DecisionFence
 
 from tidal_runtime import Service, Subscription
 
-from . import cgroups, checkpoint
+from . import books, cgroups, checkpoint
+from .authority import CpuAuthority
 from .cgroup_paths import detect_version
-from .cpu_allocator import pick_per_numa
 from .gpus import discover_gpus
 from .inventory import build_node_topology
+from .kubelet import check_kubelet
 from .node_pods import NodePods, shown
 from .sampling import build_metrics
 from .settings import TopologySettings
-from .sysfs import read_topology
+from .sysfs import memory_nodes, read_topology
 from .usage import cpu_utilisation, pod_usage, read_meminfo, read_pod_counters, read_proc_stat
 
 _TOPOLOGY_IDS = uuid.UUID("0c1f0f5e-2d8b-4a61-a7a2-0e4b7d0b3c11")
@@ -49,13 +55,29 @@ class TopologyService(Service):
         self.gpu_source = found.reason
         self.topology = build_node_topology(machine, self.node, reserved_cpus=s.reserved,
                                             exclusive_cpus=s.exclusive_cpus, gpus=found.gpus, pool=s.pool)
+        may_start, why = check_kubelet(s.kubelet_cpu_state, s.exclusive_cpus)
+        if not may_start:
+            raise ValueError(why)
+        self.kubelet_note = why
         root = Path(s.cgroup_root)
         version = detect_version(root) if s.cgroup_version == "auto" else s.cgroup_version
         self.cgroups = cgroups.CgroupFs(root=root, parent=s.cgroup_parent, version=version)
         self.pods = NodePods(self.node)
         self.fence = DecisionFence()
-        self.memory_nodes = _memory_nodes(Path(s.sysfs_root))
-        self.cpu_state = self._load_checkpoint()
+        self.memory_nodes = memory_nodes(Path(s.sysfs_root))
+        self.audit_gauge = Gauge("tidal_node_audit_violations", "Violations the last node audit found, by kind "
+                                 "(see tidal_topology.audit): each must be 0", ["service", "kind"],
+                                 registry=self.metrics.registry)
+        self.cpus = CpuAuthority(
+            node=self.node, topology=self.topology.cpus, state=self._load_checkpoint(), fs=self.cgroups,
+            memory_nodes=frozenset(self.memory_nodes), manage_all=s.exclusive_cpus, state_file=s.state_file,
+            publish=self.publish, live_pods=self.pods.here,
+            on_audit=lambda found: [self.audit_gauge.labels(self.name, k).set(n) for k, n in found.items()],
+            log=self.log)
+
+    @property
+    def cpu_state(self) -> checkpoint.CpuState:
+        return self.cpus.state
 
     def _load_checkpoint(self) -> checkpoint.CpuState:
         loaded = checkpoint.load_state(self.settings.state_file)
@@ -78,29 +100,33 @@ class TopologyService(Service):
         ]
 
     def loops(self):
-        return [self.follow_pods, self.sample_usage]
+        return [self.follow_pods, self.follow_binds, self.expire_binds, self.watch_cgroups, self.sample_usage]
 
     async def on_start(self) -> None:
         self.log.info("node %s: %d cpus, %d NUMA nodes, GPUs: %s", self.node, len(self.topology.cpus),
                       len(self.topology.numa_nodes), self.gpu_source)
+        if self.kubelet_note:
+            self.log.warning("%s", self.kubelet_note)
         # The same inventory always gets the same id, so restarts add no copies.
         digest = hashlib.sha256(encode_payload(self.topology)).hexdigest()
         await self.publish(self.topology, event_id=str(uuid.uuid5(_TOPOLOGY_IDS, f"{self.node}/{digest}")))
 
-    # -- pods and exclusive CPUs ----------------------------------------------
+    # -- pods and their CPUs (the books: books.py) -----------------------------
     async def follow_pods(self) -> None:
         async def on_event(envelope: Envelope[Any]) -> None:
             pod = envelope.payload
             if not isinstance(pod, PodLifecycle) or not self._mine(envelope):
                 return
             self.pods.apply(pod)
-            if pod.phase == "deleted" and pod.node == self.node:
-                await self._release(pod.event_key(), envelope)
-            elif pod.phase == "running" and pod.node == self.node:
-                await self._apply_cpuset(pod.event_key())
+            await self.cpus.change(lambda state: books.on_pod(
+                state, pod, self.node, self.topology.cpus, time.time(), adopt=self.settings.exclusive_cpus),
+                cause=envelope)
 
         async def done() -> None:
             self.log.info("pod table caught up: %d pods here", len(self.pods.here()))
+            async with self.cpus.lock:
+                self.cpus.live = True
+                await self.cpus.apply()
 
         await self.bus.catch_up_then_follow("pod.lifecycle", on_event, done)
 
@@ -111,49 +137,42 @@ class TopologyService(Service):
         decision = envelope.payload
         if not self.fence.admit(decision):  # a deposed placement leader's decision: see tidal_schemas.fence
             return
-        if decision.outcome != "placed" or decision.node != self.node or not decision.numa_cpus:
-            return
-        key = decision.event_key()
-        if any(pod == key for pod, _ in self.cpu_state.assignments):
-            return  # already given (a redelivery, or restored from the checkpoint)
-        picked = pick_per_numa(self.topology.cpus, self.cpu_state.shared_pool, decision.numa_cpus)
-        if picked.cpus is None:
-            self.log.error("pod %s: cannot take %s exclusive CPUs here: %s", key, decision.numa_cpus, picked.reason)
-            return
-        change = checkpoint.assign(self.cpu_state, key, "", picked.cpus)
-        if not change.ok:
-            self.log.error("pod %s: assignment refused: %s", key, change.reason)
-            return
-        self.cpu_state = change.state
-        checkpoint.save_state(self.cpu_state, self.settings.state_file)
-        await self.publish(CpuAssignment(node=self.node, pod=key, cpuset=sorted(picked.cpus)),
-                           cause=envelope, delivery=delivery)
-        if not delivery.replaying:
-            await self._apply_cpuset(key)
+        if not self.settings.exclusive_cpus or decision.outcome == "fence":
+            return  # kubelet may own the cpusets of a node offering no exclusive CPUs: leave them
+        await self.cpus.change(lambda state: books.on_decision(
+            state, decision, self.node, self.topology.cpus, time.time(), self.pods.get(decision.event_key())),
+            cause=envelope, delivery=delivery)
 
-    async def _release(self, key: str, cause: Envelope[Any]) -> None:
-        change = checkpoint.release(self.cpu_state, key)
-        if not change.cpus:
-            return
-        self.cpu_state = change.state
-        checkpoint.save_state(self.cpu_state, self.settings.state_file)
-        await self.publish(CpuAssignment(node=self.node, pod=key, cpuset=sorted(change.cpus), released=True),
-                           cause=cause)
+    async def follow_binds(self) -> None:
+        async def on_event(envelope: Envelope[Any]) -> None:
+            if isinstance(envelope.payload, BindResult) and self._mine(envelope):
+                await self.cpus.change(lambda state: books.on_bind_result(state, envelope.payload, self.node),
+                                       cause=envelope)
 
-    def _cpuset_of(self, key: str) -> list[int] | None:
-        held = [cpus for (pod, _), cpus in self.cpu_state.assignments.items() if pod == key]
-        return sorted(set().union(*held)) if held else None
+        async def done() -> None:
+            return None
 
-    async def _apply_cpuset(self, key: str) -> None:
-        (pod, refusal, why), cpus = self.pods.owned(key), self._cpuset_of(key)
-        if pod is None or cpus is None:
-            if refusal == "refused":
-                self.log.warning("pod %s: cpuset not applied: %s", shown(key), why)
-            return
-        mems = sorted({c.numa for c in self.topology.cpus if c.cpu in cpus})
-        outcome = await asyncio.to_thread(cgroups.set_pod_cpuset, self.cgroups, pod.uid, cpus, mems)
-        if outcome.status not in ("done", "unknown-pod"):  # unknown: its cgroup is not there yet
-            self.log.warning("pod %s: cpuset %s not applied: %s", key, cpus, outcome.reason)
+        await self.bus.catch_up_then_follow("bind.result", on_event, done)
+
+    async def expire_binds(self) -> None:
+        timeout = self.settings.bind_timeout_s
+        while True:
+            await asyncio.sleep(min(1.0, timeout / 4))
+            await self.cpus.change(lambda state: books.expire(state, time.time(), timeout))
+
+    async def watch_cgroups(self) -> None:
+        """New pod and container cgroups are pinned as they appear; the node
+        is audited every `audit_interval_s` besides after every change."""
+        last_audit = time.monotonic()
+        while True:
+            await asyncio.sleep(self.settings.rescan_s)
+            if not self.cpus.live:
+                continue
+            await self.cpus.rescan()
+            if time.monotonic() - last_audit >= self.settings.audit_interval_s:
+                last_audit = time.monotonic()
+                async with self.cpus.lock:
+                    await self.cpus.audit()
 
     # -- actions --------------------------------------------------------------
     async def on_action(self, envelope: Envelope[NodeAction], delivery: Delivery) -> None:
@@ -182,15 +201,28 @@ class TopologyService(Service):
         elif action.kind == "thaw":
             outcome = await asyncio.to_thread(cgroups.thaw_pod, self.cgroups, pod.uid)
         else:
-            known = {c.cpu for c in self.topology.cpus}
-            if not set(action.cpuset) <= known:
-                unknown = sorted(set(action.cpuset) - known)
-                return "refused", f"cpuset names CPUs this node does not have: {shown(unknown)}"
-            # NUMA ids declared by an override need not be memory nodes of the machine:
-            # pin memory only to nodes that exist, otherwise leave it where it is.
-            mems = action.mems if action.mems and set(action.mems) <= self.memory_nodes else None
-            outcome = await asyncio.to_thread(cgroups.set_pod_cpuset, self.cgroups, pod.uid, action.cpuset, mems)
+            return await self._move(action, pod)
         return outcome.status, outcome.reason
+
+    async def _move(self, action: NodeAction, pod: PodLifecycle) -> tuple[str, str]:
+        """A set-cpuset is a request to the books: the agent chooses the CPUs."""
+        if action.target_numa is None:
+            return "refused", "name target_numa: the node agent chooses the CPUs, a concrete cpuset is not taken"
+        key = pod.event_key()
+        async with self.cpus.lock:
+            before = self.cpus.state
+            step = books.move(before, key, pod.uid, action.target_numa, action.cpu_count, self.topology.cpus)
+            if step.refused:
+                return "refused", step.refused
+            outcome = (await self.cpus.commit(step)).get(pod.uid)
+            if outcome is not None and outcome.status == "failed":  # the kernel said no: the books go back
+                held = tuple(sorted(before.held_by(key)))
+                undo = books.Published(key, held, False, books.numa_counts(self.topology.cpus, held),
+                                       before.claims[key].decision_id if key in before.claims else "",
+                                       "move undone") if held else None
+                await self.cpus.commit(books.Step(before, True, (undo,) if undo else ()))
+                return "failed", outcome.reason
+        return "done", step.note or "already there"
 
     def _actual_cpusets(self, by_uid: dict[str, PodLifecycle]) -> dict[str, list[int]]:
         """Each pod's cpuset as its cgroup has it (what the kernel enforces,
@@ -227,15 +259,9 @@ class TopologyService(Service):
             memory_total_mib=memory.total_mib, pod_samples=pod_usage(counters, counters_now),
             pods_by_uid=by_uid,
             cpusets=self._actual_cpusets(by_uid),
-            shared_pool=sorted(self.cpu_state.shared_pool),
+            shared_pool=sorted(self.cpu_state.shared_pool),  # kubelet's default set: reserved CPUs included
             frozen={uid: bool(cgroups.pod_frozen(self.cgroups, uid)) for uid in by_uid},
         )
-
-
-def _memory_nodes(sysfs: Path) -> set[int]:
-    """NUMA memory nodes the kernel has (node0 only on machines without NUMA)."""
-    found = {int(p.name[4:]) for p in (sysfs / "devices/system/node").glob("node[0-9]*")}
-    return found or {0}
 
 
 def encode_payload(payload) -> bytes:

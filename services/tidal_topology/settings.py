@@ -34,6 +34,11 @@ class TopologySettings(ServiceSettings):
     gpu_inventory_file: str | None = None
     interval_s: float = Field(10.0, gt=0, description="usage sampling interval")
     state_file: str = Field("/var/lib/tidal/cpu-state.json", description="exclusive CPU assignment checkpoint")
+    bind_timeout_s: float = Field(60.0, gt=0, description="a decision not confirmed bound by then gives its CPUs back")
+    rescan_s: float = Field(1.0, gt=0, description="how often pod cgroups are scanned for new pods and containers")
+    kubelet_cpu_state: str = Field("/var/lib/kubelet/cpu_manager_state",
+                                   description="kubelet's CPU manager checkpoint: its policy must be none")
+    audit_interval_s: float = Field(30.0, gt=0, description="node audit period, besides after every change")
     pool: str = "default"
 
     @field_validator("reserved_cpus")

@@ -101,6 +101,12 @@ def read_topology(sysfs: str | Path = "/sys", numa_override: Mapping[int, int] |
     return MachineTopology(cpus=cpus, numa_memory_mib=memory)
 
 
+def memory_nodes(sysfs: str | Path = "/sys") -> set[int]:
+    """NUMA memory nodes the kernel has (node0 only on machines without NUMA)."""
+    found = {int(p.name[4:]) for p in (Path(sysfs) / "devices/system/node").glob("node[0-9]*")}
+    return found or {0}
+
+
 def _unique_cores(online: list[int], package: dict[int, int], core_id: dict[int, int],
                   siblings: dict[int, list[int]]) -> dict[int, int]:
     """cpu -> lowest online sibling; siblings come from thread_siblings_list,

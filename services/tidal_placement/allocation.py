@@ -1,0 +1,52 @@
+"""What a pod holds on a node, and whether the cache accepted a change (plain values)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Whether a state change was accepted, and why not."""
+
+    ok: bool
+    reason: str = ""
+
+
+OK = Outcome(True)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What one pod holds on one node: node-level CPU/memory, exclusive CPUs
+    per NUMA id, and milli-GPU per GPU id."""
+
+    node: str
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    numa_cpus: tuple[tuple[int, int], ...] = ()
+    gpus: tuple[tuple[str, int], ...] = ()
+
+    @staticmethod
+    def of(node: str, cpu_milli: int = 0, memory_mib: int = 0,
+           numa_cpus: Mapping[int, int] | None = None, gpus: Mapping[str, int] | None = None) -> "Allocation":
+        """Build an allocation from mappings (zero entries dropped)."""
+        return Allocation(node, cpu_milli, memory_mib,
+                          tuple(sorted((k, v) for k, v in (numa_cpus or {}).items() if v)),
+                          tuple(sorted((k, v) for k, v in (gpus or {}).items() if v)))
+
+
+@dataclass(frozen=True)
+class Floating:
+    """Devices a pod holds on its node without their names: milli-GPU per
+    GPU held (1000 = whole), exclusive CPUs."""
+
+    gpus: tuple[int, ...] = ()
+    exclusive_cpus: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.gpus or self.exclusive_cpus)
+
+
+NONE_FLOATING = Floating()

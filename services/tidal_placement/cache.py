@@ -1,0 +1,247 @@
+"""One cluster as placement knows it: the scheduler cache, the queue, tenants
+and groups, bind tracking — and how each event changes them. Every replica
+applies every event; only the leader runs the scheduling cycle over it.
+
+No I/O and no clock of its own: times come in as arguments. A pod's holding
+is derived from the latest event of each stream about it
+(`holdings.PodRecord`; the node agent's `cpu.assignment` included, for the
+per-NUMA CPUs of a moved pod), so the cache is the same whatever order the
+streams are read in.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from typing import Any
+
+from tidal_schemas import (
+    STOP_SCHEDULING_TAINT, BindResult, CpuAssignment, NodeAction, NodeAllocatable, NodeScore, NodeTopology, PlacementDecision,
+    PodLifecycle, TenantConfig, UserScore, resource_type,
+)
+from tidal_schemas.fence import DecisionFence
+
+from .cluster_state import ClusterState
+from .gpu_groups import GroupRegistry
+from .holdings import PodRecord
+from .queue import SchedulingQueue
+from .staleness import stale_nodes, stale_reason
+
+log = logging.getLogger("tidal.placement")
+
+GONE_KEPT = 100_000  # deleted pods remembered against late decisions (a rebuild reads them in any order)
+STOP_SCHEDULING = "stop-scheduling taint"
+
+
+class ClusterCache:
+    """Everything placement keeps about one cluster (see the module docstring)."""
+
+    def __init__(self, name: str, permit_timeout_s: float, stale_after_s: float,
+                 on_pending: Callable[[PodLifecycle], None] = lambda p: None):
+        self.name = name
+        self.stale_after_s = stale_after_s
+        self.state = ClusterState()
+        self.queue = SchedulingQueue(permit_timeout_s)
+        self.groups = GroupRegistry()
+        self.fence = DecisionFence()
+        self.tenants: dict[str, TenantConfig] = {}
+        self.inventory: dict[str, list] = {}  # node -> its GPUs
+        self.gpu_model: dict[str, str] = {}  # GPU id -> model
+        self.scores: dict[tuple[str, str], float] = {}  # (user, resource type) -> fair-share score
+        self.records: dict[str, PodRecord] = {}  # pod key -> what is known of it
+        self.gone: dict[str, None] = {}  # uids of deleted pods, oldest first
+        self.awaiting_bind: dict[str, float] = {}  # pod key -> when its decision was taken or read
+        self.requested: dict[str, PodLifecycle] = {}  # pods placed here, as they asked
+        self.tries: dict[str, int] = {}  # placements made per pod (rollbacks give new ids)
+        self.last_sample: dict[str, datetime] = {}  # node -> time of its newest sample
+        self.stale: frozenset[str] = frozenset()
+        self.room_changed = False  # waiting or refused pods may now fit
+        self.on_pending = on_pending
+
+    # -- events -------------------------------------------------------------------
+    def apply(self, p: Any, now: float) -> bool:
+        """Apply one event; True when the scheduling cycle should run again.
+        Decisions go through `apply_decision` (they need the fence)."""
+        if isinstance(p, (NodeTopology, NodeAllocatable, TenantConfig)) or (
+                isinstance(p, NodeAction) and p.kind == "untaint"):
+            self.room_changed = True
+        if isinstance(p, NodeTopology):
+            self.state.upsert_node(p)
+            self.inventory[p.node] = list(p.gpus)
+            self.gpu_model.update((gpu.id, gpu.model) for gpu in p.gpus)
+            self._regroup()
+        elif isinstance(p, NodeAllocatable):
+            self.state.set_allocatable(p.node, p.allocatable)
+        elif isinstance(p, NodeScore):
+            self.state.apply_node_score(p)
+            # loads re-rank, they do not make a waiting pod fit; a stale node speaking again may
+            return self.sampled(p.node, p.sampled_at) and bool(self.check_stale(now)[1])
+        elif isinstance(p, UserScore):
+            self.scores[(p.user, p.resource_type)] = p.score
+            return False
+        elif isinstance(p, TenantConfig):
+            self.tenants[p.tenant] = p
+            self._regroup()
+        elif isinstance(p, NodeAction) and p.kind in ("taint", "untaint") \
+                and p.taint_key == STOP_SCHEDULING_TAINT and not p.dry_run:
+            self.state.set_blocked(p.node, STOP_SCHEDULING, blocked=p.kind == "taint")
+        elif isinstance(p, PodLifecycle):
+            self._apply_pod(p, now)
+        elif isinstance(p, BindResult):
+            self._apply_bind(p, now)
+        elif isinstance(p, CpuAssignment):
+            return self._apply_assignment(p, now)
+        else:
+            return False
+        return True
+
+    def apply_decision(self, d: PlacementDecision, me: str, now: float) -> bool:
+        """Apply a decision read from the log; whether the fence admitted it."""
+        admitted = self.fence.admit(d)
+        if d.outcome != "placed":
+            return admitted
+        key = d.event_key()
+        record = self.records.get(key)
+        if not admitted:
+            if d.leader == me and record is not None and record.live_decision() == d:
+                self.rollback(key, now)  # fenced out: undo our own assumption
+        elif d.uid not in self.gone:
+            self._record(key).decision = d
+            self._reconcile(key, now)
+        return admitted
+
+    def _record(self, key: str) -> PodRecord:
+        return self.records.setdefault(key, PodRecord())
+
+    def _apply_pod(self, pod: PodLifecycle, now: float) -> None:
+        key = pod.event_key()
+        if pod.phase == "deleted":
+            self.room_changed = True
+            self.records.pop(key, None)
+            self.requested.pop(key, None)
+            self.tries.pop(key, None)
+            self._bury(pod.uid)
+        else:
+            record = self._record(key)
+            record.pod = pod
+            if record.waits():
+                self.on_pending(pod)
+        self._reconcile(key, now)
+
+    def _bury(self, uid: str) -> None:
+        # Decisions are another stream: one for a pod deleted since may be read
+        # after its deletion (a rebuild), and must not book anything then.
+        if uid:
+            self.gone[uid] = None
+            while len(self.gone) > GONE_KEPT:
+                del self.gone[next(iter(self.gone))]
+
+    def _apply_bind(self, result: BindResult, now: float) -> None:
+        key = f"{result.namespace}/{result.name}"
+        if result.ok:
+            self.awaiting_bind.pop(key, None)
+            self.state.confirm(key)
+            return
+        log.info("bind of %s on %s failed (%s): rolling back", key, result.node, result.reason)
+        self._record(key).failed.add(result.decision_id)  # also when read before its decision
+        self.room_changed = True
+        self._reconcile(key, now)
+
+    def _apply_assignment(self, a: CpuAssignment, now: float) -> bool:
+        # The node agent moved (or took back) a pod's exclusive CPUs: a bound
+        # pod's per-NUMA holding follows it (holdings.bound_holding).
+        if a.released and a.pod not in self.records:
+            return False  # the pod is gone: nothing to correct
+        self._record(a.pod).assignment = a
+        self.room_changed = True
+        self._reconcile(a.pod, now)
+        return True
+
+    def rollback(self, key: str, now: float) -> None:
+        """Give up the pod's live decision (bind timed out, fenced out): its
+        room returns to the cache and the pod to the queue."""
+        record = self.records.get(key)
+        decision = record.live_decision() if record is not None else None
+        if decision is not None:
+            record.failed.add(decision.decision_id)
+        self.room_changed = True
+        self._reconcile(key, now)
+
+    def _reconcile(self, key: str, now: float) -> None:
+        """Make the cache and the queue say what the pod's record says."""
+        record = self.records.get(key)
+        holding = record.holding() if record is not None else None
+        if holding is None:
+            if self.state.release(key) is not None:
+                self.room_changed = True
+            self.awaiting_bind.pop(key, None)
+        else:
+            outcome = self.state.record(key, holding.allocation, holding.floating, confirmed=holding.bound)
+            if outcome.reason:
+                log.info("pod %s in %s: %s", key, self.name, outcome.reason)
+            if holding.bound:
+                self.awaiting_bind.pop(key, None)
+            else:
+                self.awaiting_bind.setdefault(key, now)
+        if record is not None and record.waits():
+            self.queue.add(record.pod, self.score(record.pod))
+        else:
+            self.queue.remove(key)
+
+    def placed(self, decision: PlacementDecision, pod: PodLifecycle, now: float) -> None:
+        """The leader took `decision` (already assumed in the state): the pod
+        holds it from now on, whatever is read next."""
+        key = pod.event_key()
+        self._record(key).decision = decision
+        self.queue.remove(key)
+        self.tries[key] = self.tries.get(key, 0) + 1
+        self.requested[key] = pod
+        self.awaiting_bind[key] = now
+
+    # -- reads -----------------------------------------------------------------
+    def score(self, pod: PodLifecycle) -> float:
+        return self.scores.get((pod.user, resource_type(pod)), 0.0)
+
+    def holdings(self) -> Iterator[tuple[PodLifecycle, dict[str, int]]]:
+        """(pod, GPUs held by name) of every Tidal pod holding room here."""
+        for key, record in self.records.items():
+            held = self.state.held(key) if record.pod is not None and not record.pod.foreign else None
+            if held is not None:
+                yield record.pod, dict(held.gpus)
+
+    def governed(self) -> bool:
+        """Whether any tenant has a quota or groups (else usage is not needed)."""
+        return any(t.quota or t.groups or t.auto_grouping for t in self.tenants.values())
+
+    def expired_binds(self, now: float, timeout_s: float) -> list[str]:
+        return [key for key, since in self.awaiting_bind.items() if now - since >= timeout_s]
+
+    # -- nodes -----------------------------------------------------------------
+    def sampled(self, node: str, at: datetime) -> bool:
+        """Note a node's sample time; True when a stale node spoke again."""
+        if node not in self.last_sample or at > self.last_sample[node]:
+            self.last_sample[node] = at
+        return node in self.stale
+
+    def check_stale(self, now: float) -> tuple[list[str], list[str]]:
+        """Take out the nodes gone stale and put back those no longer stale
+        (the rule is `staleness.stale_nodes`); (newly stale, back) nodes."""
+        after = self.stale_after_s
+        stale = stale_nodes(self.last_sample, datetime.fromtimestamp(now, timezone.utc), after)
+        before, reason = self.stale, stale_reason(after)
+        for node in stale:  # again each time: a node may have been unknown to the cache before
+            self.state.set_blocked(node, reason)
+        for node in sorted(stale - before):
+            log.warning("node %s/%s: %s; it takes no new pods until it sends one", self.name, node, reason)
+        for node in sorted(before - stale):
+            self.state.set_blocked(node, reason, blocked=False)
+            log.info("node %s/%s: sampled again; it takes new pods", self.name, node)
+        if before - stale:
+            self.room_changed = True
+        self.stale = stale
+        return sorted(stale - before), sorted(before - stale)
+
+    def _regroup(self) -> None:
+        for config in self.tenants.values():
+            self.groups.apply(config, self.inventory)

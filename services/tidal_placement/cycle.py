@@ -1,0 +1,91 @@
+"""The scheduling cycle of one cluster (the leader's): the queue in fair-share
+order (§C), each pod through the rules — an invalid pod is refused, then the
+tenant's allowance (permissions, quota, groups, §B), then node/NUMA/GPU
+choice (§A, §E) — and every decision taken assumed in the cache at once.
+
+No I/O: `cycle` yields the decisions to publish, one at a time, so the caller
+can stop as soon as it loses the lead. What the queue does with a pod
+follows the attempt's status code (`pod_request.PLACED` …), never its text.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tidal_schemas import PlacementDecision, PodLifecycle, derived_id
+from tidal_schemas.placement import GpuShare
+
+from .cache import ClusterCache
+from .decide import decide
+from .pod_request import ERROR, PLACED, UNRESOLVABLE, WAIT, Placement, PodRequest, placement_decision
+from .tenancy import allowance, charge, tenant_usage
+
+log = logging.getLogger("tidal.placement")
+
+
+def place(cache: ClusterCache, pod: PodLifecycle, usage: dict[str, dict[str, int]], strategy: Any) -> Placement:
+    """One attempt for one pod against the cache as it is."""
+    if pod.invalid_reason:
+        return Placement(False, reason=f"invalid pod: {pod.invalid_reason}", refused=True)
+    allowed = allowance(cache.state, pod, cache.tenants.get(pod.tenant), cache.groups.get(pod.tenant),
+                        usage.get(pod.tenant, {}))
+    if allowed.reason:
+        return Placement(False, reason=allowed.reason, refused=allowed.refused)
+    return decide(cache.state, PodRequest.from_pod(pod), strategy, allowed=allowed.gpus, nodes=allowed.nodes)
+
+
+def cycle(cache: ClusterCache, strategy: Any, now: float,
+          attempted: Callable[[str], None] = lambda code: None) -> Iterator[PlacementDecision]:
+    """Try every queued pod that may place now; yield each decision to publish
+    (placed ones, and pending ones whose reason changed). `attempted` is
+    told each attempt's status code (a pod held back: once per hold)."""
+    queue, state, fence = cache.queue, cache.state, cache.fence
+    queue.expire_waits(now)
+    # Waiting and refused pods are tried again only when room, holdings or a
+    # tenant's configuration may have changed (or a permit expired above); a
+    # new pending pod alone changes none of these.
+    retry = cache.room_changed
+    cache.room_changed = False
+    queue.rescore({e.key: cache.score(e.pod) for e in queue.entries.values()})
+    # Tenant usage is needed only for quotas and groups; most clusters have neither.
+    usage = tenant_usage(cache.holdings(), cache.gpu_model) if cache.governed() else {}
+    for position, (entry, held_back) in enumerate(queue.cycle()):
+        if queue.entries.get(entry.key) is not entry:
+            continue  # placed, bound or deleted by events read while earlier decisions were published
+        if held_back is not None:
+            if entry.reason != held_back:
+                attempted(WAIT)
+            entry.reason = held_back
+            continue
+        if (entry.waiting_since is not None or entry.refused) and not retry:
+            continue
+        pod = entry.pod
+        placement = place(cache, pod, usage, strategy)
+        decision_id = derived_id(f"placement/{fence.epoch}/{fence.leader}", PlacementDecision.TYPE, entry.key,
+                                 f"{cache.tries.get(entry.key, 0)}/{entry.attempts}")
+        extra: dict[str, Any] = dict(epoch=fence.epoch, leader=fence.leader, queue_position=position,
+                                     fair_share_score=entry.score)
+        if placement.code == PLACED:
+            outcome = state.assume(entry.key, placement.allocation)
+            attempted(PLACED if outcome.ok else ERROR)
+            if not outcome.ok:  # ERROR: the policy chose what the cache refuses; next cycle tries again
+                log.error("assume of %s failed: %s", entry.key, outcome.reason)
+                continue
+            extra["gpus"] = [GpuShare(gpu=gpu, milli=milli, model=cache.gpu_model.get(gpu, ""))
+                             for gpu, milli in placement.allocation.gpus]
+            charge(usage.setdefault(pod.tenant, {}), pod, ((g.model, g.milli) for g in extra["gpus"]))
+        else:
+            attempted(placement.code)
+            changed = placement.reason != entry.reason
+            if placement.code == UNRESOLVABLE:  # a rule, not room: no wait, no pod held back behind it
+                queue.refuse(entry.key, placement.reason, dict(placement.filtered))
+            else:
+                queue.wait(entry.key, placement.reason, dict(placement.filtered), now)
+            if not changed:
+                continue  # the same reasons: say it once, not every cycle
+        decision = placement_decision(pod, placement, decision_id).model_copy(update=extra)
+        if placement.code == PLACED:
+            cache.placed(decision, pod, now)
+        yield decision

@@ -1,0 +1,47 @@
+"""The GPU strategy the service decides with, built from the pod shapes it
+has seen (fragmentation-aware strategies need a typical workload)."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+
+from tidal_schemas import PodLifecycle
+
+from .gpu_strategies import make_strategy
+from .gpu_workload import typical_workload
+from .pod_request import PodRequest
+
+log = logging.getLogger("tidal.placement")
+
+SHAPES_KEPT = 5000
+
+
+def refresh_due(seen: int, every: int) -> bool:
+    """Rebuild the typical workload after the 1st, 2nd, 4th, 8th… pod seen,
+    then every `every` pods: a workload learnt from one pod and kept for the
+    next `every` decisions cost fgd-cpu 1.2 points of GPU allocation on the
+    openb trace (95.72 % with the whole trace's workload, 94.55 % learning it
+    every 500 pods, 95.73 % with the doubling start)."""
+    return (seen & (seen - 1) == 0 and seen < every) or seen % every == 1 or every == 1
+
+
+class StrategyLearner:
+    """`strategy` is best-fit until the first pod shape is seen, then the
+    configured strategy over the last SHAPES_KEPT shapes, rebuilt when
+    `refresh_due`."""
+
+    def __init__(self, name: str, every: int) -> None:
+        self.name, self.every = name, every
+        self.seen = 0
+        self.shapes: deque = deque(maxlen=SHAPES_KEPT)
+        self.strategy = make_strategy("best-fit")
+
+    def observe(self, pod: PodLifecycle) -> None:
+        self.shapes.append(PodRequest.from_pod(pod).shape)
+        self.seen += 1
+        if refresh_due(self.seen, self.every):
+            try:
+                self.strategy = make_strategy(self.name, typical_workload(list(self.shapes)))
+            except ValueError as exc:
+                log.warning("GPU strategy %s unavailable (%s); using best-fit", self.name, exc)

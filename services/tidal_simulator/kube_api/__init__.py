@@ -1,0 +1,8 @@
+"""A Kubernetes API server for the simulated cluster (and the bridge's tests):
+see `server.py`."""
+
+from .kubeconfig import write_kubeconfig
+from .objects import node_object, pod_object
+from .server import KubeApiServer
+
+__all__ = ["KubeApiServer", "node_object", "pod_object", "write_kubeconfig"]
