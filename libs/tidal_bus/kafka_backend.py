@@ -83,11 +83,54 @@ class KafkaBackend(Backend):
             replication_factor=1,
             topic_configs=topic_configs(spec),
         )
-        try:
-            await self._admin.create_topics([new])
-        except TopicAlreadyExistsError:
-            pass
+        if await self._create_topic(new) == TopicAlreadyExistsError.errno:
+            await self._repair_partitions(topic, spec, new)
         self._known_topics.add(topic)
+
+    async def _create_topic(self, new: NewTopic) -> int:
+        """The topic's error code: aiokafka answers per-topic errors in the response."""
+        assert self._admin is not None
+        try:
+            response = await self._admin.create_topics([new])
+        except TopicAlreadyExistsError:
+            return TopicAlreadyExistsError.errno
+        codes = [error[1] for error in getattr(response, "topic_errors", ())]
+        bad = [code for code in codes if code not in (0, TopicAlreadyExistsError.errno)]
+        if bad:
+            raise BusError(f"cannot create topic {new.name}: Kafka error code {bad[0]}")
+        return codes[0] if codes else 0
+
+    async def _repair_partitions(self, topic: str, spec: StreamSpec, new: NewTopic) -> None:
+        """A topic that exists with another partition count was made by the
+        broker's auto-creation (any client's metadata request for a missing topic
+        creates it with the broker's default, e.g. after a memory-storage broker
+        restarts): keys would land on partitions that do not exist. An empty one
+        is re-created right; one holding records is an operator's decision."""
+        assert self._admin is not None
+        (described,) = await self._admin.describe_topics([topic])
+        count = len(described.get("partitions", ()))
+        if count == spec.partitions:
+            return
+        if await self._holds_records(topic, count):
+            raise BusError(f"topic {topic} has {count} partitions, the stream {spec.name} needs {spec.partitions}, "
+                           f"and it holds records: move them and delete the topic (disable the broker's "
+                           f"auto.create.topics.enable so it cannot happen again)")
+        log.warning("topic %s was auto-created with %d partitions; re-creating it with %d",
+                    topic, count, spec.partitions)
+        try:
+            await self._admin.delete_topics([topic])
+        except UnknownTopicOrPartitionError:
+            pass
+        await self._create_topic(new)  # already there: another process repaired it first
+
+    async def _holds_records(self, topic: str, count: int) -> bool:
+        tps = [TopicPartition(topic, p) for p in range(count)]
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, **self._options)
+        await consumer.start()
+        try:
+            return any((await consumer.end_offsets(tps)).values())
+        finally:
+            await consumer.stop()
 
     async def delete_stream(self, spec: StreamSpec) -> None:
         topic = kafka_topic(self.namespace, spec)
@@ -103,16 +146,33 @@ class KafkaBackend(Backend):
         if self._producer is None:
             raise BusError("Kafka backend used before connect()")
         headers = [("tidal-id", msg_id.encode()), ("tidal-cluster", cluster.encode())]
+        topic, partition = kafka_topic(self.namespace, spec), partition_for(key, spec.partitions)
         try:
+            await self._known_partition(spec, topic, partition)
             meta = await self._producer.send_and_wait(
-                kafka_topic(self.namespace, spec), data, key=record_key(cluster, key).encode(),
-                partition=partition_for(key, spec.partitions), headers=headers,
+                topic, data, key=record_key(cluster, key).encode(), partition=partition, headers=headers,
             )
         except MessageSizeTooLargeError as exc:  # the producer's or the broker's limit: retrying cannot help
             raise EventTooLarge(f"message to {spec.name}: {len(data)} bytes, refused by Kafka: {exc}") from None
         except KafkaError as exc:
             raise BusError(f"publish to {spec.name} failed: {exc}") from exc
         return meta.offset + 1
+
+    async def _known_partition(self, spec: StreamSpec, topic: str, partition: int) -> None:
+        """The producer's metadata is refreshed only every few minutes: after a
+        broker restart (or a topic re-created) it can still hold the topic with
+        no partitions, and aiokafka would refuse every send to it until then."""
+        assert self._producer is not None
+        if partition in await self._producer.partitions_for(topic):
+            return
+        await self._producer.client.force_metadata_update()
+        if partition in await self._producer.partitions_for(topic):
+            return
+        self._known_topics.discard(topic)
+        await self.ensure_stream(spec)  # repairs an auto-created topic, or says why it cannot
+        await self._producer.client.force_metadata_update()
+        if partition not in await self._producer.partitions_for(topic):
+            raise BusError(f"partition {partition} of {topic} is not known to the broker")
 
     async def subscribe(self, spec: StreamSpec, group: str, start: StartAt, *,
                         on_assign: AssignmentListener | None = None) -> GroupSubscription:
@@ -130,8 +190,8 @@ class KafkaBackend(Backend):
             return
         tps = [TopicPartition(topic, p) for p in chosen]
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, **self._options)
-        await consumer.start()
         try:
+            await consumer.start()
             consumer.assign(tps)
             await _seek(consumer, tps, start)
             ends = await consumer.end_offsets(tps)
@@ -156,6 +216,8 @@ class KafkaBackend(Backend):
                         if not follow and position >= stop[tp.partition]:
                             done.add(tp.partition)
                             break
+        except KafkaError as exc:  # the caller sees the bus's error, whichever backend
+            raise BusError(f"read of {spec.name} failed: {exc}") from exc
         finally:
             await consumer.stop()
 
