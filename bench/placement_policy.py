@@ -10,13 +10,16 @@ stays part full; only decide + assume is timed.
 
 Prints one JSON line per configuration:
 {"nodes": N, "mode": "in-process", "strategy": S, "pods_per_s": X, "p50_ms": Y, "p99_ms": Z}
+and, with several strategies, one line per node count with each one's
+speed relative to the first (the same cluster and pods, one process:
+a ratio holds on a shared machine where absolute rates swing).
 
 Run: .venv/bin/python bench/placement_policy.py [--nodes 1000 5000 10000] [--pods 20000]
-     [--strategy S] [--seed 0]
+     [--strategy S [S …]] [--reference] [--seed 0]
 
 `--strategy` defaults to the placement service's default GPU strategy
-(`PlacementSettings.gpu_strategy`); `--reference` runs the plain strategy
-instead of the cached one the service uses (the same decisions, slower).
+(`PlacementSettings.gpu_strategy`); `--reference` also runs each cached
+strategy's plain version (the same decisions, slower).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import numpy as np
 
 from tidal_placement.cluster_state import ClusterState
 from tidal_placement.decide import PodRequest, decide
-from tidal_placement.gpu_strategies import make_strategy
+from tidal_placement.gpu_strategies import GPU_STRATEGIES, ROW_LOCAL, make_strategy
 from tidal_placement.gpu_workload import typical_workload
 from tidal_placement.settings import PlacementSettings
 from tidal_simulator.topology_builder import make_topology
@@ -106,13 +109,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000, 10000])
     parser.add_argument("--pods", type=int, default=20000)
-    parser.add_argument("--strategy", default=DEFAULT_STRATEGY, help=f"default: the service's ({DEFAULT_STRATEGY})")
-    parser.add_argument("--reference", action="store_true", help="the plain strategy, without the score cache")
+    parser.add_argument("--strategy", nargs="+", default=[DEFAULT_STRATEGY],
+                        help=f"one or more (default: the service's, {DEFAULT_STRATEGY})")
+    parser.add_argument("--reference", action="store_true", help="also the plain strategy, without the score cache")
     parser.add_argument("--live", type=float, default=3.0, help="live pods per node before departures start")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    unknown = [s for s in args.strategy if s not in GPU_STRATEGIES]
+    if unknown:
+        parser.error(f"unknown strategy {unknown[0]!r}; known: {', '.join(sorted(GPU_STRATEGIES))}")
+    runs = [(s, False) for s in args.strategy] + [(s, True) for s in args.strategy if args.reference and s in ROW_LOCAL]
     for n in args.nodes:
-        print(json.dumps(run(n, args.pods, args.strategy, args.live, args.seed, args.reference)), flush=True)
+        rows = [run(n, args.pods, name, args.live, args.seed, reference) for name, reference in runs]
+        for row in rows:
+            print(json.dumps(row), flush=True)
+        if len(rows) > 1:
+            first = rows[0]
+            print(json.dumps({"nodes": n, "relative_to": first["strategy"], "pods_per_s_ratio": {
+                row["strategy"]: round(row["pods_per_s"] / first["pods_per_s"], 3) for row in rows[1:]}}), flush=True)
 
 
 if __name__ == "__main__":

@@ -76,6 +76,10 @@ class FgdCpu:
     name: str = NAME
     scores_cpu_pods: bool = True
     deficit_unit: float = 1000.0
+    # switches kept to measure what each rule is worth (bench/placement_openb.py
+    # `fgd-cpu:packing=true`…); the defaults are the measured choice
+    cpu_pods_by_idle: bool = True
+    packing: bool = False
 
     def score(self, c: Candidates, shape: Shape) -> Scored:
         """FGD score per node, then the tiebreaks (see the module docstring)."""
@@ -93,19 +97,25 @@ class FgdCpu:
         cpu_after = c.cpu_free - shape.cpu_milli
         before = np.maximum(self.rho * c.gpu_idle - c.cpu_free, 0.0)
         after = np.maximum(self.rho * idle_after - cpu_after, 0.0)
-        deficit = np.round((after - before) / self.deficit_unit)
-        if shape.gpu_count:
-            return Scored(cost=-score, device=device, tiebreaks=(deficit,))
-        # a CPU-only pod takes its CPU where the fewest idle GPUs could need it
-        return Scored(cost=-score, tiebreaks=(c.gpu_idle.astype(np.float64), deficit))
+        keys: tuple[np.ndarray, ...] = (np.round((after - before) / self.deficit_unit),)
+        if not shape.gpu_count and self.cpu_pods_by_idle:
+            # a CPU-only pod takes its CPU where the fewest idle GPUs could need it
+            keys = (c.gpu_idle.astype(np.float64), *keys)
+        if self.packing:  # the node left fullest (8 GPUs, 128 CPUs as units), as best fit
+            keys = (*keys, idle_after / 8000.0 + 0.5 * cpu_after / 128_000.0)
+        return Scored(cost=-score, device=device, tiebreaks=keys)
 
 
 def new(workload: TargetWorkload | None = None, *, rho: float | None = None, rho_scale: float = 1.0,
-        **options) -> FgdCpu:
-    """Factory for the registry: the target is `by_model(workload)`, ρ its
-    CPU per GPU (times `rho_scale`) unless given."""
+        target: str = "by_model", no_access_is_fragment: bool = False, **options) -> FgdCpu:
+    """Factory for the registry: the target is `by_model(workload)` (or the
+    published `typical` cut), ρ its CPU per GPU (times `rho_scale`) unless
+    given; a barred shape counts on a node as FGD's `no_access` only if
+    `no_access_is_fragment`."""
     if workload is None:
         raise ValueError("fgd-cpu needs a target workload (typical pod shapes)")
-    target = by_model(workload)
-    rho = rho_scale * cpu_per_gpu(target) if rho is None else rho
-    return FgdCpu(FragModel(target, no_access_is_fragment=False), rho, **options)
+    if target not in ("by_model", "typical"):
+        raise ValueError(f"fgd-cpu target must be by_model or typical, not {target!r}")
+    chosen = by_model(workload) if target == "by_model" else workload
+    rho = rho_scale * cpu_per_gpu(chosen) if rho is None else rho
+    return FgdCpu(FragModel(chosen, no_access_is_fragment=no_access_is_fragment), rho, **options)
