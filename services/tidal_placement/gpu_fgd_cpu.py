@@ -16,35 +16,42 @@ Lexicographic, lower first:
 then decide's final rule; a GPU share goes to the device with the best
 score, ties to the fullest device that fits.
 
-Why, from bench/placement_openb.py (GPU allocation at 100 % arrived):
-- Ties. FGD's integer score ties often (one point ≈ 40 milli-GPU near
-  Δ = 0) and which tied node wins decides a lot: the published simulator
-  takes the first tied node of a random node order (95.3 % on the default
-  trace, 10 seeds); with uniformly random ties FGD falls to 89.8 %
-  (`--tie random`) and fgd-cpu keeps 95.6 %.
-- The deficit keeps CPU where idle GPUs will need it: FGD sees a CPU
-  shortage only once a typical shape no longer fits (without it the
-  earlier, packing version of this strategy fell to FGD's level on the
-  default trace: 95.31 % against 95.75 %, seeds 0–2).
-- CPU-only pods first go where the fewest idle GPUs could need their CPU:
-  where CPU runs short GPUs are stranded by pods that took the CPU next to
-  them (on the variants with 2× and 3× the CPU-only pods, seeds 100–104:
-  90.71 / 72.07 % against 90.50 / 71.76 % with the deficit alone).
-- Model constraints. The published typical-pod cut counts each (shape,
-  model set) apart, so constrained shapes — each rare, together a third
-  of production GPU pods — fall under the 95 % cut and the demand for
-  scarce models vanishes; and FGD counts a shape barred from a model as
-  fragmenting all its idle GPU, which pulls every pod onto the model the
-  fewest shapes may use (the small T4 and P100 nodes), however scarce.
-  On the `spec35` stress variant FGD leaves G2 GPUs idle while T4- and
-  P100-constrained pods fail (90.9 % allocated; fgd-cpu 95.8 %).
-- No packing key (the node left fullest, as best fit), which this
-  strategy had: on equal scores it sends GPU pods to the small nodes of
-  scarce models first (put back for GPU pods: 91.56 % against 95.80 % on
-  `spec35`, seeds 100–104) and it did not help the default trace.
-The stress variants and the parameters' selection are in the README
-(openb_variants, `--variants`). Cost: FGD's per-device fragmentation sums;
-`make_strategy` caches them per node state (gpu_score_cache).
+Every rule and parameter was chosen on the stress variants
+(`openb_variants`; `bench/placement_openb.py --variants --seeds 3
+--seed-base 100 --strategies fgd-cpu fgd-cpu:<switch>=…`), then checked
+once on the default trace; the README has the tables. Against the choice,
+GPU allocation at 100 % arrived, median of seeds 100–102:
+- target `by_model` (published cut: `target=typical`): spec20 / spec35
+  −0.66 / −3.00 points. The published cut counts each (shape, model set)
+  apart, so constrained shapes — each rare, together a third of production
+  GPU pods — fall under the 95 % cut and the demand for scarce models
+  vanishes from the target.
+- a barred shape counts nothing on a node (FGD's `no_access` counts all
+  its idle GPU: `no_access_is_fragment=true`): spec35 −3.60 (spec20
+  +0.15). FGD's way makes every GPU taken from a model fewer shapes may
+  use look like fragmentation removed, so unconstrained pods fill the T4
+  and P100 nodes the constrained pods need (spec35, seed 100: 244
+  T4-only pods fail while 448 G2 GPUs stay idle; with the choice 26 fail
+  and 135 stay idle).
+- no packing key (the node left fullest, which this strategy had,
+  `packing=true`): spec35 −4.08, spec20 −1.40, cpu300 −0.77, cpu200
+  −0.46, at most +0.10 elsewhere. On equal scores it prefers the node
+  with the fewest GPUs left: the 2-GPU T4 nodes — a third of the nodes,
+  so a model constrained pods often ask for, and the nodes with CPU to
+  spare (104 CPUs), so where CPU is short the 8-GPU G2 nodes' CPU goes
+  to CPU-only pods and their GPUs are stranded (cpu300, seed 100: 1,589
+  idle G2 GPUs against 1,428).
+- CPU-only pods first by idle GPUs (`cpu_pods_by_idle=false`: the
+  deficit alone): cpu200 / cpu300 −0.14 / −0.14, ±0.06 elsewhere.
+- ρ the target's own CPU per GPU (`rho_scale` 1): 0.5 loses 0.1–2.1 on
+  every variant, 2.0 0.02–1.1; the deficit in whole CPUs (`deficit_unit`
+  1000) against none (1e9): −0.1 to −2.2 on every variant. FGD's integer
+  score, the 95 % cut and the share-device rule are FGD's own, untuned.
+Ties matter: FGD's integer score ties often (one point ≈ 40 milli-GPU
+near Δ = 0); the published simulator takes the first tied node of a
+random node order, as `decide`'s `rank` does in the bench. Cost: FGD's
+per-device fragmentation sums; `make_strategy` caches them per node
+state (gpu_score_cache).
 """
 
 from __future__ import annotations
