@@ -10,7 +10,8 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from conftest import make_bus
 from tidal_bus import StartAt
-from tidal_bus.kafka_backend import event_key, record_key, topic_configs
+from tidal_bus.kafka_records import event_key, record_key
+from tidal_bus.kafka_topics import topic_configs
 from tidal_bus.subjects import kafka_topic, nats_stream_name
 from tidal_schemas import TenantConfig
 from tidal_schemas.streams import STREAMS, stream

@@ -8,9 +8,8 @@ from tidal_oversell.bounded import (
     BoundedSettings,
     bounded_allocatable,
     bounded_node_allocatable,
-    numa_allocatable,
 )
-from tidal_schemas import NumaNode, Resources
+from tidal_schemas import Resources
 
 
 def test_worked_example_goes_to_the_floor():
@@ -112,13 +111,3 @@ def test_node_allocatable_under_load_is_capacity():
     assert node.cpu.chosen == node.memory.chosen == "capacity"
 
 
-def test_numa_allocatable_is_never_oversold():
-    numa = [NumaNode(id=1, cpus=list(range(16, 32)), capacity_cpus=16, allocatable_cpus=16),
-            NumaNode(id=0, cpus=list(range(16)), capacity_cpus=16, allocatable_cpus=14),
-            NumaNode(id=2, cpus=[32, 33])]  # reports no exclusive-CPU figures
-    # the node as a whole is oversold to w · capacity = 1.5 · 34000 = 51000 …
-    node = bounded_node_allocatable(Resources(cpu_milli=34_000), Resources(cpu_milli=30_000),
-                                    Resources(cpu_milli=1000), Resources(), Resources(), load=0.1)
-    assert node.allocatable.cpu_milli == 51_000
-    # … while every NUMA node keeps exactly what it reported
-    assert numa_allocatable(numa) == {0: 14, 1: 16, 2: None}

@@ -100,3 +100,16 @@ async def test_thresholds_evictions_and_restart(nats_server, namespace):
     first = allocatable[0]
     assert first.policy == "factor" and first.factor is not None and "requested_memory_mib" in first.inputs
     assert first.allocatable.memory_mib >= 9000  # never below the node's own allocatable
+
+
+def test_a_node_view_keeps_the_inventory_not_the_cpu_lists():
+    from tidal_oversell.node_state import inventory
+    from tidal_schemas import Cpu, NumaNode
+
+    total = Resources(cpu_milli=8000, memory_mib=10000)
+    topology = NodeTopology(node="n1", pool="batch", capacity=total, allocatable=total, labels={"a": "b"},
+                            cpus=[Cpu(cpu=c, core=c // 2, socket=0, numa=c // 4) for c in range(8)],
+                            numa_nodes=[NumaNode(id=n, cpus=list(range(4 * n, 4 * n + 4))) for n in range(2)])
+    kept = inventory(topology)
+    assert (kept.node, kept.pool, kept.capacity, kept.allocatable) == ("n1", "batch", total, total)
+    assert (kept.cpus, kept.numa_nodes, kept.gpus, kept.labels) == ([], [], [], {})

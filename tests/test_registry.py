@@ -4,6 +4,7 @@ registry implements. A name added in one place and not the others fails here."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal, get_args, get_origin
 
 import pytest
@@ -52,3 +53,23 @@ def test_gpu_strategies():
         assert PlacementSettings(gpu_strategy=name).gpu_strategy == name
     with pytest.raises(ValueError, match="unknown GPU strategy"):
         PlacementSettings(gpu_strategy="worst-fit")
+
+
+def test_bus_backends():
+    from tidal_bus import BUS_BACKENDS, BusConfigError, backend_from_url, options_for
+    from tidal_runtime.settings import ServiceSettings
+
+    security = (Path(__file__).resolve().parents[1] / "docs" / "security.md").read_text()
+    for scheme in BUS_BACKENDS:
+        assert f"`{scheme}://" in security, f"docs/security.md does not show a {scheme}:// bus URL"
+    with pytest.raises(BusConfigError, match="nats://, tls://, kafka://"):
+        backend_from_url("amqp://h:5672", "tidal")
+    # the options a backend takes come from its constructor, so NATS's failure
+    # detection never reaches Kafka, and a CLI's connect deadline never reaches it either
+    asked = {"ack_wait_s": 1.0, "member_ttl_s": 2.0, "connect_deadline_s": 3.0, "fetch_batch": 5,
+             "group_options": {}}
+    assert set(options_for("nats://h:4222", **asked)) == {"ack_wait_s", "member_ttl_s", "connect_deadline_s",
+                                                          "fetch_batch"}
+    assert set(options_for("kafka://h:9092", **asked)) == {"fetch_batch", "group_options"}
+    assert ServiceSettings(bus_url="kafka://h:9092").bus_options() == {}
+    assert set(ServiceSettings(bus_url="tls://h:4222").bus_options()) == {"ack_wait_s", "member_ttl_s"}

@@ -136,9 +136,9 @@ def test_disabled_does_nothing():
 
 def test_plan_is_pure():
     memory = remember(action("freeze", "x", at=ago(600)))
-    before = (dict(memory.frozen), dict(memory.pending), dict(memory.last_action))
+    before = (dict(memory.frozen), dict(memory.actions.pending), dict(memory.actions.last_acted))
     first = plan([0.96], [be("a", 200), be("b", 600)], memory)
-    assert (dict(memory.frozen), dict(memory.pending), dict(memory.last_action)) == before
+    assert (dict(memory.frozen), dict(memory.actions.pending), dict(memory.actions.last_acted)) == before
     assert plan([0.96], [be("a", 200), be("b", 600)], memory) == first
 
 

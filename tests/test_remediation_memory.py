@@ -21,7 +21,7 @@ def state_of(memory: RemediationMemory, pod: str) -> tuple:
     """(frozen?, confirmed?, moved?, pending action kinds) of `pod` on NODE."""
     frozen, moved = memory.frozen.get((NODE, pod)), memory.moved.get((NODE, pod))
     return (frozen is not None, frozen is not None and frozen.confirmed, moved is not None,
-            sorted(p.action.kind for p in memory.pending.values() if p.action.pod == pod))
+            sorted(p.action.kind for p in memory.actions.pending.values() if p.action.pod == pod))
 
 
 def done(act, status="done"):
@@ -190,7 +190,7 @@ def test_replayed_round_gives_the_same_action_ids():
 def test_plan_after_rebuild_matches_plan_before():
     memory = RemediationMemory()
     run([0.96], [be("a", 200), be("b", 600), be("c", 400)], memory, T0)
-    log = [p.action for p in memory.pending.values()]
+    log = [p.action for p in memory.actions.pending.values()]
     later = T0 + timedelta(minutes=5)
     pods = [be("a", 200), be("b", 0, frozen=True), be("c", 0, frozen=True)]
     assert plan([0.3], pods, rebuild(log), now=later) == plan([0.3], pods, memory, now=later)

@@ -10,7 +10,7 @@ import pytest
 from test_remediation_state import NODE, T0, action, be, remember, run
 from tidal_remediation.memory import RemediationMemory
 from tidal_remediation.policy_settings import PolicySettings
-from tidal_remediation.retry import plan_retries
+from tidal_policy.action_memory import plan_retries
 
 TIMEOUT, RETRIES = 60.0, 2
 
@@ -39,7 +39,7 @@ RETRY_CASES = [
 @pytest.mark.parametrize("attempt, waited, expected", [c[1:] for c in RETRY_CASES], ids=[c[0] for c in RETRY_CASES])
 def test_retry_or_give_up(attempt, waited, expected):
     act = action("freeze", "a", measured={"attempt": float(attempt)})
-    decision = plan_retries(sent(act), at(waited), TIMEOUT, RETRIES)
+    decision = plan_retries(sent(act).actions, at(waited), TIMEOUT, RETRIES)
     if expected is None:
         assert decision.resend == [] and decision.give_up == []
     elif expected[0] == "resend":
@@ -59,11 +59,11 @@ def test_retry_or_give_up(attempt, waited, expected):
 def test_a_resend_restarts_the_clock():
     act = action("thaw", "a")
     memory = sent(act)
-    [again] = plan_retries(memory, at(60), TIMEOUT, RETRIES).resend
+    [again] = plan_retries(memory.actions, at(60), TIMEOUT, RETRIES).resend
     memory.record_action(again)
-    assert memory.pending[act.action_id].attempt == 2
-    assert plan_retries(memory, at(100), TIMEOUT, RETRIES).resend == []        # 40 s since the re-send
-    assert len(plan_retries(memory, at(120), TIMEOUT, RETRIES).resend) == 1
+    assert memory.actions.pending[act.action_id].attempt == 2
+    assert plan_retries(memory.actions, at(100), TIMEOUT, RETRIES).resend == []        # 40 s since the re-send
+    assert len(plan_retries(memory.actions, at(120), TIMEOUT, RETRIES).resend) == 1
 
 
 def test_full_cycle_then_give_up_follows_the_failed_rules():
@@ -74,34 +74,34 @@ def test_full_cycle_then_give_up_follows_the_failed_rules():
     now = 0.0
     for _ in range(RETRIES):
         now += TIMEOUT
-        decision = plan_retries(memory, at(now), TIMEOUT, RETRIES)
+        decision = plan_retries(memory.actions, at(now), TIMEOUT, RETRIES)
         assert sorted(a.pod for a in decision.resend) == ["f", "t"] and decision.give_up == []
         for again in decision.resend:
             memory.record_action(again)
     now += TIMEOUT
-    decision = plan_retries(memory, at(now), TIMEOUT, RETRIES)
+    decision = plan_retries(memory.actions, at(now), TIMEOUT, RETRIES)
     assert decision.resend == [] and sorted(r.pod for r in decision.give_up) == ["f", "t"]
     for gave_up in decision.give_up:
         memory.record_result(gave_up)
-    assert memory.pending == {}
+    assert memory.actions.pending == {}
     # a freeze given up counts as not frozen; a thaw given up leaves the pod frozen, to thaw later
     assert not memory.is_frozen(NODE, "f") and memory.is_frozen(NODE, "t")
 
 
 def test_oldest_first():
     memory = sent(action("freeze", "late", at=at(10)), action("freeze", "early", at=at(0)))
-    assert [a.pod for a in plan_retries(memory, at(100), TIMEOUT, RETRIES).resend] == ["early", "late"]
+    assert [a.pod for a in plan_retries(memory.actions, at(100), TIMEOUT, RETRIES).resend] == ["early", "late"]
 
 
 def test_no_retries_allowed_gives_up_at_once():
     memory = sent(action("freeze", "a"))
-    decision = plan_retries(memory, at(60), TIMEOUT, 0)
+    decision = plan_retries(memory.actions, at(60), TIMEOUT, 0)
     assert decision.resend == [] and len(decision.give_up) == 1
 
 
 def test_dry_run_actions_are_never_retried():
     memory = RemediationMemory()
     events = run([0.96], [be("a", 200), be("b", 600)], memory, T0, settings=PolicySettings(dry_run=True))
-    assert len(events) == 2 and memory.pending == {}
-    decision = plan_retries(memory, at(3600), TIMEOUT, RETRIES)
+    assert len(events) == 2 and memory.actions.pending == {}
+    decision = plan_retries(memory.actions, at(3600), TIMEOUT, RETRIES)
     assert decision.resend == [] and decision.give_up == []

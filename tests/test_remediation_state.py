@@ -15,7 +15,7 @@ from tidal_remediation.hotspot import find_cold, find_hotspots, unsampled
 from tidal_remediation.memory import RemediationMemory
 from tidal_remediation.plan import plan_round
 from tidal_remediation.policy_settings import PolicySettings
-from tidal_remediation.state import NodeState, node_state_from, numa_shares
+from tidal_remediation.state import NodeState, layout_of, node_state_from, numa_shares
 from tidal_schemas import ActionResult, Cpu, NodeAction, NodeMetrics, NodeTopology, NumaNode, PodUsage, Resources
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
@@ -50,7 +50,7 @@ def metrics(loads: list[float], pods=()) -> NodeMetrics:
 
 
 def make_state(loads: list[float], pods=(), reserved: tuple[int, ...] = (), exclusive=None) -> NodeState:
-    return node_state_from(metrics(loads, pods), topology(len(loads), reserved), exclusive)
+    return node_state_from(metrics(loads, pods), layout_of(topology(len(loads), reserved)), exclusive)
 
 
 def plan(loads, pods=(), memory=None, settings=SETTINGS, now=T0, **state_kw):
@@ -134,15 +134,19 @@ def test_snapshot_from_metrics_and_topology():
 
 
 def test_unsampled_numa_node_has_no_load():
-    state = node_state_from(NodeMetrics(node=NODE, sampled_at=T0, interval_s=10, numa_load={0: 0.95}), topology(2))
+    state = node_state_from(NodeMetrics(node=NODE, sampled_at=T0, interval_s=10, numa_load={0: 0.95}),
+                            layout_of(topology(2)))
     assert state.numa[1].load is None
     assert unsampled(state) == [1]
     assert [h.numa for h in find_hotspots(state, 0.8)] == [0] and find_cold(state, 0.6) == []
 
 
-def test_snapshot_of_another_node_is_a_bug():
-    with pytest.raises(ValueError):
-        node_state_from(metrics([0.5]), topology(1).model_copy(update={"node": "other"}))
+def test_nodes_of_the_same_hardware_share_one_layout():
+    a, b = topology(2), topology(2).model_copy(update={"node": "other"})
+    assert layout_of(a) is layout_of(b)
+    assert layout_of(topology(2, (0,))) is not layout_of(a)  # reserved CPUs are part of the layout
+    assert dict(layout_of(a).numa_cpus) == {0: (0, 1, 2, 3), 1: (4, 5, 6, 7)}
+    assert dict(layout_of(a).cores)[5] == 2
 
 
 # the shared pool is every CPU (0-7, the node agent's), every non-reserved CPU (1-7) or a cpuset two pods hold

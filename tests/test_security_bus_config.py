@@ -13,7 +13,7 @@ import pytest
 from pydantic import SecretStr
 
 from tidal_bus import BusConfigError, BusError, StartAt, backend_from_url
-from tidal_bus import kafka_backend, nats_backend
+from tidal_bus import kafka_backend, kafka_group, kafka_topics, nats_backend
 from tidal_bus.auth import BusAuth, inbox_prefix_for, redact_url, url_credentials
 from tidal_bus.embedded import free_port
 from tidal_runtime import ServiceSettings
@@ -202,12 +202,14 @@ async def test_kafka_options_reach_every_aiokafka_client(monkeypatch):
                 return None
         return Fake
 
-    for name in ("AIOKafkaAdminClient", "AIOKafkaProducer", "AIOKafkaConsumer"):
-        monkeypatch.setattr(kafka_backend, name, recorder(name))
+    for module in (kafka_backend, kafka_group, kafka_topics):  # every module that makes a client
+        for name in ("AIOKafkaAdminClient", "AIOKafkaProducer", "AIOKafkaConsumer"):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, recorder(name))
     auth = BusAuth(user="svc", password=SecretStr("pw"), sasl_mechanism="SCRAM-SHA-256", tls=True)
     backend = backend_from_url("kafka://k1:9092,k2:9092", "tidal", auth=auth)
     await backend.connect()
-    kafka_backend._KafkaGroupSubscription(backend, stream("node.metrics"), "g", StartAt.earliest(), None)
+    kafka_group.KafkaGroupSubscription(backend, stream("node.metrics"), "g", StartAt.earliest(), None)
     assert [kind for kind, _ in made] == ["AIOKafkaAdminClient", "AIOKafkaProducer", "AIOKafkaConsumer"]
     for _, options in made:
         assert options["bootstrap_servers"] == "k1:9092,k2:9092"

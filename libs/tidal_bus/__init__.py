@@ -1,7 +1,8 @@
 """Tidal's event bus: one async interface over NATS JetStream and Kafka."""
 
 from .api import Backend, GroupSubscription, RawMessage, StartAt
-from .bus import Bus, backend_from_url
+from .backends import BUS_BACKENDS, backend_from_url, options_for
+from .bus import Bus
 from .consumer import Consumer, Delivery, Handler, RetryPolicy, SeenIds
 from .errors import BusConfigError, BusError, HandlerError
 from .intake import MAX_EVENT_BYTES, EventTooLarge
@@ -9,5 +10,5 @@ from .intake import MAX_EVENT_BYTES, EventTooLarge
 __all__ = [
     "MAX_EVENT_BYTES", "Backend", "Bus", "BusConfigError", "BusError", "Consumer", "Delivery", "EventTooLarge",
     "GroupSubscription", "Handler", "HandlerError", "RawMessage", "RetryPolicy", "SeenIds",
-    "StartAt", "backend_from_url",
+    "StartAt", "backend_from_url", "BUS_BACKENDS", "options_for",
 ]

@@ -12,45 +12,19 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlsplit
 
 from tidal_schemas import DeadLetter, Envelope, Payload, SchemaError, encode, make_envelope
 from tidal_schemas.errors import IdentityError
 from tidal_schemas.streams import STREAMS, StreamSpec, stream
 
 from .api import Backend, RawMessage, StartAt
-from .auth import BusAuth, redact_url
+from .backends import backend_from_url
 from .consumer import Consumer, Handler, SeenIds
-from .errors import BusConfigError
 from .intake import MAX_EVENT_BYTES, accept, check_size, dedupe_key
 from .subjects import check_namespace
 
 log = logging.getLogger(__name__)
 
-
-
-def backend_from_url(url: str, namespace: str, *, auth: BusAuth | None = None, **options: Any) -> Backend:
-    """`nats://[user:password@]h:p[,h2:p2]`, `tls://…` or `kafka://[user:password@]h:p[,h2:p2]`
-    -> a backend (not yet connected). Credentials and TLS come from `auth`,
-    by default the `TIDAL_BUS_…` environment (see auth.py); errors never
-    show the password."""
-    parts = urlsplit(url)
-    hosts = parts.netloc.split("@")[-1]
-    if not hosts:
-        raise BusConfigError(f"bus URL {redact_url(url)!r} names no host")
-    auth = auth if auth is not None else BusAuth.from_env()
-    if parts.scheme in ("nats", "tls"):
-        from .nats_backend import NatsBackend
-
-        servers = ",".join(f"{parts.scheme}://{h}" for h in hosts.split(","))
-        if "@" in parts.netloc:
-            servers = url
-        return NatsBackend(servers, namespace, auth=auth, **options)
-    if parts.scheme == "kafka":
-        from .kafka_backend import KafkaBackend
-
-        return KafkaBackend(hosts, namespace, auth=auth, url=url, **options)
-    raise BusConfigError(f"bus URL {redact_url(url)!r}: scheme must be nats://, tls:// or kafka://")
 
 
 class Bus:

@@ -14,6 +14,7 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tidal_bus.auth import BusAuth, redact_url
+from tidal_bus.backends import options_for
 from tidal_bus.subjects import check_namespace
 
 DEFAULT_BUS_URL = "nats://127.0.0.1:4222"
@@ -74,9 +75,7 @@ class ServiceSettings(BaseSettings):
     def bus_options(self) -> dict[str, float]:
         """Backend options from these settings: the NATS failure-detection
         times (Kafka's group session is the broker's business)."""
-        if self.bus_url.startswith(("nats://", "tls://")):
-            return {"ack_wait_s": self.bus_ack_wait_s, "member_ttl_s": self.bus_member_ttl_s}
-        return {}
+        return options_for(self.bus_url, ack_wait_s=self.bus_ack_wait_s, member_ttl_s=self.bus_member_ttl_s)
 
     def handled_clusters(self) -> frozenset[str] | None:
         """None means every cluster."""

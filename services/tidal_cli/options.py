@@ -82,7 +82,9 @@ def add_bus_options(parser: argparse.ArgumentParser) -> None:
 
 def bus_options(args: argparse.Namespace) -> dict:
     """Connection options of a CLI command's buses: fail fast when the broker is not there."""
-    return {"connect_deadline_s": args.connect_timeout} if args.bus.startswith(("nats", "tls")) else {}
+    from tidal_bus import options_for
+
+    return options_for(args.bus, connect_deadline_s=args.connect_timeout)
 
 
 def bus_for(args: argparse.Namespace, source: str = "cli"):

@@ -12,17 +12,16 @@ allocation goes unused. With both skipped the result is w · capacity.
 
 Worked example: 100 CPUs, 1 allocated, 10 used → 100 · 1/10 = 10 → floor 80.
 
-NUMA nodes are never oversold: exclusive CPUs are physical, so per-NUMA
-allocatable passes through `numa_allocatable` unchanged.
+NUMA nodes are never oversold: exclusive CPUs are physical, so oversell
+publishes node totals only and every per-NUMA figure stays the agent's.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tidal_schemas import NumaNode, Resources
+from tidal_schemas import Resources
 
 POLICY = "bounded"
 
@@ -128,9 +127,3 @@ def bounded_node_allocatable(capacity: Resources, allocated: Resources, used: Re
     allocatable = Resources(cpu_milli=math.floor(cpu.allocatable), memory_mib=math.floor(memory.allocatable),
                             gpu_milli=capacity.gpu_milli)
     return NodeBounded(allocatable, cpu, memory, capacity)
-
-
-def numa_allocatable(numa_nodes: Sequence[NumaNode]) -> dict[int, int | None]:
-    """Per NUMA node, its allocatable CPUs exactly as reported — never
-    scaled by any oversell policy (None where the node reports none)."""
-    return {numa.id: numa.allocatable_cpus for numa in sorted(numa_nodes, key=lambda n: n.id)}

@@ -17,10 +17,12 @@ from tidal_schemas import (
     Resources,
 )
 
+from tidal_policy.action_memory import SENT_AT
 from tidal_runtime import Service, Subscription
+from tidal_runtime.action_log import follow_action_log
 
 from .eviction import candidate_from, plan_evictions
-from .node_state import ActionLog, NodeView
+from .node_state import ActionLog, NodeView, inventory
 from .policies import OVERSELL_POLICIES
 from .pool_metrics import OversellMetrics
 from .settings import TAINT_KEY, OversellSettings
@@ -40,7 +42,6 @@ class OversellService(Service):
         self.pods: dict[tuple[str, str], PodLifecycle] = {}
         self.log_of_actions = ActionLog()
         self.action_log_ready = asyncio.Event()  # no action before our own log is read back
-        self._logs_caught_up: set[str] = set()
         self.granted: dict[tuple[str, str], Resources] = {}  # (cluster, node) -> allocatable granted last
         self.pool_metrics = OversellMetrics(self.metrics.registry, self._granted_by_node)
 
@@ -49,13 +50,13 @@ class OversellService(Service):
                 Subscription("node.metrics", self.on_metrics)]
 
     def loops(self):
-        return [self.follow_pods, self.follow_own_actions, self.follow_action_results]
+        return [self.follow_pods, self.follow_action_log]
 
     def _view(self, cluster: str, node: str) -> NodeView:
         return self.views.setdefault((cluster, node), NodeView())
 
     async def on_topology(self, envelope: Envelope[NodeTopology], delivery: Delivery) -> None:
-        self._view(envelope.cluster, envelope.payload.node).topology = envelope.payload
+        self._view(envelope.cluster, envelope.payload.node).topology = inventory(envelope.payload)
 
     async def on_score(self, envelope: Envelope[NodeScore], delivery: Delivery) -> None:
         self._view(envelope.cluster, envelope.payload.node).peak = envelope.payload.peak
@@ -77,26 +78,15 @@ class OversellService(Service):
 
         await self.bus.catch_up_then_follow("pod.lifecycle", on_event, done)
 
-    async def follow_own_actions(self) -> None:
-        await self._follow_log("node.action")
-
-    async def follow_action_results(self) -> None:
-        await self._follow_log("action.result")
-
-    async def _follow_log(self, stream_name: str) -> None:
-        async def on_event(envelope: Envelope[Any]) -> None:
+    async def follow_action_log(self) -> None:
+        def apply(envelope: Envelope[Any]) -> None:
             payload = envelope.payload
             if isinstance(payload, NodeAction) and payload.requested_by == self.name:
                 self.log_of_actions.record(envelope.cluster, payload, envelope.time)
             elif isinstance(payload, ActionResult):
                 self.log_of_actions.result(envelope.cluster, payload)
 
-        async def done() -> None:
-            self._logs_caught_up.add(stream_name)
-            if len(self._logs_caught_up) == 2:
-                self.action_log_ready.set()
-
-        await self.bus.catch_up_then_follow(stream_name, on_event, done)
+        await follow_action_log(self.bus, apply, self.action_log_ready.set)
 
     def _granted_by_node(self):
         for (cluster, node), granted in list(self.granted.items()):
@@ -159,6 +149,8 @@ class OversellService(Service):
         node = cause.payload.node
         # Derived from the metrics event: re-handling it yields the same action id.
         action_id = derived_id(cause.id, "node.action", node, f"{kind}/{pod or ''}")
+        # the log says when it was sent, so the memory rebuilt from it equals the live one
+        measured = {**measured, SENT_AT: cause.payload.sampled_at.timestamp()}
         action = NodeAction(action_id=action_id, node=node, kind=kind, pod=pod, reason=reason, measured=measured,
                             dry_run=self.settings.dry_run, requested_by=self.name, **fields)
         self.log_of_actions.record(cause.cluster, action, cause.payload.sampled_at)

@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime, timezone
 
+from tidal_policy.action_memory import ATTEMPT, SENT_AT  # noqa: F401 (keys of `measured`; the shared memory reads them back)
+
 AT = "at"
-SENT_AT = "sent_at"
-ATTEMPT = "attempt"
 NUMA = "numa"
 LOAD = "load"
 LOAD_BEFORE = "load_before"

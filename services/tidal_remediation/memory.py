@@ -26,6 +26,15 @@ freezes the pod again nor mistakes the node for one whose BE pods still
 run; thaws are believed only when done, so a lost thaw leaves the pod on
 the list to thaw, never stranded. Dry-run actions change nothing. An
 action or result seen twice (redelivery) changes nothing the second time.
+
+Pending actions, attempts, settled ids, the last action per (node, NUMA)
+and the retry policy are the shared `ActionMemory` (`tidal_policy`); what a
+give-up means here follows the rules for `failed`: a freeze given up counts
+as not frozen (if the agent did freeze it, the planner sees `frozen` in the
+metrics and thaws it as an unrecorded frozen pod); a thaw given up leaves
+the pod frozen, so a later round thaws it again; a move given up is
+forgotten (the metrics' cpuset is the truth). Every remediation action is
+idempotent on the node, so a re-send racing a late first attempt does no harm.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from tidal_policy.action_memory import ActionMemory, PendingAction
 from tidal_schemas import ActionResult, NodeAction
 
 from . import measured as m
@@ -73,26 +83,14 @@ class MovedPod:
     confirmed: bool = False
 
 
-@dataclass(frozen=True)
-class PendingAction:
-    """An action sent and not yet answered: the action, when this attempt
-    was sent, and which attempt it is (1 = first)."""
-
-    action: NodeAction
-    sent_at: datetime
-    attempt: int = 1
-
-
 @dataclass
 class RemediationMemory:
-    """Frozen pods, moved pods, last action per (node, NUMA), pending actions
-    and the outcome of every settled action id."""
+    """Frozen pods and moved pods, over the shared memory of actions
+    (pending, settled, last action per (node, NUMA))."""
 
     frozen: dict[tuple[str, str], FrozenPod] = field(default_factory=dict)
     moved: dict[tuple[str, str], MovedPod] = field(default_factory=dict)
-    last_action: dict[tuple[str, int], datetime] = field(default_factory=dict)
-    pending: dict[str, PendingAction] = field(default_factory=dict)
-    settled: dict[str, str] = field(default_factory=dict)
+    actions: ActionMemory = field(default_factory=ActionMemory)
 
     # --- reads
 
@@ -106,12 +104,11 @@ class RemediationMemory:
 
     def pending_on(self, node: str) -> list[PendingAction]:
         """The unanswered actions on `node`, oldest first."""
-        return sorted((p for p in self.pending.values() if p.action.node == node),
-                      key=lambda p: (p.sent_at, p.action.action_id))
+        return self.actions.pending_on(node)
 
     def last_action_at(self, node: str, numa: int) -> datetime | None:
         """When remediation last acted on that NUMA node, if ever."""
-        return self.last_action.get((node, numa))
+        return self.actions.last_acted.get((node, numa))
 
     # --- writes
 
@@ -124,23 +121,20 @@ class RemediationMemory:
         missing = [key for key in _REQUIRED.get(action.kind, ()) if key not in action.measured]
         if missing:
             return f"ignored: {action.action_id} lacks measured {', '.join(missing)}"
-        if action.action_id in self.settled:
-            return f"ignored: {action.action_id} already settled ({self.settled[action.action_id]})"
-        attempt = int(action.measured.get(m.ATTEMPT, 1))
-        sent_at = m.from_epoch(action.measured.get(m.SENT_AT, action.measured[m.AT]))
-        known = self.pending.get(action.action_id)
-        if known is not None:
-            if attempt <= known.attempt:
-                return f"ignored: attempt {attempt} of {action.action_id} already recorded"
-            self.pending[action.action_id] = PendingAction(known.action, sent_at, attempt)
-            return f"retry: attempt {attempt} of {action.kind} of {action.pod}"
-        self.pending[action.action_id] = PendingAction(action, sent_at, attempt)
         at = m.from_epoch(action.measured[m.AT])
+        attempt = int(action.measured.get(m.ATTEMPT, 1))
+        outcome = self.actions.sent(action, at)
+        if outcome == "settled":
+            return f"ignored: {action.action_id} already settled ({self.actions.settled[action.action_id]})"
+        if outcome == "seen":
+            return f"ignored: attempt {attempt} of {action.action_id} already recorded"
+        if outcome == "retry":
+            return f"retry: attempt {attempt} of {action.kind} of {action.pod}"
         numa = int(action.measured[m.NUMA])
         key = (action.node, action.pod)
         # the pod's usage moves the load of every NUMA node it is on
         for touched in {numa, *m.decode_shares(action.measured)}:
-            self.last_action[(action.node, touched)] = at
+            self.actions.acted((action.node, touched), at)
         if action.kind == "freeze":
             cpu = action.measured.get(m.POD_CPU)
             self.frozen[key] = FrozenPod(action.node, action.pod, numa, at, action.measured[m.LOAD], cpu,
@@ -148,17 +142,16 @@ class RemediationMemory:
                                          action.action_id)
         elif action.kind == "set-cpuset":
             target = int(action.measured[m.TARGET_NUMA])
-            self.last_action[(action.node, target)] = at
+            self.actions.acted((action.node, target), at)
             self.moved[key] = MovedPod(action.node, action.pod, m.decode_cpus(action.measured), numa, target, at,
                                        action.action_id)
         return f"{action.kind} of {action.pod} on {action.node} NUMA {numa} pending"
 
     def record_result(self, result: ActionResult) -> str:
         """Apply what became of an action; what it did."""
-        pending = self.pending.pop(result.action_id, None)
+        pending = self.actions.answered(result)
         if pending is None:
             return f"ignored: {result.action_id} is not a pending remediation action"
-        self.settled[result.action_id] = result.status
         action = pending.action
         key = (action.node, action.pod)
         if result.status == "unknown-pod":
@@ -184,9 +177,7 @@ class RemediationMemory:
     def _forget(self, node: str, pod: str) -> None:
         self.frozen.pop((node, pod), None)
         self.moved.pop((node, pod), None)
-        for action_id in [i for i, p in self.pending.items() if (p.action.node, p.action.pod) == (node, pod)]:
-            del self.pending[action_id]
-            self.settled[action_id] = "unknown-pod"
+        self.actions.forget(node, pod, "unknown-pod")
 
 
 def rebuild(events: Iterable[object], requested_by: str = "remediation") -> RemediationMemory:

@@ -10,18 +10,19 @@ import asyncio
 from datetime import datetime, timezone
 from typing import Any
 
-from tidal_bus import Delivery, StartAt
-from tidal_schemas import ActionResult, CpuAssignment, Envelope, NodeAction, NodeMetrics, NodeTopology, SchemaError, derived_id
+from tidal_bus import Delivery
+from tidal_policy.action_memory import plan_retries
+from tidal_schemas import ActionResult, CpuAssignment, Envelope, NodeAction, NodeMetrics, NodeTopology, derived_id
 
 from tidal_runtime import Service, Subscription
+from tidal_runtime.action_log import follow_action_log
 from tidal_runtime.metrics import node_actions_counter
 
 from .events import actions_to_events
 from .memory import RemediationMemory
 from .plan import plan_round
-from .retry import plan_retries
 from .settings import RemediationSettings
-from .state import node_state_from
+from .state import NodeLayout, layout_of, node_state_from
 
 
 # Remediation acts on NUMA CPU load alone (plan.py): freezes and moves off a
@@ -38,7 +39,7 @@ class RemediationService(Service):
         super().__init__(settings, **kwargs)
         self.settings: RemediationSettings
         self.policy = self.settings.policy()
-        self.topologies: dict[tuple[str, str], NodeTopology] = {}
+        self.layouts: dict[tuple[str, str], NodeLayout] = {}  # not the topologies: see NodeLayout
         self.exclusive: dict[tuple[str, str], set[str]] = {}
         self.memory: dict[str, RemediationMemory] = {}  # per cluster
         self.memory_ready = asyncio.Event()
@@ -58,7 +59,7 @@ class RemediationService(Service):
         return clusters is None or cluster in clusters
 
     async def on_topology(self, envelope: Envelope[NodeTopology], delivery: Delivery) -> None:
-        self.topologies[(envelope.cluster, envelope.payload.node)] = envelope.payload
+        self.layouts[(envelope.cluster, envelope.payload.node)] = layout_of(envelope.payload)
 
     # -- the log: our actions and their results, then live ---------------------
     def _apply_log(self, envelope: Envelope[Any]) -> None:
@@ -73,22 +74,11 @@ class RemediationService(Service):
                 self.log.info("%s", line)
 
     async def follow_log(self) -> None:
-        last: dict[str, dict[int, int]] = {}
-        for name in ("node.action", "action.result"):  # actions before their results
-            last[name] = {}
-            async for raw, event in self.bus.read(name, StartAt.earliest()):
-                last[name][raw.partition] = raw.position
-                if not isinstance(event, SchemaError):
-                    self._apply_log(event)
-        self.memory_ready.set()
-        self.log.info("memory rebuilt: %s", {c: len(m.frozen) for c, m in self.memory.items()})
+        def rebuilt() -> None:
+            self.memory_ready.set()
+            self.log.info("memory rebuilt: %s", {c: len(m.frozen) for c, m in self.memory.items()})
 
-        async def follow(name: str) -> None:
-            async for _, event in self.bus.read(name, StartAt.after(last[name]), follow=True):
-                if not isinstance(event, SchemaError):
-                    self._apply_log(event)
-
-        await asyncio.gather(follow("node.action"), follow("action.result"))
+        await follow_action_log(self.bus, self._apply_log, rebuilt)
 
     async def follow_assignments(self) -> None:
         async def on_event(envelope: Envelope[Any]) -> None:
@@ -107,13 +97,13 @@ class RemediationService(Service):
         if delivery.replaying:
             return  # decisions are taken on live samples only; the memory comes from the log
         metrics, cluster = envelope.payload, envelope.cluster
-        topology = self.topologies.get((cluster, metrics.node))
-        if topology is None:
+        layout = self.layouts.get((cluster, metrics.node))
+        if layout is None:
             return
         await self.memory_ready.wait()
         memory = self._memory(cluster)
         exclusive = self.exclusive.get((cluster, metrics.node))
-        state = node_state_from(metrics, topology, exclusive)
+        state = node_state_from(metrics, layout, exclusive)
         plan = plan_round(state, memory, self.policy, metrics.sampled_at)
         for note in plan.notes:
             self.log.debug("node %s: %s", metrics.node, note)
@@ -130,7 +120,7 @@ class RemediationService(Service):
             await asyncio.sleep(self.settings.retry_check_s)
             now = datetime.now(timezone.utc)
             for cluster, memory in list(self.memory.items()):
-                plan = plan_retries(memory, now, self.policy.action_timeout_s, self.policy.max_retries)
+                plan = plan_retries(memory.actions, now, self.policy.action_timeout_s, self.policy.max_retries)
                 for action in plan.resend:
                     memory.record_action(action)
                     attempt = int(action.measured.get("attempt", 2))

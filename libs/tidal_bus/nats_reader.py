@@ -1,0 +1,102 @@
+"""Reading a stream without a group (replay, catch-up, `tidal events`): an
+ephemeral unacknowledged pull consumer; following, a lost connection or a
+broker restart does not end the read, a new reader resumes after the last
+message read."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import nats.errors
+from nats.js.api import AckPolicy, ConsumerConfig
+
+from tidal_schemas.streams import StreamSpec
+
+from .api import RawMessage, StartAt
+from .membership import raise_if_cancelling
+from .nats_streams import deliver_options
+from .subjects import nats_partition_filter, nats_stream_name
+
+if TYPE_CHECKING:
+    from .nats_backend import NatsBackend
+
+log = logging.getLogger(__name__)
+
+
+async def read_stream(
+backend: "NatsBackend",
+    spec: StreamSpec,
+    start: StartAt,
+    *,
+    partitions: frozenset[int] | None = None,
+    until: dict[int, int] | None = None,
+    follow: bool = False,
+) -> AsyncIterator[RawMessage]:
+    await backend.ensure_stream(spec)
+    if partitions is None:
+        filters = [nats_partition_filter(backend.namespace, spec, None)]
+    else:
+        filters = [nats_partition_filter(backend.namespace, spec, p) for p in sorted(partitions)]
+        if not filters:
+            return
+    limit = max(until.values()) if until else None
+    last: int | None = None  # stream sequence of the last message read
+    while True:
+        # Following, a broker restart or a lost connection does not end the
+        # read: a new reader starts right after the last message read.
+        raise_if_cancelling()
+        try:
+            psub = await _reader(backend, spec, filters, start if last is None else StartAt.at_sequence(last + 1))
+        except (nats.errors.Error, asyncio.TimeoutError) as exc:
+            if not follow:
+                raise
+            log.warning("reading %s: %r; trying again", spec.name, exc)
+            await asyncio.sleep(0.5)
+            continue
+        try:
+            if not follow and (await psub.consumer_info()).num_pending == 0:
+                return  # nothing there: do not wait out a fetch timeout
+            while True:
+                raise_if_cancelling()
+                try:
+                    batch = await psub.fetch(backend.fetch_batch, timeout=1.0)
+                except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                    if follow:
+                        continue
+                    return
+                except nats.errors.Error as exc:
+                    if not follow:
+                        raise
+                    log.warning("reading %s: %r; reading again after sequence %s", spec.name, exc, last)
+                    await asyncio.sleep(0.5)
+                    break
+                for msg in batch:
+                    raw = backend.raw_message(msg)
+                    last = raw.position
+                    if until is not None and raw.position > until.get(raw.partition, 0):
+                        if limit is not None and raw.position > limit:
+                            return
+                        continue
+                    yield raw
+                    if not follow and msg.metadata.num_pending == 0:
+                        return
+        finally:
+            try:
+                await psub.unsubscribe()
+            except Exception:
+                pass
+
+async def _reader(backend: "NatsBackend", spec: StreamSpec, filters: list[str], start: StartAt):
+    """An ephemeral, unacknowledged pull consumer over `filters` from `start`."""
+    config = ConsumerConfig(
+        ack_policy=AckPolicy.NONE,
+        inactive_threshold=60.0,
+        **deliver_options(start),
+        **({"filter_subjects": filters} if len(filters) > 1 else {"filter_subject": filters[0]}),
+    )
+    return await backend.js.pull_subscribe(
+        filters[0], durable=None, stream=nats_stream_name(backend.namespace, spec), config=config
+    )
