@@ -48,6 +48,7 @@ OVERLAYS = {"overlays/nats": ("nats", "nats", 4222), "overlays/kafka": ("kafka",
 BRIDGE_ALLOWED = frozenset(
     {("", "pods", v) for v in ("get", "list", "watch", "patch")}
     | {("", "pods/binding", "create"), ("", "pods/eviction", "create")}
+    | {("", "pods/status", "patch")}  # PodScheduled=False on a pod Tidal cannot place
     | {("", "nodes", v) for v in ("get", "list", "watch", "patch")}
     | {(g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")}
 )
@@ -55,6 +56,7 @@ BRIDGE_ALLOWED = frozenset(
 BRIDGE_REQUIRED = frozenset(
     {("", "pods", "watch"), ("", "pods/binding", "create"), ("", "pods/eviction", "create"),
      ("", "nodes", "watch"), ("", "events", "create")}
+    | {("", "pods/status", "patch"), ("", "events", "patch")}
 )
 
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PersistentVolume", "StorageClass"}

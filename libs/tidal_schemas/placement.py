@@ -49,8 +49,12 @@ class PlacementDecision(Payload):
     chosen: NodeCandidate | None = None
     runners_up: list[NodeCandidate] = Field(default_factory=list)
     filtered: dict[str, NonNegInt] = Field(
-        default_factory=dict, description="number of nodes filtered out, by reason"
+        default_factory=dict, description="number of nodes filtered out, by reason: a filter stage (cpu, "
+        "memory, gpu, gpu-model, numa, no-exclusive-cpus, not-permitted) or why a node takes no new pods "
+        "(a taint, stale metrics)"
     )
+    nodes: NonNegInt | None = Field(
+        None, description="pending: the nodes in the cluster when the pod was tried (the N of '0/N nodes')")
     reason: str = ""
     queue_position: NonNegInt | None = None
     fair_share_score: float | None = None

@@ -26,6 +26,7 @@ from .errors import KubeStatusError, KubeUnavailable
 from .settings import BridgeSettings
 
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"  # lists with a merge key (conditions) merge, not replace
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
@@ -80,6 +81,10 @@ class Kube:
     async def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return await self._call(self.core.patch_namespaced_pod, name, namespace, patch, _content_type=MERGE_PATCH)
 
+    async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return await self._call(self.core.patch_namespaced_pod_status, name, namespace, patch,
+                                _content_type=STRATEGIC_PATCH)
+
     async def bind(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self._call(self.core.create_namespaced_pod_binding, name, namespace, body)
 
@@ -88,6 +93,10 @@ class Kube:
 
     async def create_event(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self._call(self.core.create_namespaced_event, namespace, body)
+
+    async def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return await self._call(self.core.patch_namespaced_event, name, namespace, patch,
+                                _content_type=STRATEGIC_PATCH)
 
     # -- nodes ------------------------------------------------------------------
     async def get_node(self, name: str) -> dict[str, Any]:

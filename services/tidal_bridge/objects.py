@@ -72,16 +72,16 @@ def eviction_body(namespace: str, name: str, uid: str = "") -> dict[str, Any]:
 
 
 def pod_event(pod: dict[str, Any], *, reason: str, message: str, now: datetime,
-              kind: str = "Warning", host: str = "") -> dict[str, Any]:
-    """A core/v1 Event about a pod. Its name is derived from (pod uid,
-    reason, message), so re-reporting the same thing (another replica, a
-    restart) collides with 409 instead of repeating it."""
+              kind: str = "Warning", host: str = "", name: str | None = None) -> dict[str, Any]:
+    """A core/v1 Event about a pod. Its name, unless given, is derived from
+    (pod uid, reason, message), so re-reporting the same thing (another
+    replica, a restart) collides with 409 instead of repeating it."""
     meta = pod.get("metadata") or {}
     digest = hashlib.sha256(f"{meta.get('uid')}/{reason}/{message}".encode()).hexdigest()[:16]
     stamp = now.isoformat().replace("+00:00", "Z")
     return {
         "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": f"{meta.get('name', 'pod')[:200]}.{digest}", "namespace": meta.get("namespace")},
+        "metadata": {"name": name or f"{meta.get('name', 'pod')[:200]}.{digest}", "namespace": meta.get("namespace")},
         "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"),
                            "namespace": meta.get("namespace"), "uid": meta.get("uid"),
                            "resourceVersion": meta.get("resourceVersion")},

@@ -22,6 +22,10 @@ Publishes (in its own `settings.cluster`):
   untaint and evict action (freeze, thaw and set-cpuset are the node
   agent's).
 
+Writes on each pod Tidal cannot place (a `pending` decision) the
+`PodScheduled=False` condition and a `FailedScheduling` event, as
+kube-scheduler does (`pod_status.py`).
+
 Consumes only its own cluster's events (the runtime filters by
 `handled_clusters()`, which the settings pin to the own cluster; handlers
 check again). `node.allocatable` becomes node annotations for operators;
@@ -39,14 +43,17 @@ from typing import Any
 from tidal_bus import Delivery, HandlerError, RetryPolicy
 from tidal_schemas.fence import DecisionFence
 from tidal_runtime import Service, Subscription
-from tidal_schemas import ActionResult, BindResult, Envelope, NodeTopology, PodLifecycle, derived_id
+from tidal_schemas import (ActionResult, BindResult, Envelope, NodeTopology, PlacementDecision, PodLifecycle,
+                           derived_id)
 
 from .actuator import ActionOutcome, Actuator
 from .binder import Binder, BindOutcome
 from .errors import BridgeError, KubeStatusError
+from .event_budget import EventBudget
 from .kube import Kube
 from .nodes import node_topology
 from .objects import DECISION_UNREADABLE, INVALID_ANNOTATION, SCHEDULED, allocatable_annotations, annotations_patch, pod_event
+from .pod_status import PodStatusReporter
 from .pods import read_pod
 from .settings import BridgeSettings
 from .watch import Backoff, Change, Reflector
@@ -104,6 +111,8 @@ class BridgeService(Service):
         self.binder = Binder(self.kube, scheduler_name=s.scheduler_name, attempts=s.bind_attempts,
                              retry_s=s.bind_retry_s)
         self.actuator = Actuator(self.kube, conflict_attempts=s.conflict_attempts)
+        self.pod_status = PodStatusReporter(self.kube, gpu_resource=s.gpu_resource,
+                                            budget=EventBudget(s.event_burst, s.event_refill_s))
         # Every pod: a field selector cannot say "ours, or bound" (selectors only AND).
         self.pods = Reflector(self.kube, "pods", self._on_pod, accept=self._counted, timeout_s=s.watch_timeout_s, backoff=Backoff(s.backoff_initial_s, s.backoff_max_s))
         if s.publish_node_facts:
@@ -144,6 +153,7 @@ class BridgeService(Service):
         if gone:
             self._published.pop(pod.uid, None)
             self._reported.pop(pod.uid, None)
+            self.pod_status.forget(pod.namespace, pod.name)
             return
         self._published[pod.uid] = pod
         if pod.phase == "deleted":
@@ -205,7 +215,13 @@ class BridgeService(Service):
     async def on_decision(self, envelope: Envelope[Any], delivery: Delivery) -> None:
         decision = envelope.payload
         counts = self.fence.admit(decision)  # in log order, replayed or not: see tidal_schemas.fence
-        if delivery.replaying or not counts or not self._ours(envelope, delivery) or decision.outcome != "placed":
+        if delivery.replaying or not counts or not self._ours(envelope, delivery):
+            return
+        if decision.outcome == "pending":
+            if self._still_pending(decision):
+                await self.pod_status.unschedulable(decision)
+            return
+        if decision.outcome != "placed":
             return
         try:
             outcome = await self.binder.bind(decision)
@@ -214,9 +230,21 @@ class BridgeService(Service):
         await self.publish(BindResult(decision_id=decision.decision_id, namespace=decision.namespace,
                                       name=decision.name, node=decision.node, ok=outcome.ok, reason=outcome.reason),
                            cause=envelope, delivery=delivery)
+        if outcome.ok:
+            self.pod_status.bound(decision.namespace, decision.name)
         if outcome.ok and outcome.pod is not None and not outcome.reason:
             await self._pod_event(outcome.pod, SCHEDULED, f"Successfully assigned {decision.namespace}/"
                                   f"{decision.name} to {decision.node} (decision {decision.decision_id})", "Normal")
+
+    def _still_pending(self, decision: PlacementDecision) -> bool:
+        """Not known bound or gone: a pending decision read late must not mark
+        a pod unschedulable after it was bound, nor its successor of the name."""
+        if not decision.uid:
+            return True
+        pod = self._published.get(decision.uid)
+        if pod is None:  # gone, once every pod has been listed
+            return self.pods is None or not self.pods.synced.is_set()
+        return pod.phase == "pending"
 
     async def on_allocatable(self, envelope: Envelope[Any], delivery: Delivery) -> None:
         allocatable = envelope.payload

@@ -39,6 +39,9 @@ class BridgeSettings(ServiceSettings):
                                 "PodDisruptionBudget (429) before it is reported refused")
     evict_retry_s: float = Field(2.0, gt=0, description="first delay before retrying such an eviction (doubles)")
     evict_retry_max_s: float = Field(60.0, gt=0)
+    event_burst: int = Field(25, ge=1, description="FailedScheduling events one pod may cost at once "
+                             "(a repeat is a count on one Event object, still a write)")
+    event_refill_s: float = Field(300.0, gt=0, description="then one more event per pod every this long")
     max_event_age_s: float = Field(600.0, gt=0, description="node actions older than this are skipped (a new "
                                    "consumer group must not carry out last week's evictions)")
 

@@ -6,6 +6,14 @@ choice (§A, §E) — and every decision taken assumed in the cache at once.
 No I/O: `cycle` yields the decisions to publish, one at a time, so the caller
 can stop as soon as it loses the lead. What the queue does with a pod
 follows the attempt's status code (`pod_request.PLACED` …), never its text.
+
+Every pod that cannot be placed gets a `pending` decision naming why — the
+nodes filtered out by reason, a rule, or the better pod it is held back
+behind — which the bridge writes on the pod (`PodScheduled=False`, a
+`FailedScheduling` event). It is published when the reason changes, and
+again, unchanged, on an attempt at least `repeat_s` after the last one
+published: a retry is news to whoever counts attempts on the pod, but not
+at the pace of every cycle.
 """
 
 from __future__ import annotations
@@ -37,9 +45,11 @@ def place(cache: ClusterCache, pod: PodLifecycle, usage: dict[str, dict[str, int
 
 
 def cycle(cache: ClusterCache, strategy: Any, now: float,
-          attempted: Callable[[str], None] = lambda code: None) -> Iterator[PlacementDecision]:
+          attempted: Callable[[str], None] = lambda code: None,
+          repeat_s: float | None = None) -> Iterator[PlacementDecision]:
     """Try every queued pod that may place now; yield each decision to publish
-    (placed ones, and pending ones whose reason changed). `attempted` is
+    (placed ones; pending ones whose reason changed, or tried again `repeat_s`
+    or more after the last published; None: never repeated). `attempted` is
     told each attempt's status code (a pod held back: once per hold)."""
     queue, state, fence = cache.queue, cache.state, cache.fence
     queue.expire_waits(now)
@@ -51,13 +61,20 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
     queue.rescore({e.key: cache.score(e.pod) for e in queue.entries.values()})
     # Tenant usage is needed only for quotas and groups; most clusters have neither.
     usage = tenant_usage(cache.holdings(), cache.gpu_model) if cache.governed() else {}
+    nodes = len(state.rows)
     for position, (entry, held_back) in enumerate(queue.cycle()):
         if queue.entries.get(entry.key) is not entry:
             continue  # placed, bound or deleted by events read while earlier decisions were published
         if held_back is not None:
-            if entry.reason != held_back:
-                attempted(WAIT)
-            entry.reason = held_back
+            if entry.reason == held_back:
+                continue
+            attempted(WAIT)
+            entry.reason, entry.announced = held_back, now
+            decision_id = derived_id(f"placement/{fence.epoch}/{fence.leader}", PlacementDecision.TYPE, entry.key,
+                                     f"{cache.tries.get(entry.key, 0)}/{entry.attempts}/held-back")
+            yield placement_decision(entry.pod, Placement(False, reason=held_back), decision_id).model_copy(
+                update=dict(epoch=fence.epoch, leader=fence.leader, queue_position=position,
+                            fair_share_score=entry.score, nodes=nodes))
             continue
         if (entry.waiting_since is not None or entry.refused) and not retry:
             continue
@@ -83,8 +100,11 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
                 queue.refuse(entry.key, placement.reason, dict(placement.filtered))
             else:
                 queue.wait(entry.key, placement.reason, dict(placement.filtered), now)
-            if not changed:
-                continue  # the same reasons: say it once, not every cycle
+            repeat = repeat_s is not None and entry.announced is not None and now - entry.announced >= repeat_s
+            if not changed and not repeat:
+                continue  # the same reasons: said already, and not long ago
+            entry.announced = now
+            extra["nodes"] = nodes
         decision = placement_decision(pod, placement, decision_id).model_copy(update=extra)
         if placement.code == PLACED:
             cache.placed(decision, pod, now)

@@ -34,6 +34,7 @@ class Entry:
     refused: bool = False  # by a rule, not for room: see `refuse`
     attempts: int = 0
     filtered: dict[str, int] = field(default_factory=dict)
+    announced: float | None = None  # when its last pending decision was published (see cycle.py)
 
     @property
     def key(self) -> str:

@@ -155,7 +155,8 @@ class PlacementService(Service):
     async def schedule_cluster(self, name: str) -> None:
         attempts, strategy = self.scheduling.attempts, self.learner.strategy
         for decision in cycle(self.clusters[name], strategy, self.clock(),
-                              attempted=lambda code: attempts.labels(name, code).inc()):
+                              attempted=lambda code: attempts.labels(name, code).inc(),
+                              repeat_s=self.settings.pending_repeat_s):
             if decision.outcome == "placed":
                 self.decisions += 1
                 self.scheduling.decisions.labels(name, strategy.name).inc()

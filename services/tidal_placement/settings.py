@@ -22,6 +22,9 @@ class PlacementSettings(ServiceSettings):
                                   "(and after the 1st, 2nd, 4th… pod before that)")
     node_stale_after_s: float = Field(30.0, ge=0, description="a node without a usage sample for this long takes "
                                       "no new pods until it sends one (0 = never stale)")
+    pending_repeat_s: float = Field(60.0, ge=0, description="a pod tried again with the same reasons gets its "
+                                    "pending decision published again once this long has passed (0 = on every "
+                                    "attempt): its FailedScheduling event counts the attempts")
     node_stale_check_s: float = Field(5.0, gt=0, description="how often nodes are checked for staleness")
 
     @field_validator("gpu_strategy")

@@ -12,7 +12,8 @@ and kubectl use.
     POST   /api/v1/namespaces/{ns}/pods/{name}/eviction   429 while a "PDB" blocks it
     GET    /api/v1/nodes, /api/v1/nodes/{name}            list / watch / get
     PATCH  /api/v1/nodes/{name}
-    GET, POST /api/v1/namespaces/{ns}/events, GET /api/v1/events
+    GET, POST /api/v1/namespaces/{ns}/events, GET /api/v1/events   field selectors on involvedObject.*
+    GET, PATCH /api/v1/namespaces/{ns}/events/{name}      a repeat counted (`events.py`)
     GET    /api, /apis, /api/v1, /version                 discovery (kubectl)
 
 As the API server does: one global resourceVersion (see `store.py`); list
@@ -45,10 +46,12 @@ from typing import Any
 from aiohttp import web
 
 from . import tables
+from .events import EventRoutes
 from .objects import node_object, pod_object
-from .protocol import KINDS, MERGE_TYPES, Watcher, merge_patch, now_stamp, parse_selector, status
+from .protocol import KINDS, MERGE_TYPES, Watcher, now_stamp, parse_selector, status
 from .faults import FaultInjection
 from .store import Store
+from .strategic import apply_patch, set_condition
 from .watch import serve_watch
 
 BindingAdmission = Callable[[dict[str, Any], str], "str | None"]
@@ -107,9 +110,12 @@ class KubeApiServer(FaultInjection):
         r.add_get("/api/v1/nodes", self._list_or_watch("nodes"))
         r.add_get("/api/v1/nodes/{name}", self._get("nodes"))
         r.add_patch("/api/v1/nodes/{name}", self._patch("nodes"))
-        r.add_get("/api/v1/events", self._list_events)
-        r.add_get("/api/v1/namespaces/{ns}/events", self._list_events)
+        events = EventRoutes(self)
+        r.add_get("/api/v1/events", events.list)
+        r.add_get("/api/v1/namespaces/{ns}/events", events.list)
         r.add_post("/api/v1/namespaces/{ns}/events", self._create_event)
+        r.add_get("/api/v1/namespaces/{ns}/events/{name}", events.get)
+        r.add_patch("/api/v1/namespaces/{ns}/events/{name}", events.patch)
         self._runner = web.AppRunner(app, shutdown_timeout=1.0, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
@@ -198,7 +204,8 @@ class KubeApiServer(FaultInjection):
         return handle
 
     def _patch(self, resource: str, only: str | None = None):
-        """A merge patch of the object (or, for a subresource, of `only` that part)."""
+        """A merge or strategic merge patch of the object (or, for a
+        subresource, of `only` that part)."""
         async def handle(request: web.Request) -> web.StreamResponse:
             key = (request.match_info.get("ns", ""), request.match_info["name"])
             if request.content_type not in MERGE_TYPES:
@@ -214,7 +221,7 @@ class KubeApiServer(FaultInjection):
                               "has been modified; please apply your changes to the latest version and try again")
             if only is not None:
                 patch = {only: patch.get(only)} if only in patch else {}
-            patched = merge_patch(obj, patch)
+            patched = apply_patch(request.content_type, resource, obj, patch)
             patched["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
             if patched == obj:  # a no-op write does not bump the resourceVersion
                 return web.json_response(obj)
@@ -263,9 +270,9 @@ class KubeApiServer(FaultInjection):
             return status(403, "Forbidden", f'admission webhook "kubelet.simulator.tidal.dev" denied the request: '
                           f"{refusal}")
 
-        def bind(obj: dict[str, Any]) -> None:
+        def bind(obj: dict[str, Any]) -> None:  # as the registry's setPodHostAndAnnotations
             obj["spec"]["nodeName"] = node
-            obj["status"].setdefault("conditions", []).append({"type": "PodScheduled", "status": "True"})
+            set_condition(obj.setdefault("status", {}), {"type": "PodScheduled", "status": "True"}, now_stamp())
         self.update_pod(ns, name, bind)
         self.bindings.append((ns, name, node))
         return status(201, "", "")
@@ -299,12 +306,6 @@ class KubeApiServer(FaultInjection):
                             "resourceVersion": str(self.rv), "creationTimestamp": now_stamp()}
         self.events[(ns, name)] = body
         return web.json_response(body, status=201)
-
-    async def _list_events(self, request: web.Request) -> web.StreamResponse:
-        ns = request.match_info.get("ns")
-        items = [e for (namespace, _), e in self.events.items() if ns is None or namespace == ns]
-        return web.json_response({"kind": "EventList", "apiVersion": "v1",
-                                  "metadata": {"resourceVersion": str(self.rv)}, "items": items})
 
     def _list_or_watch(self, resource: str):
         async def handle(request: web.Request) -> web.StreamResponse:

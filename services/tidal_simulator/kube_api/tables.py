@@ -20,7 +20,7 @@ RESOURCES = [  # (name, kind, namespaced, verbs)
     ("pods/eviction", "Eviction", True, ["create"]),
     ("pods/status", "Pod", True, ["get", "patch", "update"]),
     ("nodes", "Node", False, ["get", "list", "patch", "watch"]),
-    ("events", "Event", True, ["create", "list"]),
+    ("events", "Event", True, ["create", "get", "list", "patch"]),
 ]
 
 

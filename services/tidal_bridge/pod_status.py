@@ -1,0 +1,121 @@
+"""A pending pod explained on the pod, as kube-scheduler does it: for each
+`pending` decision, the `PodScheduled=False` condition (reason
+`Unschedulable`, the message of `unschedulable.decision_message`) on
+pods/status, and a `FailedScheduling` Warning event.
+
+- The condition is patched when its message changes (a repeat of the same
+  message writes nothing). The binding itself turns it to `PodScheduled=True`:
+  the API server does that on every binding, as it does for kube-scheduler.
+- Events are deduplicated and rate-limited the way client-go's recorder
+  does it: one Event object per (pod, reason, message), named as client-go
+  names it (`<pod>.<unix nanoseconds, hex>`), whose `count` grows and
+  `lastTimestamp` moves on a repeat (a PATCH, not a new event), and a token
+  bucket per pod (`event_budget.EventBudget`) over them all. Which object
+  counts which message is remembered here (an LRU, as client-go's
+  correlator): a restarted bridge starts new objects, as a restarted
+  kube-scheduler does, and needs no right to read events.
+- Both are best effort: an API failure is logged and the decision stream
+  goes on (placement publishes the pod's decision again when it tries it
+  again, see tidal_placement.cycle); a pod gone (404) is forgotten.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from datetime import datetime, timezone
+from tidal_schemas import PlacementDecision
+
+from .errors import BridgeError, KubeStatusError
+from .event_budget import EventBudget
+from .kube import Kube
+from .objects import pod_event
+from .unschedulable import FAILED_SCHEDULING, decision_message, scheduled_condition, stamp, status_patch
+
+log = logging.getLogger(__name__)
+COUNTS_KEPT = 4096  # events remembered (client-go's LRU size); a message forgotten starts a new object
+
+
+class PodStatusReporter:
+    def __init__(self, kube: Kube, *, gpu_resource: str = "nvidia.com/gpu", budget: EventBudget | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.kube = kube
+        self.gpu_resource = gpu_resource
+        self.budget = budget or EventBudget()
+        self.clock = clock
+        self._messages: dict[str, str] = {}  # pod key -> message of the condition last patched
+        self._counts: OrderedDict[tuple[str, str], tuple[str, int]] = OrderedDict()  # (pod, message) -> (event, count)
+        self._bound: OrderedDict[str, None] = OrderedDict()  # pods bound here lately: a late pending decision
+
+    def bound(self, namespace: str, name: str) -> None:
+        """The pod was bound: it is no longer unschedulable, whatever a
+        decision read after the binding says."""
+        self.forget(namespace, name)
+        key = f"{namespace}/{name}"
+        self._bound[key] = None
+        while len(self._bound) > COUNTS_KEPT:
+            self._bound.popitem(last=False)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The pod was deleted (or bound): its next pending spell starts anew."""
+        key = f"{namespace}/{name}"
+        self._messages.pop(key, None)
+        self._bound.pop(key, None)
+        self.budget.forget(key)
+        for counted in [k for k in self._counts if k[0] == key]:  # a pod of the same name counts anew
+            del self._counts[counted]
+
+    async def unschedulable(self, decision: PlacementDecision) -> None:
+        """Set the condition and record the event for a `pending` decision."""
+        ns, name, key = decision.namespace, decision.name, decision.event_key()
+        if key in self._bound:
+            return
+        message = decision_message(decision, self.gpu_resource)
+        now = datetime.fromtimestamp(self.clock(), timezone.utc).replace(microsecond=0)  # as metav1.Time keeps it
+        if self._messages.get(key) != message:
+            first = key not in self._messages
+            try:
+                await self.kube.patch_pod_status(ns, name, status_patch(scheduled_condition(message,
+                                                                                            now if first else None)))
+            except KubeStatusError as exc:
+                if exc.code == 404:
+                    self.forget(ns, name)
+                    return
+                log.warning("condition of pod %s not written: %s", key, exc)
+            except BridgeError as exc:
+                log.warning("condition of pod %s not written: %s", key, exc)
+            else:
+                self._messages[key] = message
+        if self.budget.allow(key, self.clock()):
+            await self._record(decision, message, now)
+
+    async def _record(self, decision: PlacementDecision, message: str, now: datetime) -> None:
+        """Count a repeat on the event object of this message, or create one."""
+        ns, key = decision.namespace, (decision.event_key(), message)
+        ref = {"metadata": {"namespace": ns, "name": decision.name, "uid": decision.uid}}
+        known = self._counts.pop(key, None)
+        try:
+            if known is not None:
+                name, count = known
+                try:
+                    await self.kube.patch_event(ns, name, {"count": count + 1, "lastTimestamp": stamp(now)})
+                    self._remember(key, name, count + 1)
+                    return
+                except BridgeError as exc:
+                    if not (isinstance(exc, KubeStatusError) and exc.code == 404):
+                        self._remember(key, name, count)  # counted on the same object next time
+                        raise
+                    # 404: expired (events live an hour): a new object
+            name = f"{decision.name[:200]}.{time.time_ns():x}"
+            await self.kube.create_event(ns, pod_event(ref, reason=FAILED_SCHEDULING, message=message, now=now,
+                                                       name=name))
+            self._remember(key, name, 1)
+        except BridgeError as exc:
+            log.warning("event %s on pod %s not recorded: %s", FAILED_SCHEDULING, decision.event_key(), exc)
+
+    def _remember(self, key: tuple[str, str], name: str, count: int) -> None:
+        self._counts[key] = (name, count)
+        while len(self._counts) > COUNTS_KEPT:
+            self._counts.popitem(last=False)
