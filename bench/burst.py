@@ -26,7 +26,10 @@ Reports, and prints as one JSON line:
   peak RSS (VmHWM) and CPU seconds of every service process and the broker
 
 Run: .venv/bin/python bench/burst.py [--nodes 5000] [--pods 20000] [--bus nats|kafka]
-         [--metrics-interval 10] [--gpu-strategy best-fit] [--seed 0]
+         [--metrics-interval 10] [--strategy S] [--seed 0]
+
+`--strategy` (alias `--gpu-strategy`) is placement's GPU strategy, by default
+the service's own default.
 """
 
 from __future__ import annotations
@@ -53,6 +56,9 @@ from tidal_bus import Bus, StartAt  # noqa: E402
 from tidal_bus.embedded import EmbeddedKafka  # noqa: E402
 from tidal_cli.stack import Stack  # noqa: E402
 from tidal_schemas.fence import DecisionFence  # noqa: E402
+from tidal_placement.settings import PlacementSettings  # noqa: E402
+
+DEFAULT_STRATEGY = PlacementSettings.model_fields["gpu_strategy"].default
 
 SERVICES = ["placement", "scoring", "oversell", "remediation"]
 STAGES = {"node.topology": ("oversell", "remediation"), "node.metrics": ("scoring", "oversell", "remediation")}
@@ -203,7 +209,8 @@ def main() -> None:
     parser.add_argument("--bus", choices=["nats", "kafka"], default="nats")
     parser.add_argument("--metrics-interval", type=float, default=10.0,
                         help="seconds between the simulated agents' samples of every node during the burst (0: none)")
-    parser.add_argument("--gpu-strategy", default="best-fit")
+    parser.add_argument("--strategy", "--gpu-strategy", dest="gpu_strategy", default=DEFAULT_STRATEGY,
+                        help=f"placement's GPU strategy (default: the service's, {DEFAULT_STRATEGY})")
     parser.add_argument("--timeout", type=float, default=1800.0, help="give up when the burst has not drained by then")
     parser.add_argument("--seed", type=int, default=0)
     result = run(parser.parse_args())

@@ -5,11 +5,16 @@ bus: the placement service as its own process; this script publishes the
 synthetic cluster, then a burst of pending pods, and times each pod from its
 publish to its decision arriving back (pending-to-decision latency).
 
+`--strategy` is the GPU strategy (default: the placement service's own
+default). `--sampling S` (bus mode) runs scoring, oversell and remediation
+too, and the simulated node agents sample every node every S seconds while
+the pods arrive (as bench/burst.py); 0, the default, runs placement alone.
+
 Prints one JSON line per configuration:
-{"nodes": N, "mode": "in-process" | "bus", "pods_per_s": X, "p50_ms": Y, "p99_ms": Z}
+{"nodes": N, "mode": "in-process" | "bus", "strategy": S, "pods_per_s": X, "p50_ms": Y, "p99_ms": Z, …}
 
 Run: .venv/bin/python bench/placement.py [--nodes 1000 5000 10000] [--pods 3000] [--modes in-process bus]
-     [--rate R]   (bus: R pods/s paced; default one burst)
+     [--rate R] [--strategy S] [--sampling 10]   (bus: R pods/s paced; default one burst)
 """
 
 from __future__ import annotations
@@ -20,28 +25,42 @@ import json
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 import placement_policy  # noqa: E402  (the in-process benchmark beside this file)
-from _common import pods, topologies  # noqa: E402  (the synthetic cluster shared by the bus benchmarks)
+from _common import Actor, agents_job, node_sample, pods, publish_all, topologies  # noqa: E402  (shared by the bus benchmarks)
+from burst import SERVICES, wait_for_stages  # noqa: E402
 
 from tidal_bus import Bus, StartAt  # noqa: E402
 from tidal_cli.stack import Stack  # noqa: E402
 from tidal_schemas.fence import DecisionFence  # noqa: E402
 
+DEFAULT_STRATEGY = placement_policy.DEFAULT_STRATEGY
 
-async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0) -> dict:
+
+async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0, strategy: str = DEFAULT_STRATEGY,
+                  sampling: float = 0.0) -> dict:
     rng = np.random.default_rng(seed)
+    services = SERVICES if sampling else ["placement"]
     with tempfile.TemporaryDirectory() as tmp, Stack(Path(tmp), nats_port=0, namespace="bench", cluster="bench",
-                                                     services=["placement"],
-                                                     extra_env={"TIDAL_PLACEMENT_GPU_STRATEGY": "best-fit"}) as stack:
-        stack.wait_ready()
+                                                     services=services,
+                                                     extra_env={"TIDAL_PLACEMENT_GPU_STRATEGY": strategy}) as stack:
+        stack.wait_ready(timeout=120)
+        agents = None
         async with Bus.from_url(stack.bus_url, namespace="bench", cluster="bench", source="bench") as bus:
-            for topology in topologies(nodes, rng):
-                await bus.publish(topology)
+            cluster = list(topologies(nodes, rng))
+            await publish_all(bus, cluster)
+            if sampling:  # the agents' first samples, turned into scores and allocatable before the pods
+                await wait_for_stages(stack, "node.topology", nodes)
+                await publish_all(bus, [node_sample(n, datetime.now(timezone.utc), rng) for n in cluster])
+                await wait_for_stages(stack, "node.metrics", nodes)
+                agents = Actor(agents_job, url=stack.bus_url, namespace="bench", cluster="bench", nodes=nodes,
+                               mine=(0, nodes), seed=seed, interval_s=sampling)
+                await asyncio.to_thread(agents.wait_ready)
             batch = pods(count, rng)
             sent: dict[str, float] = {}
             decided: dict[str, float] = {}
@@ -57,6 +76,8 @@ async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0) -> dict:
 
             reader = asyncio.create_task(collect())
             await asyncio.sleep(1.0)  # let placement absorb the cluster before the burst
+            if agents is not None:
+                agents.go()
             start = time.perf_counter()
             for i, pod in enumerate(batch):
                 if rate:  # paced arrivals: latency without a burst's queueing
@@ -65,8 +86,13 @@ async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0) -> dict:
                 await bus.publish(pod)
             await asyncio.wait_for(reader, 600)
             end = max(decided.values())
+            rounds = 0
+            if agents is not None:
+                agents.stop()
+                rounds = (await asyncio.to_thread(agents.result))["rounds"]
     latencies = np.array([(decided[k] - sent[k]) * 1000 for k in sent])
-    return {"nodes": nodes, "mode": "bus", "pods": count, "arrival_rate": rate or "burst",
+    return {"nodes": nodes, "mode": "bus", "strategy": strategy, "pods": count, "arrival_rate": rate or "burst",
+            "sampling_s": sampling or None, "sample_rounds": rounds,
             "pods_per_s": round(count / (end - start), 1),
             "p50_ms": round(float(np.percentile(latencies, 50)), 2),
             "p99_ms": round(float(np.percentile(latencies, 99)), 2)}
@@ -80,14 +106,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rate", type=float, default=0.0,
                         help="bus mode: pods published per second (0 = one burst, measures throughput)")
+    parser.add_argument("--strategy", default=DEFAULT_STRATEGY, help=f"default: the service's ({DEFAULT_STRATEGY})")
+    parser.add_argument("--sampling", type=float, default=0.0,
+                        help="bus mode: the agents sample every node every S seconds, with scoring, oversell and "
+                             "remediation running (0 = placement alone, no samples)")
     args = parser.parse_args()
     for n in args.nodes:
         if "in-process" in args.modes:
-            result = placement_policy.run(n, max(args.pods, 5000), "best-fit", 2.0, args.seed)
-            print(json.dumps({"nodes": n, "mode": "in-process", **{k: result[k] for k in
-                              ("pods_per_s", "p50_ms", "p99_ms")}}), flush=True)
+            result = placement_policy.run(n, max(args.pods, 5000), args.strategy, 2.0, args.seed)
+            print(json.dumps({"nodes": n, "mode": "in-process", "strategy": args.strategy,
+                              **{k: result[k] for k in ("pods_per_s", "p50_ms", "p99_ms")}}), flush=True)
         if "bus" in args.modes:
-            print(json.dumps(asyncio.run(bus_run(n, args.pods, args.seed, args.rate))), flush=True)
+            print(json.dumps(asyncio.run(bus_run(n, args.pods, args.seed, args.rate, args.strategy, args.sampling))),
+                  flush=True)
 
 
 if __name__ == "__main__":

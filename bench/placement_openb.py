@@ -23,6 +23,9 @@ generated from the trace with that seed, then replayed by the same
 protocol; the summary is one row per variant, the median allocation at
 100 % arrived per strategy, and each strategy's margin over fgd.
 
+A strategy may carry options, `name:key=value,…` (`fgd-cpu:packing=true`),
+to measure what one rule is worth within the same run.
+
 Run: .venv/bin/python bench/placement_openb.py [--seeds 10] [--strategies best-fit fgd fgd-cpu] [--jobs 2]
      .venv/bin/python bench/placement_openb.py --variants [cpu300 spec35 …] --seeds 5
 """
@@ -43,7 +46,7 @@ from _paths import OPENB
 import numpy as np
 
 from tidal_placement.gpu_frag import FragModel
-from tidal_placement.gpu_strategies import make_strategy
+from tidal_placement.gpu_strategies import GPU_STRATEGIES, make_strategy
 from tidal_placement.gpu_workload import typical_workload
 from tidal_simulator.openb import read_nodes, read_pods
 from tidal_simulator.openb_variants import BY_NAME, VARIANTS, generate
@@ -55,21 +58,41 @@ PUBLISHED_NAMES = {"best-fit": "05-BestFit", "fgd": "06-FGD"}
 OPTIONS = {"best-fit": {"quantised": True, "scores_cpu_pods": True}}
 
 
+def parse_label(label: str) -> tuple[str, dict]:
+    """`name[:key=value,…]` → (name, options): a strategy with options set,
+    e.g. `fgd-cpu:packing=true,rho_scale=0.5` (true/false, numbers, words)."""
+    name, _, rest = label.partition(":")
+    options: dict = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, text = item.partition("=")
+        if not eq:
+            raise ValueError(f"{label}: option {item!r} is not key=value")
+        if text in ("true", "false"):
+            options[key] = text == "true"
+        else:
+            try:
+                options[key] = float(text) if "." in text else int(text)
+            except ValueError:
+                options[key] = text
+    return name, options
+
+
 def run_one(args: tuple) -> dict:
     """Replay one (strategy, seed) and summarise it."""
-    strategy_name, seed, data_dir, trace, nodes_file, ratio, tie, variant = args
+    label, seed, data_dir, trace, nodes_file, ratio, tie, variant = args
+    strategy_name, options = parse_label(label)
     nodes, pods = read_nodes(Path(data_dir) / nodes_file), read_pods(Path(data_dir) / trace)
     if variant is not None:
         pods = generate(pods, nodes, BY_NAME[variant], seed)
     workload = typical_workload([p.shape for p in pods])
     capacity = 1000 * sum(n.gpus for n in nodes)
     sequence = arrival_sequence(pods, seed, capacity, ratio)
-    strategy = make_strategy(strategy_name, workload, **OPTIONS.get(strategy_name, {}))
+    strategy = make_strategy(strategy_name, workload, **{**OPTIONS.get(strategy_name, {}), **options})
     ties = np.random.default_rng([seed, 7])
     rank, rng = (ties.permutation(len(nodes)), None) if tie == "order" else (None, ties)
     started = time.perf_counter()
     log = replay(nodes, sequence, strategy, FragModel(workload), rng=rng, rank=rank)
-    return {"strategy": strategy_name, "seed": seed, "trace": trace, "variant": variant, "pods": len(sequence),
+    return {"strategy": label, "seed": seed, "trace": trace, "variant": variant, "pods": len(sequence),
             "placed": int(log.placed.sum()), "alloc_pct": alloc_curve(log), "frag_pct": frag_curve(log),
             "frag_of_idle_pct": frag_ratio_curve(log), "wall_s": round(time.perf_counter() - started, 2)}
 
@@ -115,12 +138,14 @@ def variant_summary(results: list[dict], wall: float) -> str:
     median = lambda v, n: statistics.median(  # noqa: E731
         r["alloc_pct"][100] for r in results if r["variant"] == v and r["strategy"] == n)
     seeds = len({r["seed"] for r in results})
-    head = f"{'variant':<10}" + "".join(f"{n:>10}" for n in names) + "".join(f"{n + '−fgd':>14}" for n in margins)
+    width = {n: max(10, len(n) + 2) for n in names}
+    head = f"{'variant':<10}" + "".join(f"{n:>{width[n]}}" for n in names) \
+        + "".join(f"{n + '−fgd':>{width[n] + 4}}" for n in margins)
     lines = ["", f"GPU allocation at 100 % arrived, median of {seeds} seeds", head]
     for v in dict.fromkeys(r["variant"] for r in results):
         row = {n: median(v, n) for n in names}
-        lines.append(f"{v:<10}" + "".join(f"{row[n]:>10.2f}" for n in names)
-                     + "".join(f"{row[n] - row['fgd']:>+14.2f}" for n in margins))
+        lines.append(f"{v:<10}" + "".join(f"{row[n]:>{width[n]}.2f}" for n in names)
+                     + "".join(f"{row[n] - row['fgd']:>+{width[n] + 4}.2f}" for n in margins))
     lines.append(f"total wall time {wall:.1f} s")
     return "\n".join(lines)
 
@@ -139,6 +164,13 @@ def main() -> None:
     parser.add_argument("--variants", nargs="*", choices=list(BY_NAME), default=None,
                         help="replay generated stress variants of the trace (no names: all)")
     args = parser.parse_args()
+    for label in args.strategies:
+        try:
+            name, _ = parse_label(label)
+        except ValueError as err:
+            parser.error(str(err))
+        if name not in GPU_STRATEGIES:
+            parser.error(f"unknown strategy {name!r}; known: {', '.join(sorted(GPU_STRATEGIES))}")
     variants = [None] if args.variants is None else (args.variants or [v.name for v in VARIANTS])
     jobs = [(name, seed, str(args.data_dir), args.trace, args.nodes, args.ratio, args.tie, variant)
             for variant in variants for name in args.strategies

@@ -10,9 +10,16 @@ stays part full; only decide + assume is timed.
 
 Prints one JSON line per configuration:
 {"nodes": N, "mode": "in-process", "strategy": S, "pods_per_s": X, "p50_ms": Y, "p99_ms": Z}
+and, with several strategies, one line per node count with each one's
+speed relative to the first (the same cluster and pods, one process:
+a ratio holds on a shared machine where absolute rates swing).
 
 Run: .venv/bin/python bench/placement_policy.py [--nodes 1000 5000 10000] [--pods 20000]
-     [--strategy best-fit] [--seed 0]
+     [--strategy S [S …]] [--reference] [--seed 0]
+
+`--strategy` defaults to the placement service's default GPU strategy
+(`PlacementSettings.gpu_strategy`); `--reference` also runs each cached
+strategy's plain version (the same decisions, slower).
 """
 
 from __future__ import annotations
@@ -25,11 +32,13 @@ import numpy as np
 
 from tidal_placement.cluster_state import ClusterState
 from tidal_placement.decide import PodRequest, decide
-from tidal_placement.gpu_strategies import make_strategy
+from tidal_placement.gpu_strategies import GPU_STRATEGIES, ROW_LOCAL, make_strategy
 from tidal_placement.gpu_workload import typical_workload
+from tidal_placement.settings import PlacementSettings
 from tidal_simulator.topology_builder import make_topology
 
 MODELS = ("A100", "T4", "V100")
+DEFAULT_STRATEGY = PlacementSettings.model_fields["gpu_strategy"].default
 
 
 def build_cluster(n: int, rng: np.random.Generator) -> ClusterState:
@@ -68,13 +77,13 @@ def pod_mix(count: int, rng: np.random.Generator) -> list[PodRequest]:
     return pods
 
 
-def run(nodes: int, pods: int, strategy_name: str, live_per_node: float, seed: int) -> dict:
+def run(nodes: int, pods: int, strategy_name: str, live_per_node: float, seed: int, reference: bool = False) -> dict:
     """Time decide + assume for `pods` pods on a fresh synthetic cluster."""
     rng = np.random.default_rng(seed)
     state = build_cluster(nodes, rng)
     mix = pod_mix(pods, rng)
     workload = typical_workload([p.shape for p in mix[:2000]])
-    strategy = make_strategy(strategy_name, workload)
+    strategy = make_strategy(strategy_name, workload, reference=reference)
     live: list[str] = []
     cap = int(live_per_node * nodes)
     latencies = np.empty(len(mix))
@@ -89,7 +98,7 @@ def run(nodes: int, pods: int, strategy_name: str, live_per_node: float, seed: i
         if len(live) > cap:
             state.release(live.pop(0))
     total_s = latencies.sum() / 1e9
-    return {"nodes": nodes, "mode": "in-process", "strategy": strategy_name,
+    return {"nodes": nodes, "mode": "in-process", "strategy": strategy_name + (" (reference)" if reference else ""),
             "pods_per_s": round(len(mix) / total_s, 1),
             "p50_ms": round(float(np.percentile(latencies, 50)) / 1e6, 4),
             "p99_ms": round(float(np.percentile(latencies, 99)) / 1e6, 4),
@@ -100,12 +109,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000, 10000])
     parser.add_argument("--pods", type=int, default=20000)
-    parser.add_argument("--strategy", default="best-fit")
+    parser.add_argument("--strategy", nargs="+", default=[DEFAULT_STRATEGY],
+                        help=f"one or more (default: the service's, {DEFAULT_STRATEGY})")
+    parser.add_argument("--reference", action="store_true", help="also the plain strategy, without the score cache")
     parser.add_argument("--live", type=float, default=3.0, help="live pods per node before departures start")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    unknown = [s for s in args.strategy if s not in GPU_STRATEGIES]
+    if unknown:
+        parser.error(f"unknown strategy {unknown[0]!r}; known: {', '.join(sorted(GPU_STRATEGIES))}")
+    runs = [(s, False) for s in args.strategy] + [(s, True) for s in args.strategy if args.reference and s in ROW_LOCAL]
     for n in args.nodes:
-        print(json.dumps(run(n, args.pods, args.strategy, args.live, args.seed)), flush=True)
+        rows = [run(n, args.pods, name, args.live, args.seed, reference) for name, reference in runs]
+        for row in rows:
+            print(json.dumps(row), flush=True)
+        if len(rows) > 1:
+            first = rows[0]
+            print(json.dumps({"nodes": n, "relative_to": first["strategy"], "pods_per_s_ratio": {
+                row["strategy"]: round(row["pods_per_s"] / first["pods_per_s"], 3) for row in rows[1:]}}), flush=True)
 
 
 if __name__ == "__main__":

@@ -107,16 +107,85 @@ def test_fgd_cpu_sends_cpu_pods_where_cpu_is_spare():
     pod = PodRequest("p", 2000)
     assert decide(state, pod, make_strategy("fgd", workload)).node == "tight"  # tie: lowest row
     scored = make_strategy("fgd-cpu", workload).score(candidates(state), Shape(2000))
-    assert scored.cost.tolist() == [-50, -50] and scored.tiebreaks[0].tolist() == [1, 0]
+    # both have 1 idle GPU (the first key of a CPU-only pod), so the deficit decides
+    assert scored.cost.tolist() == [-50, -50] and scored.tiebreaks[0].tolist() == [1000, 1000]
+    assert scored.tiebreaks[1].tolist() == [1, 0]
     assert decide(state, pod, make_strategy("fgd-cpu", workload)).node == "rich"
 
 
-def test_fgd_cpu_packs_on_equal_scores():
-    # one shape (no CPU, 1 GPU): any node with an idle GPU fits it, so every
-    # placement scores 50 and ρ = 0. Pack: 1 GPU left on "some" beats 3 on "empty".
+def test_fgd_cpu_sends_cpu_pods_where_fewest_idle_gpus_could_need_the_cpu():
+    # same workload (ρ = 2): "spent" has its one GPU taken, "rich" one idle GPU and CPU to
+    # spare. FGD scores both 50 (nothing stops fitting); no deficit grows on either.
+    # The CPU-only pod goes where no idle GPU could need the CPU: "spent" (0 idle) before "rich"
+    workload = TargetWorkload((Shape(100, 1000, 1), Shape(3900, 1000, 1)), np.array([0.5, 0.5]))
+    state = cluster(("rich", 10, [1000]), ("spent", 10, [0]))
+    scored = make_strategy("fgd-cpu", workload).score(candidates(state), Shape(2000))
+    assert scored.cost.tolist() == [-50, -50] and scored.tiebreaks[0].tolist() == [1000, 0]
+    assert decide(state, PodRequest("p", 2000), make_strategy("fgd-cpu", workload)).node == "spent"
+    # a GPU pod is not sent by idle GPUs: its only tiebreak is the deficit
+    assert len(make_strategy("fgd-cpu", workload).score(candidates(state), Shape(100, 1000, 1)).tiebreaks) == 1
+
+
+def test_fgd_cpu_leaves_equal_scores_to_the_final_tie_rule():
+    # one shape (no CPU, 1 GPU): every placement scores 50, ρ = 0 so no deficit.
+    # No packing key: the tie goes to decide's final rule (the lowest row here)
+    # — packing sent pods to small nodes of scarce models first (see gpu_fgd_cpu)
     workload = TargetWorkload((Shape(0, 1000, 1),), np.array([1.0]))
     state = cluster(("empty", 8, [1000] * 4), ("some", 8, [1000, 1000, 0, 0]))
-    assert decide(state, PodRequest("p", 0, gpu_count=1), make_strategy("fgd-cpu", workload)).node == "some"
+    strategy = make_strategy("fgd-cpu", workload)
+    assert strategy.score(candidates(state), Shape(0, 1000, 1)).tiebreaks[0].tolist() == [0, 0]
+    assert decide(state, PodRequest("p", 0, gpu_count=1), strategy).node == "empty"
+    assert decide(state, PodRequest("p", 0, gpu_count=1), strategy, rank=np.array([1, 0])).node == "some"
+
+
+@pytest.mark.parametrize("options, node", [
+    ({}, "empty"),  # the default: no packing key, the final tie rule (lowest row)
+    ({"packing": True}, "some"),  # the earlier rule, kept to measure it: 1 GPU left on "some" beats 3
+])
+def test_fgd_cpu_packing_is_a_switch_off_by_default(options, node):
+    # the scenario of the earlier packing test: one shape (no CPU, 1 GPU), every
+    # placement scores 50, ρ = 0. Pack key after the pod: "empty" 3/8 + ½·8/128 = .40625,
+    # "some" 1/8 + ½·8/128 = .15625
+    workload = TargetWorkload((Shape(0, 1000, 1),), np.array([1.0]))
+    state = cluster(("empty", 8, [1000] * 4), ("some", 8, [1000, 1000, 0, 0]))
+    strategy = make_strategy("fgd-cpu", workload, **options)
+    scored = strategy.score(candidates(state), Shape(0, 1000, 1))
+    assert len(scored.tiebreaks) == 1 + len(options)
+    if options:
+        assert scored.tiebreaks[-1].tolist() == pytest.approx([0.40625, 0.15625])
+    assert decide(state, PodRequest("p", 0, gpu_count=1), strategy).node == node
+
+
+def test_fgd_cpu_switched_back_scores_as_fgd_with_the_published_target():
+    # target="typical" and no_access_is_fragment=True give FGD's own cost (the G2/T4
+    # example below: 50 on G2, 58 on the T4); cpu_pods_by_idle=False leaves a
+    # CPU-only pod the deficit alone
+    g2, anyone = Shape(0, 1000, 1, ("G2",)), Shape(0, 1000, 1)
+    workload = typical_workload([g2, anyone, anyone], coverage=1.0)
+    state = ClusterState()
+    state.upsert_node(make_topology("g2", (8,), gpus=8, model="G2"))
+    state.upsert_node(make_topology("t4", (8,), gpus=2, model="T4"))
+    published = make_strategy("fgd-cpu", workload, target="typical", no_access_is_fragment=True,
+                              cpu_pods_by_idle=False)
+    assert published.score(candidates(state), anyone).cost.tolist() == [-50, -58]
+    assert len(published.score(candidates(state), Shape(1000)).tiebreaks) == 1
+    with pytest.raises(ValueError, match="by_model or typical"):
+        make_strategy("fgd-cpu", workload, target="other")
+
+
+def test_fgd_cpu_does_not_pull_pods_onto_the_model_fewer_shapes_may_use():
+    # ⅓ of the GPU pods may only use G2, ⅔ any model; a G2 node (8 GPUs), a T4 node (2).
+    # An unconstrained 1-GPU pod. FGD counts the barred G2-only share as fragment on the T4:
+    #   T4: F = ⅓·2000 → ⅓·1000, Δ +333 → ⌊100·sigmoid(0.333)⌋ = 58; G2: all fit, Δ 0 → 50
+    #   — FGD fills the T4, the model fewer shapes may use, however scarce it is.
+    # fgd-cpu: the G2-only shape counts nothing on the T4: Δ 0 on both, 50 and 50
+    g2, anyone = Shape(0, 1000, 1, ("G2",)), Shape(0, 1000, 1)
+    workload = typical_workload([g2, anyone, anyone], coverage=1.0)
+    state = ClusterState()
+    state.upsert_node(make_topology("g2", (8,), gpus=8, model="G2"))
+    state.upsert_node(make_topology("t4", (8,), gpus=2, model="T4"))
+    assert make_strategy("fgd", workload).score(candidates(state), anyone).cost.tolist() == [-50, -58]
+    assert make_strategy("fgd-cpu", workload).score(candidates(state), anyone).cost.tolist() == [-50, -50]
 
 
 def test_fgd_cpu_share_ties_go_to_the_fullest_device():

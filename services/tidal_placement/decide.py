@@ -62,14 +62,15 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
                 stages.append(("gpu-model", table[state.gpu_model[:n]]))  # id -1 (no GPU) hits the False pad
             stages.append(("gpu", state.gpu_max[:n] >= need if is_share(shape) else state.gpu_whole[:n] >= pod.gpu_count))
     keep, filtered = present, {}
+    left = present_count = int(np.count_nonzero(present))
     for reason, mask in stages:
-        narrowed = keep & mask
-        filtered[reason] = int(np.count_nonzero(keep)) - int(np.count_nonzero(narrowed))
-        keep = narrowed
+        keep = keep & mask
+        now = int(np.count_nonzero(keep))
+        filtered[reason], left = left - now, now
     rows = np.flatnonzero(keep)
     if not rows.size:
         filtered = {k: v for k, v in filtered.items() if v}
-        return Placement(False, _why(filtered, int(np.count_nonzero(present))), filtered=filtered)
+        return Placement(False, _why(filtered, present_count), filtered=filtered)
     keys: list[np.ndarray] = []
     scored = None
     if strategy is not None and (pod.gpu_count or strategy.scores_cpu_pods):
@@ -85,7 +86,7 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
             scored = scored._replace(device=scored.device[idx])
     filtered = {k: v for k, v in filtered.items() if v}
     if not rows.size:
-        return Placement(False, _why(filtered, int(np.count_nonzero(present))), filtered=filtered)
+        return Placement(False, _why(filtered, present_count), filtered=filtered)
     need_cpus = -(-pod.cpu_milli // 1000)
 
     def numa_key(idx: np.ndarray) -> np.ndarray:

@@ -31,14 +31,15 @@ NAME = "fgd"
 def frag_deltas(frag: FragModel, c: Candidates, shape: Shape) -> np.ndarray:
     """Δ = F(before) − F(after): (nodes,) for whole-GPU and CPU-only pods,
     (nodes × devices) for a GPU share (−inf where the device cannot take it)."""
-    before = frag.node_frag(c.cpu_free, c.gpu_free, c.model, c.models)
+    fig = frag.figures(c.gpu_free, c.model, c.models)
+    before = frag.frag_of(fig, c.cpu_free)
     cpu_after = c.cpu_free - shape.cpu_milli
     if is_share(shape):
-        after = frag.after_share(cpu_after, c.gpu_free, c.model, c.models, shape.gpu_milli)
+        after = frag.share_after(fig, c.gpu_free, cpu_after, shape.gpu_milli)
         return np.where(share_options(c, shape.gpu_milli), before[:, None] - after, -np.inf)
     if shape.gpu_count:
-        return before - frag.after_whole(cpu_after, c.gpu_free, c.model, c.models, shape.gpu_count)
-    return before - frag.node_frag(cpu_after, c.gpu_free, c.model, c.models)
+        return before - frag.whole_after(fig, cpu_after, shape.gpu_count)
+    return before - frag.frag_of(fig, cpu_after)
 
 
 @dataclass

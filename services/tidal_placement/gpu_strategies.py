@@ -6,8 +6,9 @@ strategy, the reference the cache is tested against.
 
 - `best-fit`: least leftover CPU/GPU (`gpu_bestfit`).
 - `fgd`: Fragmentation Gradient Descent as published (`gpu_fgd`).
-- `fgd-cpu`: FGD with CPU-deficit and packing tie-breaks (`gpu_fgd_cpu`),
-  which allocates more GPUs than FGD on the openb trace.
+- `fgd-cpu`: FGD against a target that keeps GPU-model constraints, with
+  CPU-deficit tie-breaks (`gpu_fgd_cpu`): at least FGD's GPU allocation on
+  the openb trace and every stress variant, more on most.
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ def shared_numa_scores(state: ClusterState, rows: np.ndarray, need: int, *,
     """§E scores of `rows` for `need` CPUs (inf where a node cannot win).
     A node whose NUMA nodes cannot cover `need` scores the mean of all of
     them (`all_when_short`), else inf."""
-    head = state.numa_cum_mean[rows, 0]
-    covered = state.numa_cum_free[rows, 0] >= need
+    head = state.numa_head_mean[rows]
+    covered = state.numa_head_free[rows] >= need
     score = np.where(covered, head, np.inf)
     best = score.min() if len(score) else np.inf
     waiting = np.flatnonzero(~covered & (head <= best))
@@ -74,8 +74,8 @@ def exclusive_scores(state: ClusterState, policy: str, cpus: int, rows: np.ndarr
         few = state.numa_desc_cum_load[rows, extra - 1] / extra
         return np.where(base >= 1, state.numa_cum_mean[rows, -1], few)
     if policy == "single-numa":
-        head_fits = state.numa_cum_free[rows, 0] >= cpus
-        head = state.numa_cum_mean[rows, 0]
+        head_fits = state.numa_head_free[rows] >= cpus
+        head = state.numa_head_mean[rows]
         score = np.where(head_fits, head, np.inf)
         todo = np.flatnonzero(~head_fits & (head <= score.min()))
         if todo.size:

@@ -111,8 +111,12 @@ def generate(base: Sequence[TracePod], nodes: Sequence[TraceNode], variant: Vari
     pods = [pods[i] for i in rng.permutation(len(pods))]
     gpu_rows = [i for i, p in enumerate(pods) if p.num_gpu]
     chosen = rng.choice(len(gpu_rows), size=round(variant.constrained * len(gpu_rows)), replace=False)
+    hosts: dict[tuple[int, int, int], list[str]] = {}
     for i in sorted(int(gpu_rows[j]) for j in chosen):
-        pods[i] = replace(pods[i], gpu_spec=constraint(pods[i], nodes, variant.max_models, rng))
+        need = (pods[i].num_gpu, pods[i].cpu_milli, pods[i].memory_mib)
+        if need not in hosts:
+            hosts[need] = host_models(pods[i], nodes)
+        pods[i] = replace(pods[i], gpu_spec=constraint(hosts[need], variant.max_models, rng))
     return [replace(p, name=f"{variant.name}-{i:05d}") for i, p in enumerate(pods)]
 
 
@@ -124,13 +128,19 @@ def _draw(pool: list[TracePod], count: int, rng: np.random.Generator) -> list[Tr
     return pool * repeats + [pool[int(i)] for i in np.sort(rng.choice(len(pool), size=rest, replace=False))]
 
 
-def constraint(pod: TracePod, nodes: Sequence[TraceNode], max_models: int, rng: np.random.Generator) -> tuple[str, ...]:
-    """Models of 1..max_models distinct nodes able to host `pod` alone, drawn
-    uniformly among such nodes (a model's chance follows its node count)."""
+def host_models(pod: TracePod, nodes: Sequence[TraceNode]) -> list[str]:
+    """The model of every node able to host `pod` on an empty cluster."""
     hosts = [n.model for n in nodes if n.model and n.gpus >= pod.num_gpu and n.cpu_milli >= pod.cpu_milli
              and n.memory_mib >= pod.memory_mib]
     if not hosts:
         raise ValueError(f"no node can host {pod.name}: it cannot be given a satisfiable GPU-model constraint")
+    return hosts
+
+
+def constraint(hosts: Sequence[str], max_models: int, rng: np.random.Generator) -> tuple[str, ...]:
+    """Models of 1..max_models (equally likely) distinct hosts drawn uniformly
+    from `hosts` (one model per able node: a model's chance follows its
+    node count)."""
     wanted = min(int(rng.integers(1, max_models + 1)), len(set(hosts)))
     models: set[str] = set()
     while len(models) < wanted:

@@ -1,0 +1,70 @@
+"""The placement benchmarks measure what users run: `--strategy` defaults to
+the placement service's own default, several strategies run in one process
+with their speed ratio, strategies with options are understood, and a bad
+name exits 2 with one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tidal_placement.settings import PlacementSettings
+
+REPO = Path(__file__).resolve().parents[1]
+SERVICE_DEFAULT = PlacementSettings.model_fields["gpu_strategy"].default
+
+
+def bench(script: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("libs", "services", "bench"))}
+    return subprocess.run([sys.executable, str(REPO / "bench" / script), *args], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=REPO)
+
+
+def test_placement_policy_defaults_to_the_service_strategy():
+    done = bench("placement_policy.py", "--nodes", "60", "--pods", "40")
+    assert done.returncode == 0, done.stderr
+    (row,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert row["strategy"] == SERVICE_DEFAULT == "fgd-cpu"
+    assert row["pods"] == 40 and row["pods_per_s"] > 0
+
+
+def test_placement_policy_compares_strategies_in_one_run():
+    done = bench("placement_policy.py", "--nodes", "60", "--pods", "40", "--strategy", "fgd-cpu", "best-fit",
+                 "--reference")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r.get("strategy") for r in rows[:3]] == ["fgd-cpu", "best-fit", "fgd-cpu (reference)"]
+    # the cached and the plain strategy place the same pods
+    assert rows[0]["placed"] == rows[2]["placed"]
+    ratio = rows[3]
+    assert ratio["relative_to"] == "fgd-cpu" and set(ratio["pods_per_s_ratio"]) == {"best-fit", "fgd-cpu (reference)"}
+    assert ratio["pods_per_s_ratio"]["best-fit"] == pytest.approx(rows[1]["pods_per_s"] / rows[0]["pods_per_s"],
+                                                                  abs=1e-3)
+
+
+@pytest.mark.parametrize("script, args, fragment", [
+    ("placement_policy.py", ["--strategy", "nope"], "unknown strategy 'nope'"),
+    ("placement_openb.py", ["--strategies", "fgd", "nope"], "unknown strategy 'nope'"),
+    ("placement_openb.py", ["--strategies", "fgd-cpu:packing"], "'packing' is not key=value"),
+])
+def test_a_bad_strategy_exits_2_with_one_line(script, args, fragment):
+    done = bench(script, *args)
+    assert done.returncode == 2
+    assert done.stdout == "" and fragment in done.stderr.splitlines()[-1]
+    assert "Traceback" not in done.stderr
+
+
+def test_strategy_labels_carry_options():
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from placement_openb import parse_label
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    assert parse_label("fgd") == ("fgd", {})
+    assert parse_label("fgd-cpu:packing=true,rho_scale=0.5,deficit_unit=100,target=typical") == (
+        "fgd-cpu", {"packing": True, "rho_scale": 0.5, "deficit_unit": 100, "target": "typical"})

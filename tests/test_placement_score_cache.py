@@ -1,0 +1,132 @@
+"""The score cache changes speed, never decisions: openb pods replayed through
+the plain strategy (the reference) and the cached one, every decision
+compared — node, GPUs, cost — with pods leaving on the way so node states
+recur, and the cache's own rules (identical nodes share one state, a
+changed node gets its new state, candidates with their own devices pass
+through)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tidal_placement.cluster_state import Allocation, ClusterState
+from tidal_placement.decide import PodRequest, decide
+from tidal_placement.gpu_candidates import Candidates
+from tidal_placement.gpu_score_cache import ScoreCache
+from tidal_placement.gpu_strategies import make_strategy
+from tidal_placement.gpu_workload import Shape, TargetWorkload, typical_workload
+from tidal_simulator.openb import pod_request, read_nodes, read_pods
+from tidal_simulator.openb_replay import arrival_sequence, load_cluster
+from tidal_simulator.openb_variants import BY_NAME, generate
+from tidal_simulator.topology_builder import make_topology
+
+OPENB = Path(__file__).resolve().parents[1] / "data" / "openb"
+NODES = read_nodes(OPENB / "openb_node_list_gpu_node.csv")
+BASE = read_pods(OPENB / "openb_pod_list_default.csv")
+
+
+def decisions(strategy, pods, rank, leave_every: int) -> list[tuple]:
+    """Place `pods` in order on a fresh openb cluster; every `leave_every`-th
+    placed pod leaves again right after the next decision."""
+    state, placed, out = load_cluster(NODES), [], []
+    for i, pod in enumerate(pods):
+        request = pod_request(pod, key=f"{i}")
+        choice = decide(state, request, strategy, rank=rank)
+        out.append((choice.ok, choice.node, choice.allocation.gpus if choice.ok else None, choice.cost,
+                    choice.reason))
+        if choice.ok and state.assume(request.key, choice.allocation).ok:
+            placed.append(request.key)
+            if len(placed) % leave_every == 0:
+                state.release(placed[-2])
+    return out
+
+
+@pytest.mark.parametrize("name", ["fgd", "fgd-cpu"])
+@pytest.mark.parametrize("variant", ["default", "spec35"])
+def test_cached_and_reference_decide_alike(name, variant):
+    pods = BASE if variant == "default" else generate(BASE, NODES, BY_NAME[variant], seed=1)
+    workload = typical_workload([p.shape for p in pods])
+    sequence = arrival_sequence(pods, seed=1, capacity_milli=1000 * sum(n.gpus for n in NODES))[:400]
+    rank = np.random.default_rng([1, 7]).permutation(len(NODES))
+    reference = decisions(make_strategy(name, workload, reference=True), sequence, rank, leave_every=5)
+    cached = decisions(make_strategy(name, workload), sequence, rank, leave_every=5)
+    assert sum(ok for ok, *_ in reference) > 350  # the replay did place pods
+    assert [i for i, (a, b) in enumerate(zip(reference, cached)) if a != b] == []
+
+
+# ---- the cache's own rules -----------------------------------------------------------
+
+WORKLOAD = TargetWorkload((Shape(1000, 500, 1), Shape(2000, 1000, 1), Shape(4000)), np.array([0.5, 0.25, 0.25]))
+
+
+class Counting:
+    """A row-local strategy that records which figures it was asked to score."""
+
+    name, scores_cpu_pods = "counting", True
+
+    def __init__(self):
+        self.calls: list[list[int]] = []
+
+    def score(self, c: Candidates, shape: Shape):
+        inner = make_strategy("fgd", WORKLOAD, reference=True)
+        self.calls.append(sorted(c.cpu_free.tolist()))
+        return inner.score(c, shape)
+
+
+def cluster(n: int) -> ClusterState:
+    state = ClusterState()
+    for i in range(n):
+        state.upsert_node(make_topology(f"n{i}", (8,), gpus=2))
+    return state
+
+
+def test_identical_nodes_are_scored_once_and_a_changed_node_once_more():
+    state, counting = cluster(50), Counting()
+    cache = ScoreCache(counting)
+    shape = Shape(1000, 1000, 1)
+    rows = np.flatnonzero(state.present[:state.size])
+    first = cache.score(Candidates(state, rows), shape)
+    assert counting.calls == [[8000]]  # 50 nodes, one state
+    assert state.assume("p", Allocation.of("n3", 1000, gpus={"gpu0": 1000})).ok
+    second = cache.score(Candidates(state, rows), shape)
+    assert counting.calls == [[8000], [7000]]  # only the state n3 moved to
+    cache.score(Candidates(state, rows), shape)
+    assert len(counting.calls) == 2  # nothing new: nothing scored
+    # the scores are the strategy's: n3 now differs from the rest, the rest kept theirs
+    plain = make_strategy("fgd", WORKLOAD, reference=True).score(Candidates(state, rows), shape)
+    assert second.cost.tolist() == plain.cost.tolist() and first.cost[0] == second.cost[0]
+
+
+def test_a_node_back_in_a_known_state_costs_nothing():
+    state, counting = cluster(4), Counting()
+    cache = ScoreCache(counting)
+    rows, shape = np.arange(4), Shape(1000, 1000, 1)
+    cache.score(Candidates(state, rows), shape)
+    state.assume("p", Allocation.of("n1", 1000, gpus={"gpu0": 1000}))
+    cache.score(Candidates(state, rows), shape)
+    state.release("p")  # n1 is back where it was
+    cache.score(Candidates(state, rows), shape)
+    assert len(counting.calls) == 2
+
+
+def test_own_devices_pass_through_uncached():
+    state, counting = cluster(3), Counting()
+    cache = ScoreCache(counting)
+    rows, shape = np.arange(3), Shape(1000, 1000, 1)
+    eligible = state.gpu_valid[:3].copy()
+    eligible[1, 0] = False
+    for _ in range(2):
+        cache.score(Candidates(state, rows, eligible), shape)
+    assert len(counting.calls) == 2
+
+
+def test_a_cached_decision_with_a_kind_or_group_is_the_reference_one():
+    state = cluster(6)
+    state.upsert_node(make_topology("v", (8,), gpus=1, virtual=2))
+    pod = PodRequest("p", 1000, gpu_count=1, gpu_milli=500, gpu_kind="virtual")
+    cached = decide(state, pod, make_strategy("fgd-cpu", WORKLOAD))
+    plain = decide(state, pod, make_strategy("fgd-cpu", WORKLOAD, reference=True))
+    assert (cached.node, cached.allocation) == (plain.node, plain.allocation) == ("v", cached.allocation)
