@@ -28,7 +28,7 @@ from aiohttp import web
 from . import openapi_docs, tables
 from .definitions import Crd
 from .openapi import Cause, prune, validate
-from .protocol import MERGE_TYPES, Watcher, merge_patch, now_stamp, parse_selector, status, status_body
+from .protocol import MERGE_TYPES, Watcher, merge_patch, not_found, now_stamp, parse_selector, status, status_body
 from .store import Store
 from .watch import serve_watch
 
@@ -104,13 +104,13 @@ class CustomResources:
 
     async def _get_crd(self, request: web.Request) -> web.StreamResponse:
         crd = self._crd_named(request.match_info["name"])
-        return web.json_response(crd.document) if crd else _not_found("customresourcedefinitions",
+        return web.json_response(crd.document) if crd else not_found("customresourcedefinitions",
                                                                         request.match_info["name"])
 
     async def _delete_crd(self, request: web.Request) -> web.StreamResponse:
         crd = self._crd_named(request.match_info["name"])
         if crd is None:
-            return _not_found("customresourcedefinitions", request.match_info["name"])
+            return not_found("customresourcedefinitions", request.match_info["name"])
         for obj in list(self.store.objects.get(crd.resource, {}).values()):  # its objects go with it
             self.store.write(crd.resource, "DELETED", copy.deepcopy(obj))
         del self.crds[(crd.group, crd.plural)]
@@ -121,7 +121,7 @@ class CustomResources:
             return web.json_response(openapi_docs.root(list(self.crds.values())))
         group, version = request.match_info["group"], request.match_info["version"]
         mine = [c for c in self.crds.values() if (c.group, c.version) == (group, version)]
-        return web.json_response(openapi_docs.group_version(mine)) if mine else _not_found("openapi", group)
+        return web.json_response(openapi_docs.group_version(mine)) if mine else not_found("openapi", group)
 
     async def _discovery(self, request: web.Request) -> web.StreamResponse:
         group, version = request.match_info["group"], request.match_info["version"]
@@ -175,7 +175,7 @@ class CustomResources:
             return crd
         obj = self.store.objects[crd.resource].get(self._key(request))
         if obj is None:
-            return _not_found(crd.resource, request.match_info["name"])
+            return not_found(crd.resource, request.match_info["name"])
         if tables.wants_table(request.headers.get("Accept", "")):
             return web.json_response(tables.custom_table(crd.columns, [obj], str(self.store.rv)))
         return web.json_response(obj)
@@ -213,7 +213,7 @@ class CustomResources:
             key = self._key(request)
             old = self.store.objects[crd.resource].get(key)
             if old is None:
-                return _not_found(crd.resource, key[1])
+                return not_found(crd.resource, key[1])
             body = await request.json()
             wanted = (body.get("metadata") or {}).get("resourceVersion")
             if wanted and wanted != old["metadata"]["resourceVersion"]:
@@ -237,12 +237,8 @@ class CustomResources:
             return crd
         obj = self.store.objects[crd.resource].get(self._key(request))
         if obj is None:
-            return _not_found(crd.resource, request.match_info["name"])
+            return not_found(crd.resource, request.match_info["name"])
         return web.json_response(self.store.write(crd.resource, "DELETED", copy.deepcopy(obj)))
-
-
-def _not_found(resource: str, name: str) -> web.Response:
-    return status(404, "NotFound", f'{resource} "{name}" not found', name=name, kind=resource)
 
 
 def _changed(crd: Crd, old: dict[str, Any], body: dict[str, Any], *, status_only: bool,

@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .protocol import MERGE_TYPES, field_value, status
+from .protocol import MERGE_TYPES, field_value, not_found, status
 from .strategic import apply_patch
 
 FIELDS = {"involvedObject.kind", "involvedObject.name", "involvedObject.namespace", "involvedObject.uid",
@@ -52,13 +52,10 @@ class EventRoutes:
     def __init__(self, server: Any) -> None:
         self.server = server
 
-    def _not_found(self, name: str) -> web.Response:
-        return status(404, "NotFound", f'events "{name}" not found', name=name, kind="events")
-
     async def get(self, request: web.Request) -> web.StreamResponse:
         ns, name = request.match_info["ns"], request.match_info["name"]
         event = self.server.events.get((ns, name))
-        return self._not_found(name) if event is None else web.json_response(event)
+        return not_found("events", name) if event is None else web.json_response(event)
 
     async def patch(self, request: web.Request) -> web.StreamResponse:
         ns, name = request.match_info["ns"], request.match_info["name"]
@@ -67,7 +64,7 @@ class EventRoutes:
                           f"the body of the request was in an unknown format: {request.content_type}")
         event = self.server.events.get((ns, name))
         if event is None:
-            return self._not_found(name)
+            return not_found("events", name)
         patch = await request.json()
         if not isinstance(patch, dict):
             return status(400, "BadRequest", "the patch is not a JSON object")

@@ -41,6 +41,10 @@ def status(code: int, reason: str, message: str, **details: Any) -> web.Response
     return web.json_response(status_body(code, reason, message, **details), status=code)
 
 
+def not_found(resource: str, name: str) -> web.Response:
+    return status(404, "NotFound", f'{resource} "{name}" not found', name=name, kind=resource)
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: objects merge key by key, null removes, anything else replaces.
     A strategic merge patch is applied the same way, which is exact for every
