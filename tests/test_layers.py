@@ -44,3 +44,17 @@ def test_libraries_import_no_service(path):
 def test_services_import_neither_the_cli_nor_the_simulator(path):
     assert not imported(path) & TOP
 
+
+
+MAX_LINES = 300  # a module longer than this is doing more than one thing
+
+
+def test_no_module_exceeds_the_size_limit():
+    long = {str(p.relative_to(ROOT)): n for p in modules("libs") + modules("services")
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def test_the_placement_service_is_wiring_only():
+    lines = len((ROOT / "services" / "tidal_placement" / "service.py").read_text().splitlines())
+    assert lines < 200, f"services/tidal_placement/service.py has {lines} lines: policy belongs beside it"
