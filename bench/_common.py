@@ -30,8 +30,8 @@ from tidal_schemas import (  # noqa: E402
     GpuAsk, NodeMetrics, NodeTopology, PodLifecycle, Resources, encode, make_envelope,
 )
 from tidal_schemas.streams import stream  # noqa: E402
-from tidal_topology.sampling import build_metrics  # noqa: E402
-from tidal_topology.usage import PodSample  # noqa: E402
+from tidal_topology import build_metrics  # noqa: E402
+from tidal_topology import PodSample  # noqa: E402
 
 MODELS = placement_policy.MODELS
 

@@ -54,9 +54,9 @@ from _common import (  # noqa: E402
 
 from tidal_bus import Bus, StartAt  # noqa: E402
 from tidal_bus.embedded import EmbeddedKafka  # noqa: E402
-from tidal_cli.stack import Stack  # noqa: E402
+from tidal_cli import Stack  # noqa: E402
 from tidal_schemas.fence import DecisionFence  # noqa: E402
-from tidal_placement.settings import PlacementSettings  # noqa: E402
+from tidal_placement import PlacementSettings  # noqa: E402
 
 DEFAULT_STRATEGY = PlacementSettings.model_fields["gpu_strategy"].default
 

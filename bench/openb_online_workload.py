@@ -19,11 +19,11 @@ from _paths import OPENB
 import numpy as np
 
 from tidal_simulator import openb_replay as R
-from tidal_placement.decide import decide
-from tidal_placement.gpu_strategies import make_strategy
-from tidal_placement.gpu_workload import typical_workload
+from tidal_placement import decide_placement as decide
+from tidal_placement import make_strategy
+from tidal_placement import typical_workload
 from tidal_simulator.openb import read_nodes, read_pods
-from tidal_placement.learning import refresh_due
+from tidal_placement import refresh_due
 
 DATA = OPENB
 NODES, PODS = DATA / "openb_node_list_gpu_node.csv", DATA / "openb_pod_list_default.csv"

@@ -36,7 +36,7 @@ from _common import Actor, agents_job, node_sample, pods, publish_all, topologie
 from burst import SERVICES, wait_for_stages  # noqa: E402
 
 from tidal_bus import Bus, StartAt  # noqa: E402
-from tidal_cli.stack import Stack  # noqa: E402
+from tidal_cli import Stack  # noqa: E402
 from tidal_schemas.fence import DecisionFence  # noqa: E402
 
 DEFAULT_STRATEGY = placement_policy.DEFAULT_STRATEGY

@@ -30,11 +30,11 @@ import time
 
 import numpy as np
 
-from tidal_placement.cluster_state import ClusterState
-from tidal_placement.decide import PodRequest, decide
-from tidal_placement.gpu_strategies import GPU_STRATEGIES, ROW_LOCAL, make_strategy
-from tidal_placement.gpu_workload import typical_workload
-from tidal_placement.settings import PlacementSettings
+from tidal_placement import ClusterState
+from tidal_placement import PodRequest, decide_placement as decide
+from tidal_placement import GPU_STRATEGIES, ROW_LOCAL, make_strategy
+from tidal_placement import typical_workload
+from tidal_placement import PlacementSettings
 from tidal_simulator.topology_builder import make_topology
 
 MODELS = ("A100", "T4", "V100")

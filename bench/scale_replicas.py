@@ -50,7 +50,7 @@ from _common import (  # noqa: E402
 
 from tidal_bus import Bus  # noqa: E402
 from tidal_bus.embedded import EmbeddedKafka, EmbeddedNats  # noqa: E402
-from tidal_cli.stack import Stack  # noqa: E402
+from tidal_cli import Stack  # noqa: E402
 from tidal_schemas.streams import stream  # noqa: E402
 
 CLUSTER = "bench"

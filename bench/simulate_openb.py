@@ -25,9 +25,9 @@ from _paths import OPENB
 
 import numpy as np
 
-from tidal_placement.gpu_frag import FragModel
-from tidal_placement.gpu_strategies import make_strategy
-from tidal_placement.gpu_workload import typical_workload
+from tidal_placement import FragModel
+from tidal_placement import make_strategy
+from tidal_placement import typical_workload
 from tidal_simulator.openb import read_nodes, read_pods
 from tidal_simulator.openb_replay import alloc_curve, arrival_sequence, replay
 

@@ -1,2 +1,12 @@
 """The auditor (`tidal audit`): the §F guarantees, checked over a cluster's
 streams. `registry.audit` is the pure entry; `streams.py` reads a bus."""
+
+from tidal_runtime.exports import lazy_exports
+
+# The public entry points (tools on top import these, never the modules).
+PUBLIC = {
+    "audit": "registry:audit",
+    "read_streams": "streams:read_streams",
+}
+__all__ = sorted(PUBLIC)
+__getattr__ = lazy_exports(__name__, PUBLIC)

@@ -6,3 +6,13 @@ and carries out taint / untaint / evict actions. Parsing and request bodies
 are pure (`annotations`, `pods`, `nodes`, `objects`); `kube`, `watch`,
 `binder`, `actuator` talk to the API server; `service` wires them to the bus.
 """
+
+from tidal_runtime.exports import lazy_exports
+
+# The public entry points (tools on top import these, never the modules).
+PUBLIC = {
+    "BridgeService": "service:BridgeService",
+    "BridgeSettings": "settings:BridgeSettings",
+}
+__all__ = sorted(PUBLIC)
+__getattr__ = lazy_exports(__name__, PUBLIC)

@@ -4,3 +4,24 @@ Policy modules here are pure (no I/O, no clock, no hidden randomness); the
 asyncio service wiring lives beside them and only decodes events, calls
 policy and publishes results.
 """
+
+from tidal_runtime.exports import lazy_exports
+
+# The public entry points (tools on top import these, never the modules).
+PUBLIC = {
+    "ClusterState": "cluster_state:ClusterState",
+    "decide_placement": "decide:decide",  # not `decide`: the module of that name would shadow it
+    "PodRequest": "pod_request:PodRequest",
+    "GPU_STRATEGIES": "gpu_strategies:GPU_STRATEGIES",
+    "ROW_LOCAL": "gpu_strategies:ROW_LOCAL",
+    "make_strategy": "gpu_strategies:make_strategy",
+    "GpuStrategy": "gpu_candidates:GpuStrategy",
+    "typical_workload": "gpu_workload:typical_workload",
+    "Shape": "gpu_workload:Shape",
+    "FragModel": "gpu_frag:FragModel",
+    "refresh_due": "learning:refresh_due",
+    "PlacementService": "service:PlacementService",
+    "PlacementSettings": "settings:PlacementSettings",
+}
+__all__ = sorted(PUBLIC)
+__getattr__ = lazy_exports(__name__, PUBLIC)

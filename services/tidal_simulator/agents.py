@@ -25,10 +25,10 @@ from typing import Any
 
 from tidal_schemas import ActionResult, BindResult, NodeAction, NodeTopology, PlacementDecision, PodLifecycle
 from tidal_topology import books
-from tidal_topology.agent_core import AgentCore
-from tidal_topology.audit import KINDS
-from tidal_topology.authority import Publish
-from tidal_topology.settings import TopologySettings
+from tidal_topology import AgentCore
+from tidal_topology import AUDIT_KINDS as KINDS
+from tidal_topology import Publish
+from tidal_topology import TopologySettings
 
 from .cgroup_tree import MemoryCgroups
 

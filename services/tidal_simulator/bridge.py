@@ -18,8 +18,8 @@ READY_TIMEOUT_S = 60.0
 
 async def in_process_bridge(sim) -> Stopper:
     """A `BridgeService` on the simulator's bus, in this event loop."""
-    from tidal_bridge.service import BridgeService
-    from tidal_bridge.settings import BridgeSettings
+    from tidal_bridge import BridgeService
+    from tidal_bridge import BridgeSettings
 
     s = sim.settings
     bridge = BridgeService(BridgeSettings(

@@ -16,8 +16,8 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from tidal_topology.cgroups import Outcome, PodCpuset
-from tidal_topology.cpuset import format_cpuset
+from tidal_topology import Outcome, PodCpuset
+from tidal_topology import format_cpuset
 
 KEPT_WRITES = 10_000
 

@@ -9,8 +9,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from tidal_placement.gpu_frag import FragModel
-from tidal_placement.gpu_workload import Shape, typical_workload
+from tidal_placement import FragModel
+from tidal_placement import Shape, typical_workload
 
 from .model import ClusterModel
 from .workload import SimPodSpec

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from tidal_schemas import Gpu, NodeTopology, Resources
 
-from tidal_placement.decide import PodRequest
-from tidal_placement.gpu_workload import Shape
+from tidal_placement import PodRequest
+from tidal_placement import Shape
 from .openb_csv import MAX_NAME, Row, TraceError, check_unique, rows
 
 __all__ = ["TraceError", "TraceNode", "TracePod", "node_topology", "pod_request", "read_nodes", "read_pods"]

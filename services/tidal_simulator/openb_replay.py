@@ -25,10 +25,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tidal_placement.cluster_state import ClusterState
-from tidal_placement.decide import decide
-from tidal_placement.gpu_candidates import GpuStrategy
-from tidal_placement.gpu_frag import FragModel
+from tidal_placement import ClusterState
+from tidal_placement import decide_placement as decide
+from tidal_placement import GpuStrategy
+from tidal_placement import FragModel
 from .openb import TraceNode, TracePod, node_topology, pod_request
 
 LEVELS = tuple(range(50, 131, 5))

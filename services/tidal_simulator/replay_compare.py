@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from tidal_placement.gpu_frag import FragModel
-from tidal_placement.gpu_workload import typical_workload
-from tidal_placement.pod_request import PodRequest
+from tidal_placement import FragModel
+from tidal_placement import typical_workload
+from tidal_placement import PodRequest
 from tidal_schemas import HOLDING_PHASES, NodeTopology
 
 from .replay_plan import ReplayPlan

@@ -177,8 +177,8 @@ async def run_sandbox(url: str, sandbox_ns: str, cluster: str, plan: ReplayPlan,
                       bus_options: dict[str, Any], decision_timeout_s: float, quiet_s: float, keep: bool,
                       progress: Progress, batch_window_s: float = 0.1) -> ReplayOutcome:
     """Placement (with `overrides`) in `sandbox_ns`, fed `plan`; its outcome."""
-    from tidal_placement.service import PlacementService
-    from tidal_placement.settings import PlacementSettings
+    from tidal_placement import PlacementService
+    from tidal_placement import PlacementSettings
 
     settings = PlacementSettings(bus_url=url, namespace=sandbox_ns, cluster=cluster, http_host="127.0.0.1",
                                  http_port=0, **overrides)

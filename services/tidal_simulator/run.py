@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from tidal_audit.registry import audit
-from tidal_audit.streams import read_streams
+from tidal_audit import audit
+from tidal_audit import read_streams
 from tidal_bus import StartAt
 from tidal_schemas import SchemaError, UserScore
 

@@ -21,8 +21,8 @@ from datetime import datetime
 import numpy as np
 
 from tidal_schemas import NodeMetrics, PodUsage
-from tidal_topology.sampling import build_metrics
-from tidal_topology.usage import PodSample
+from tidal_topology import build_metrics
+from tidal_topology import PodSample
 
 from .model import ClusterModel, PodState
 from .usage_curves import fraction_at, is_static

@@ -1,3 +1,22 @@
 """Tidal node agent, machine-facing core: topology from sysfs, usage from
 procfs and cgroups, the kubelet-compatible CPU allocator, the exclusive-CPU
 checkpoint and cgroup actuation (freeze, thaw, cpuset). No bus wiring here."""
+
+from tidal_runtime.exports import lazy_exports
+
+# The public entry points (tools on top import these, never the modules).
+PUBLIC = {
+    "AgentCore": "agent_core:AgentCore",
+    "Publish": "authority:Publish",
+    "books": "books",
+    "AUDIT_KINDS": "audit:KINDS",
+    "Outcome": "cgroups:Outcome",
+    "PodCpuset": "cgroups:PodCpuset",
+    "pick_cpus": "cpu_allocator:pick_cpus",
+    "format_cpuset": "cpuset:format_cpuset",
+    "build_metrics": "sampling:build_metrics",
+    "PodSample": "usage:PodSample",
+    "TopologySettings": "settings:TopologySettings",
+}
+__all__ = sorted(PUBLIC)
+__getattr__ = lazy_exports(__name__, PUBLIC)
