@@ -24,7 +24,7 @@ import numpy as np
 
 from tidal_schemas.common import CpuPolicy
 
-from .numa_score import NumaChoice, numa_scores
+from .numa_score import NumaChoice, numa_scores, prefixes
 
 
 @dataclass(frozen=True)
@@ -74,13 +74,11 @@ def _single(cpus: int, free: np.ndarray, load: np.ndarray, valid: np.ndarray) ->
 
 def _auto(cpus: int, free: np.ndarray, valid: np.ndarray, order: np.ndarray | None, feasible: np.ndarray,
           load: np.ndarray) -> np.ndarray:
-    if order is None:
-        order = np.argsort(np.where(valid, load, np.inf), axis=1, kind="stable")
-    sorted_free = np.take_along_axis(np.where(valid, free, 0), order, axis=1)
-    before = np.cumsum(sorted_free, axis=1) - sorted_free
-    take_sorted = np.clip(cpus - before, 0, sorted_free)
+    walk = prefixes(free, load, valid, order)
+    before = walk.cum_free - walk.sorted_free  # CPUs the less-loaded NUMA nodes give first
+    take_sorted = np.clip(cpus - before, 0, walk.sorted_free)
     counts = np.zeros(free.shape, dtype=np.int64)
-    np.put_along_axis(counts, order, take_sorted, axis=1)
+    np.put_along_axis(counts, walk.order, take_sorted, axis=1)
     return np.where(feasible[:, None], counts, 0)
 
 

@@ -14,6 +14,7 @@ request. The node with the lowest score wins (SPEC §E step 3).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -34,6 +35,28 @@ def load_order(load: np.ndarray, valid: np.ndarray) -> np.ndarray:
     return np.argsort(np.where(valid, load, np.inf), axis=1, kind="stable")
 
 
+class Prefixes(NamedTuple):
+    """The walk's figures per row, in load order: free CPUs of each NUMA
+    node, and of the t least-loaded together with their mean load. Padding
+    adds nothing: past the last NUMA node the figures are the all-NUMA ones."""
+
+    order: np.ndarray
+    sorted_free: np.ndarray
+    cum_free: np.ndarray
+    cum_mean: np.ndarray
+
+
+def prefixes(free: np.ndarray, load: np.ndarray, valid: np.ndarray, order: np.ndarray | None = None) -> Prefixes:
+    """The walk's prefixes of every row (the cache keeps them per node, see
+    `cluster_arrays`; `numa_lookup` reads them there)."""
+    if order is None:
+        order = load_order(load, valid)
+    sorted_free = np.take_along_axis(np.where(valid, free, 0), order, axis=1)
+    sorted_load = np.take_along_axis(np.where(valid, load, 0.0), order, axis=1)
+    taken = np.minimum(np.arange(1, free.shape[1] + 1)[None, :], np.maximum(valid.sum(axis=1), 1)[:, None])
+    return Prefixes(order, sorted_free, np.cumsum(sorted_free, axis=1), np.cumsum(sorted_load, axis=1) / taken)
+
+
 def numa_scores(request: int | np.ndarray, free: np.ndarray, load: np.ndarray, valid: np.ndarray,
                 order: np.ndarray | None = None) -> NumaChoice:
     """Least-loaded accumulation (§E) for every row.
@@ -42,19 +65,14 @@ def numa_scores(request: int | np.ndarray, free: np.ndarray, load: np.ndarray, v
     `load`, `valid` are (nodes × NUMA columns); `order` may be passed when the
     load order is already known (it changes only when loads change).
     """
-    if order is None:
-        order = load_order(load, valid)
+    walk = prefixes(free, load, valid, order)
     width = free.shape[1]
-    sorted_free = np.take_along_axis(np.where(valid, free, 0), order, axis=1)
-    sorted_load = np.take_along_axis(np.where(valid, load, 0.0), order, axis=1)
-    covered = np.cumsum(sorted_free, axis=1)
     need = np.asarray(request).reshape(-1, 1)
-    before = np.count_nonzero(covered < need, axis=1)  # NUMA nodes that did not yet cover
+    before = np.count_nonzero(walk.cum_free < need, axis=1)  # NUMA nodes that did not yet cover
     feasible = (before < width) & (before < valid.sum(axis=1))
     last = np.minimum(before, width - 1)
-    mean = np.take_along_axis(np.cumsum(sorted_load, axis=1), last[:, None], axis=1)[:, 0] / (last + 1)
-    score = np.where(feasible, mean, np.inf)
+    score = np.where(feasible, np.take_along_axis(walk.cum_mean, last[:, None], axis=1)[:, 0], np.inf)
     taken_sorted = (np.arange(width)[None, :] <= last[:, None]) & feasible[:, None]
     taken = np.zeros_like(taken_sorted)
-    np.put_along_axis(taken, order, taken_sorted, axis=1)
+    np.put_along_axis(taken, walk.order, taken_sorted, axis=1)
     return NumaChoice(score=score, taken=taken, count=np.where(feasible, last + 1, 0), feasible=feasible)
