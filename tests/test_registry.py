@@ -73,3 +73,16 @@ def test_bus_backends():
     assert set(options_for("kafka://h:9092", **asked)) == {"fetch_batch", "group_options"}
     assert ServiceSettings(bus_url="kafka://h:9092").bus_options() == {}
     assert set(ServiceSettings(bus_url="tls://h:4222").bus_options()) == {"ack_wait_s", "member_ttl_s"}
+
+
+def test_node_filters():
+    from tidal_bridge.unschedulable import PHRASES
+    from tidal_placement.cache import STOP_SCHEDULING
+    from tidal_placement.decide import HOST_FILTERS, LATER_FILTERS
+    from tidal_placement.sched_metrics import REASONS, STAGES
+    from tidal_schemas.filters import NODE_FILTERS, NOT_PERMITTED
+
+    # every name placement counts nodes out by has its metric category and its words on the pod
+    emitted = {NOT_PERMITTED, *HOST_FILTERS, *LATER_FILTERS, STOP_SCHEDULING}
+    assert emitted == set(NODE_FILTERS) == set(PHRASES) == set(STAGES)
+    assert set(STAGES.values()) <= set(REASONS)

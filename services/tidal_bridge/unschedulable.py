@@ -21,25 +21,16 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from tidal_schemas import STOP_SCHEDULING_TAINT, PlacementDecision
+from tidal_schemas import PlacementDecision
+from tidal_schemas.filters import NODE_FILTERS
 
 POD_SCHEDULED = "PodScheduled"
 UNSCHEDULABLE = "Unschedulable"
 FAILED_SCHEDULING = "FailedScheduling"
 MAX_MESSAGE = 4096
 
-# placement's filter reasons (decide.py's stages, cache.py's blocked-node
-# reasons) -> kube-scheduler's phrasing of the same filter
-PHRASES = {
-    "cpu": "Insufficient cpu",
-    "memory": "Insufficient memory",
-    "gpu": "Insufficient {gpu_resource}",
-    "gpu-model": "node(s) had no GPU of the requested model",
-    "numa": "node(s) could not satisfy the pod's NUMA policy",
-    "no-exclusive-cpus": "node(s) offer no exclusive CPUs",
-    "not-permitted": "node(s) are not permitted to the pod's tenant",
-    "stop-scheduling taint": "node(s) had untolerated taint {{" + STOP_SCHEDULING_TAINT + ": }}",
-}
+# placement's filter reasons -> kube-scheduler's phrasing of the same filter
+PHRASES = {name: f.phrase for name, f in NODE_FILTERS.items()}
 FALLBACK = "node(s) took no new pods ({reason})"
 NO_NODES = "no nodes available to schedule pods"  # kube-scheduler's ErrNoNodesAvailable
 

@@ -20,6 +20,7 @@ from tidal_schemas import (
     STOP_SCHEDULING_TAINT, BindResult, CpuAssignment, NodeAction, NodeAllocatable, NodeScore, NodeTopology, PlacementDecision,
     PodLifecycle, TenantConfig, UserScore, resource_type,
 )
+from tidal_schemas import filters
 from tidal_schemas.fence import DecisionFence
 
 from .cluster_state import ClusterState
@@ -31,7 +32,7 @@ from .staleness import stale_nodes, stale_reason
 log = logging.getLogger("tidal.placement")
 
 GONE_KEPT = 100_000  # deleted pods remembered against late decisions (a rebuild reads them in any order)
-STOP_SCHEDULING = "stop-scheduling taint"
+STOP_SCHEDULING = filters.STOP_SCHEDULING  # the block reason of a tainted node
 
 
 class ClusterCache:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import numpy as np
+from tidal_schemas import filters as F
 
 from .cluster_state import Allocation, ClusterState
 from .cpu_distribution import distribute
@@ -55,12 +56,12 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
             fit = eligible & (state.gpu_free[:n] >= need)
             # whole GPUs for one pod come from distinct physical GPUs (device_budget)
             room = np.count_nonzero(fit, axis=1) if is_share(shape) else distinct_roots(fit, state.gpu_root[:n])
-            stages.append(("gpu", room >= pod.gpu_count))
+            stages.append((F.GPU, room >= pod.gpu_count))
         else:  # every node's GPUs share its model: node-level figures suffice
             if pod.gpu_models:
                 table = np.array([m in pod.gpu_models for m in state.models] + [False])
-                stages.append(("gpu-model", table[state.gpu_model[:n]]))  # id -1 (no GPU) hits the False pad
-            stages.append(("gpu", state.gpu_max[:n] >= need if is_share(shape) else state.gpu_whole[:n] >= pod.gpu_count))
+                stages.append((F.GPU_MODEL, table[state.gpu_model[:n]]))  # id -1 (no GPU) hits the False pad
+            stages.append((F.GPU, state.gpu_max[:n] >= need if is_share(shape) else state.gpu_whole[:n] >= pod.gpu_count))
     keep, filtered = present, {}
     left = present_count = int(np.count_nonzero(present))
     for reason, mask in stages:
@@ -79,7 +80,7 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
     cpus = pod.cpu_milli // 1000
     if pod.exclusive_cpus:
         ok = exclusive_feasible(state, pod.cpu_policy, cpus, rows)
-        filtered["numa"] = int(np.count_nonzero(~ok))
+        filtered[F.NUMA] = int(np.count_nonzero(~ok))
         idx = np.flatnonzero(ok)
         rows, keys = rows[idx], [key[idx] for key in keys]
         if scored is not None and scored.device is not None:
@@ -155,14 +156,29 @@ def _gpus(state: ClusterState, r: int, pod: PodRequest, shape: Shape, eligible: 
     return {state.gpu_id(r, g): pod.gpu_milli for g in picks}
 
 
+# The node filters on everything but GPUs, in order: name -> rows kept (None:
+# the filter does not apply to this pod). The names are the shared vocabulary
+# (`tidal_schemas.filters`) the metrics and the bridge's messages read.
+HostFilter = Callable[[ClusterState, PodRequest, int], "np.ndarray | None"]
+HOST_FILTERS: dict[str, HostFilter] = {
+    F.CPU: lambda state, pod, n: state.cpu_free[:n] >= pod.cpu_milli,
+    F.MEMORY: lambda state, pod, n: state.mem_free[:n] >= pod.memory_mib,
+    F.NO_EXCLUSIVE_CPUS: lambda state, pod, n: state.exclusive_ok[:n] if pod.exclusive_cpus else None,
+}
+# and after them, for GPU pods and exclusive CPUs (decide's own stages):
+LATER_FILTERS = (F.GPU_MODEL, F.GPU, F.NUMA)
+
+
 def _host_stages(state: ClusterState, pod: PodRequest, n: int,
                  nodes: np.ndarray | None) -> list[tuple[str, np.ndarray]]:
-    """The filter stages on everything but GPUs, as (reason, rows kept)."""
-    stages = [] if nodes is None else [("not-permitted", nodes[:n])]
-    stages += [*state.blocked_masks(n), ("cpu", state.cpu_free[:n] >= pod.cpu_milli),
-               ("memory", state.mem_free[:n] >= pod.memory_mib)]
-    if pod.exclusive_cpus:
-        stages.append(("no-exclusive-cpus", state.exclusive_ok[:n]))
+    """The filter stages on everything but GPUs, as (reason, rows kept):
+    the tenant's permitted nodes, nodes taking no new pods, then HOST_FILTERS."""
+    stages = [] if nodes is None else [(F.NOT_PERMITTED, nodes[:n])]
+    stages += state.blocked_masks(n)
+    for name, keep in HOST_FILTERS.items():
+        mask = keep(state, pod, n)
+        if mask is not None:
+            stages.append((name, mask))
     return stages
 
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tidal_schemas.filters import NODE_FILTERS
+
 from .cluster_arrays import GPU_MILLI
 
 REASONS = ("invalid", "waiting", "quota", "permission", "cpu", "memory", "gpu", "gpu-model", "numa", "taint",
@@ -33,8 +35,7 @@ REASONS = ("invalid", "waiting", "quota", "permission", "cpu", "memory", "gpu", 
 
 # decide.py's filter stage names -> category; any other stage is a reason
 # the node takes no new pods (`ClusterState.blocked_masks`).
-STAGES = {"cpu": "cpu", "memory": "memory", "gpu": "gpu", "gpu-model": "gpu-model", "numa": "numa",
-          "no-exclusive-cpus": "numa", "not-permitted": "permission"}
+STAGES = {name: f.category for name, f in NODE_FILTERS.items()}  # filter -> pending category
 
 
 def pending_reason(*, reason: str, filtered: Mapping[str, int], refused: bool, invalid: bool,
