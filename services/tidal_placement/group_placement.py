@@ -17,6 +17,7 @@ overlapping groups are never counted twice.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,27 +102,34 @@ def choose_group(state: ClusterState, grouping: Grouping, ask: GroupAsk, fits: n
                        model=picked[0][1], leftover=leftover)
 
 
-def _usable(state: ClusterState, group: Group, ask: GroupAsk,
-            allowed: np.ndarray | None) -> list[tuple[str, int, str, int]]:
-    """(node, device column, model, milli free) of the group's GPUs this
-    ask may use and that have room for it."""
-    out = []
+def group_devices(state: ClusterState, group: Group) -> Iterator[tuple[str, int, int]]:
+    """(node, row, device column) of the group's healthy GPUs on nodes taking pods."""
     for node in group.nodes:
         r = state.rows.get(node)
         if r is None or not state.schedulable[r]:
             continue
         ids = group.on_node(node)
         for col, gpu in enumerate(state.specs[r].gpu_ids):
-            if gpu not in ids or not state.gpu_valid[r, col] or (allowed is not None and not allowed[r, col]):
-                continue
-            model = state.models[state.gpu_dev_model[r, col]]
-            if ask.models and model not in ask.models:
-                continue
-            if ask.kind and bool(state.gpu_virtual[r, col]) != (ask.kind == "virtual"):
-                continue
-            free = int(state.gpu_free[r, col])
-            if free >= (ask.milli if ask.share else GPU_MILLI):
-                out.append((node, col, model, free))
+            if gpu in ids and state.gpu_valid[r, col]:
+                yield node, r, col
+
+
+def _usable(state: ClusterState, group: Group, ask: GroupAsk,
+            allowed: np.ndarray | None) -> list[tuple[str, int, str, int]]:
+    """(node, device column, model, milli free) of the group's GPUs this
+    ask may use and that have room for it."""
+    out = []
+    for node, r, col in group_devices(state, group):
+        if allowed is not None and not allowed[r, col]:
+            continue
+        model = state.models[state.gpu_dev_model[r, col]]
+        if ask.models and model not in ask.models:
+            continue
+        if ask.kind and bool(state.gpu_virtual[r, col]) != (ask.kind == "virtual"):
+            continue
+        free = int(state.gpu_free[r, col])
+        if free >= (ask.milli if ask.share else GPU_MILLI):
+            out.append((node, col, model, free))
     return out
 
 

@@ -14,21 +14,13 @@ from .cache import ClusterCache
 from .cluster_arrays import GPU_MILLI
 from .cluster_state import ClusterState
 from .gpu_groups import Group
+from .group_placement import group_devices
 from .tenancy import tenant_usage
 
 
 def free_whole_gpus(state: ClusterState, group: Group) -> int:
     """How many of the group's GPUs are wholly free on schedulable nodes."""
-    free = 0
-    for node in group.nodes:
-        r = state.rows.get(node)
-        if r is None or not state.schedulable[r]:
-            continue
-        ids = group.on_node(node)
-        for col, gpu in enumerate(state.specs[r].gpu_ids):
-            if gpu in ids and state.gpu_valid[r, col] and state.gpu_free[r, col] >= GPU_MILLI:
-                free += 1
-    return free
+    return sum(1 for _, r, col in group_devices(state, group) if state.gpu_free[r, col] >= GPU_MILLI)
 
 
 def tenant_reports(cache: ClusterCache, at: datetime) -> Iterator[TenantUsage]:

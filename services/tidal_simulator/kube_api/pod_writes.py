@@ -37,12 +37,9 @@ class PodWrites:
         ns, name = request.match_info["ns"], request.match_info["name"]
         body = await request.json()
         pod = self.objects["pods"].get((ns, name))
-        if pod is None:
-            return not_found("pods", name)
-        uid = (body.get("metadata") or {}).get("uid")
-        if uid and uid != pod["metadata"]["uid"]:
-            return status(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, "
-                          f"UID in object meta: {pod['metadata']['uid']}")
+        refused = _precondition(pod, name, (body.get("metadata") or {}).get("uid"))
+        if refused is not None:
+            return refused
         if self.take(self._conflicts, ns, name):
             return status(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": the object has '
                           "been modified; please apply your changes to the latest version and try again")
@@ -68,12 +65,9 @@ class PodWrites:
         ns, name = request.match_info["ns"], request.match_info["name"]
         body = await request.json()
         pod = self.objects["pods"].get((ns, name))
-        if pod is None:
-            return not_found("pods", name)
-        uid = ((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
-        if uid and uid != pod["metadata"]["uid"]:
-            return status(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, "
-                          f"UID in object meta: {pod['metadata']['uid']}")
+        refused = _precondition(pod, name, ((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid"))
+        if refused is not None:
+            return refused
         if self.take(self._blocked, ns, name):
             return status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
                           causes=[{"reason": "DisruptionBudget",
@@ -81,3 +75,13 @@ class PodWrites:
         self.evictions.append((ns, name))
         self.delete_pod(ns, name)
         return status(201, "", "")
+
+
+def _precondition(pod: dict[str, Any] | None, name: str, uid: str | None) -> web.Response | None:
+    """404 for a pod that is not there, 409 when the request names another uid."""
+    if pod is None:
+        return not_found("pods", name)
+    if uid and uid != pod["metadata"]["uid"]:
+        return status(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, "
+                      f"UID in object meta: {pod['metadata']['uid']}")
+    return None
