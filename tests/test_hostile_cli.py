@@ -73,7 +73,9 @@ def run_measured(args: list[str], cwd: Path = ROOT, timeout: float = 60) -> tupl
         process = subprocess.Popen([*TIDAL, *args], stdout=subprocess.DEVNULL, stderr=err, cwd=cwd,
                                    env=os.environ.copy())
         deadline = time.monotonic() + timeout
+        peak = 0.0
         while True:
+            peak = max(peak, _high_water_mib(process.pid))
             pid, status, usage = os.wait4(process.pid, os.WNOHANG)
             if pid:
                 break
@@ -85,7 +87,21 @@ def run_measured(args: list[str], cwd: Path = ROOT, timeout: float = 60) -> tupl
     process.returncode = os.waitstatus_to_exitcode(status)
     stderr = err_path.read_text(errors="replace")
     err_path.unlink()
-    return process.returncode, stderr, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+    # ru_maxrss keeps the high-water mark of the memory the child was forked
+    # with (the test worker's, often near 200 MiB late in a run); the exec'd
+    # command's own VmHWM, read while it runs, is what it used itself
+    rss = peak if peak else usage.ru_maxrss / 1024
+    return process.returncode, stderr, usage.ru_utime + usage.ru_stime, rss
+
+
+def _high_water_mib(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        pass
+    return 0.0
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,16 @@
-"""The service runtime shared by every Tidal service."""
+"""The service runtime shared by every Tidal service. Its names are imported
+on first use, so a CLI command that only reads a file does not load the
+service machinery (bus clients, metrics, tracing) to get at a helper here."""
 
-from .logs import configure_logging
-from .metrics import ServiceMetrics
-from .service import Service, Subscription, run_service
-from .settings import ServiceSettings
+from .exports import lazy_exports
 
-__all__ = ["Service", "ServiceMetrics", "ServiceSettings", "Subscription", "configure_logging", "run_service"]
+PUBLIC = {
+    "Service": "service:Service",
+    "ServiceMetrics": "metrics:ServiceMetrics",
+    "ServiceSettings": "settings:ServiceSettings",
+    "Subscription": "service:Subscription",
+    "configure_logging": "logs:configure_logging",
+    "run_service": "service:run_service",
+}
+__all__ = sorted(PUBLIC)
+__getattr__ = lazy_exports(__name__, PUBLIC)
