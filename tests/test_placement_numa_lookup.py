@@ -65,3 +65,17 @@ def test_shared_lookup_matches_numa_scores(seed, need):
     assert winners(fast) == winners(reference)
     exact = np.isfinite(fast)
     assert fast[exact] == pytest.approx(reference[exact])  # every finite value is the true score
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 10_000))
+def test_the_caches_row_prefixes_are_the_walks_prefixes(seed):
+    # the cache updates one row in a few operations; `prefixes` is the walk's definition
+    from tidal_placement.numa_score import prefixes
+
+    state = random_cluster(seed, nodes=12)
+    n = state.size
+    walk = prefixes(state.numa_free[:n], state.numa_load[:n], state.numa_valid[:n], state.numa_order[:n])
+    assert np.array_equal(walk.order, state.numa_order[:n])
+    assert np.array_equal(walk.cum_free, state.numa_cum_free[:n])
+    assert np.array_equal(walk.cum_mean, state.numa_cum_mean[:n])

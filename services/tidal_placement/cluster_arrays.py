@@ -24,7 +24,6 @@ import numpy as np
 from tidal_schemas.common import GPU_MILLI
 
 from .device_budget import device_free, distinct_roots
-from .numa_score import load_order, prefixes
 
 # name: (dtype, fill value) — per node row, per (row, NUMA column), per (row, GPU column)
 ROW_ARRAYS = {
@@ -97,7 +96,7 @@ class ClusterArrays:
     def _order_numa(self, r: int) -> None:
         # §E ranks NUMA nodes by load; padding sorts last. Loads change only
         # on metric updates, so the order is cached instead of sorted per pod.
-        self.numa_order[r] = load_order(self.numa_load[r][None], self.numa_valid[r][None])[0]
+        self.numa_order[r] = np.argsort(np.where(self.numa_valid[r], self.numa_load[r], np.inf), kind="stable")
         self._numa_head(r)
 
     def _numa_head(self, r: int) -> None:
@@ -111,10 +110,14 @@ class ClusterArrays:
             return
         load = self.numa_load[r, :count]
         free = self.numa_free[r, :count]
-        walk = prefixes(self.numa_free[r][None], self.numa_load[r][None], self.numa_valid[r][None],
-                        self.numa_order[r][None])
-        self.numa_cum_free[r], self.numa_cum_mean[r] = walk.cum_free[0], walk.cum_mean[0]
-        self.numa_head_free[r], self.numa_head_mean[r] = walk.cum_free[0, 0], walk.cum_mean[0, 0]
+        # `numa_score.prefixes` of this one row, in the few operations a per-decision
+        # update can afford (tests/test_placement_numa_prefixes.py keeps them equal)
+        by_load = self.numa_order[r, :count]
+        cum_free = np.cumsum(free[by_load])
+        cum_mean = np.cumsum(load[by_load]) / np.arange(1, count + 1)
+        self.numa_cum_free[r, :count], self.numa_cum_free[r, count:] = cum_free, cum_free[-1]
+        self.numa_cum_mean[r, :count], self.numa_cum_mean[r, count:] = cum_mean, cum_mean[-1]
+        self.numa_head_free[r], self.numa_head_mean[r] = cum_free[0], cum_mean[0]
         by_free = np.argsort(-free, kind="stable")
         desc_load = np.cumsum(load[by_free])
         self.numa_free_desc[r, :count] = free[by_free]

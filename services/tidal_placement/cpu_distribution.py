@@ -24,7 +24,7 @@ import numpy as np
 
 from tidal_schemas.common import CpuPolicy
 
-from .numa_score import NumaChoice, numa_scores, prefixes
+from .numa_score import NumaChoice, Prefixes, prefixes, walk_from
 
 
 @dataclass(frozen=True)
@@ -72,20 +72,19 @@ def _single(cpus: int, free: np.ndarray, load: np.ndarray, valid: np.ndarray) ->
     return counts
 
 
-def _auto(cpus: int, free: np.ndarray, valid: np.ndarray, order: np.ndarray | None, feasible: np.ndarray,
-          load: np.ndarray) -> np.ndarray:
-    walk = prefixes(free, load, valid, order)
+def _auto(cpus: int, walk: Prefixes, feasible: np.ndarray) -> np.ndarray:
     before = walk.cum_free - walk.sorted_free  # CPUs the less-loaded NUMA nodes give first
     take_sorted = np.clip(cpus - before, 0, walk.sorted_free)
-    counts = np.zeros(free.shape, dtype=np.int64)
+    counts = np.zeros(walk.sorted_free.shape, dtype=np.int64)
     np.put_along_axis(counts, walk.order, take_sorted, axis=1)
     return np.where(feasible[:, None], counts, 0)
 
 
 def _auto_walk(cpus: int, free: np.ndarray, load: np.ndarray, valid: np.ndarray,
                order: np.ndarray | None) -> tuple[np.ndarray, NumaChoice]:
-    walk = numa_scores(cpus, free, load, valid, order)
-    return _auto(cpus, free, valid, order, walk.feasible, load), walk
+    prefix = prefixes(free, load, valid, order)  # once, for the walk and the counts
+    walk = walk_from(cpus, prefix, valid.sum(axis=1))
+    return _auto(cpus, prefix, walk.feasible), walk
 
 
 # policy -> (cpus, free, load, valid, order) -> (per-NUMA counts, §E walk or None)

@@ -65,11 +65,15 @@ def numa_scores(request: int | np.ndarray, free: np.ndarray, load: np.ndarray, v
     `load`, `valid` are (nodes × NUMA columns); `order` may be passed when the
     load order is already known (it changes only when loads change).
     """
-    walk = prefixes(free, load, valid, order)
-    width = free.shape[1]
+    return walk_from(request, prefixes(free, load, valid, order), valid.sum(axis=1))
+
+
+def walk_from(request: int | np.ndarray, walk: Prefixes, numa_count: np.ndarray) -> NumaChoice:
+    """The §E walk over prefixes already made (`numa_count`: NUMA nodes per row)."""
+    width = walk.cum_free.shape[1]
     need = np.asarray(request).reshape(-1, 1)
     before = np.count_nonzero(walk.cum_free < need, axis=1)  # NUMA nodes that did not yet cover
-    feasible = (before < width) & (before < valid.sum(axis=1))
+    feasible = (before < width) & (before < numa_count)
     last = np.minimum(before, width - 1)
     score = np.where(feasible, np.take_along_axis(walk.cum_mean, last[:, None], axis=1)[:, 0], np.inf)
     taken_sorted = (np.arange(width)[None, :] <= last[:, None]) & feasible[:, None]
