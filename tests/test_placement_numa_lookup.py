@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidal_placement.cluster_state import Allocation, ClusterState
-from tidal_placement.cpu_distribution import distribute
+from tidal_policy.cpu_distribution import distribute
 from tidal_placement.numa_lookup import exclusive_feasible, exclusive_scores, shared_numa_scores
-from tidal_placement.numa_score import numa_scores
+from tidal_policy.numa_walk import numa_scores
 from tidal_simulator.topology_builder import make_topology
 
 
@@ -71,7 +71,7 @@ def test_shared_lookup_matches_numa_scores(seed, need):
 @given(st.integers(0, 10_000))
 def test_the_caches_row_prefixes_are_the_walks_prefixes(seed):
     # the cache updates one row in a few operations; `prefixes` is the walk's definition
-    from tidal_placement.numa_score import prefixes
+    from tidal_policy.numa_walk import prefixes
 
     state = random_cluster(seed, nodes=12)
     n = state.size

@@ -12,7 +12,7 @@ import pytest
 from tidal_bridge.annotations import ANNOTATION_KEYS, CPU_POLICY
 from tidal_oversell.policies import OVERSELL_POLICIES
 from tidal_oversell.settings import OversellSettings
-from tidal_placement.cpu_distribution import CPU_POLICIES
+from tidal_policy.cpu_distribution import CPU_POLICIES
 from tidal_placement.gpu_strategies import GPU_STRATEGIES
 from tidal_placement.settings import PlacementSettings
 from tidal_schemas import NodeAllocatable, PodLifecycle

@@ -48,6 +48,21 @@ def test_pick_prints_a_json_array(capsys, topology_file, available, count, polic
     assert out.count("\n") == 1
 
 
+@pytest.mark.parametrize("policy, count, loads, expected", [
+    # numa1 is the less loaded: single-numa goes there, as placement would choose
+    ("single-numa", 3, "0=0.8,1=0.2", [1, 3, 7]),
+    # auto (§E walk): numa1 first (0.2) gives 6, numa0 the other 1
+    ("auto", 7, "0=0.8,1=0.2", [0, 1, 3, 5, 7, 9, 11]),
+    # no loads: the walk ties go to the lower NUMA id
+    ("auto", 2, "", [0, 6]),
+])
+def test_numa_load_steers_single_numa_and_auto(capsys, topology_file, policy, count, loads, expected):
+    code, out, err = run(capsys, ["--topology", str(topology_file), "--available", "0-11", "--count", str(count),
+                                  "--policy", policy, "--numa-load", loads])
+    assert (code, err) == (0, "")
+    assert json.loads(out) == expected
+
+
 UNMET = [
     ("0,2,4,6", 5, "packed", "not enough cpus available: requested 5, available 4"),
     ("0-11", 7, "single-numa", "no NUMA node has 7 available cpus"),
@@ -88,8 +103,14 @@ BAD_INPUT = [
     (lambda t, tmp: ["--topology", t, "--available", "0-13", "--count", "1"], "not in the topology: [12, 13]"),
     (lambda t, tmp: ["--topology", t, "--available", "0-3", "--count", "-2"], "--count must be >= 0"),
     (lambda t, tmp: ["--topology", t, "--available", "0-3", "--count", "two"], "invalid int value"),
-    (lambda t, tmp: ["--topology", t, "--available", "0-3", "--count", "1", "--policy", "auto"],
-     "invalid choice: 'auto'"),
+    (lambda t, tmp: ["--topology", t, "--available", "0-3", "--count", "1", "--policy", "random"],
+     "invalid choice: 'random'"),
+    (lambda t, tmp: ["--topology", t, "--available", "0-3", "--count", "1", "--numa-load", "0=x"],
+     "--numa-load: '0=x' is not ID=FRACTION"),
+    (lambda t, tmp: ["--topology", t, "--available", "0-3", "--count", "1", "--numa-load", "0=nan"],
+     "with a finite fraction >= 0"),
+    (lambda t, tmp: ["--topology", t, "--available", "0-3", "--count", "1", "--numa-load", "7=0.5"],
+     "numa 7 is not in the topology"),
     (lambda t, tmp: ["--topology", t, "--count", "1"], "the following arguments are required: --available"),
     (lambda t, tmp: ["--topology", t, "--available", "0", "--count", "1", "--extra"], "unrecognized arguments"),
 ]

@@ -110,7 +110,7 @@ class ClusterArrays:
             return
         load = self.numa_load[r, :count]
         free = self.numa_free[r, :count]
-        # `numa_score.prefixes` of this one row, in the few operations a per-decision
+        # `tidal_policy.numa_walk.prefixes` of this one row, in the few operations a per-decision
         # update can afford (tests/test_placement_numa_prefixes.py keeps them equal)
         by_load = self.numa_order[r, :count]
         cum_free = np.cumsum(free[by_load])

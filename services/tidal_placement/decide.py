@@ -26,12 +26,12 @@ import numpy as np
 from tidal_schemas import filters as F
 
 from .cluster_state import Allocation, ClusterState
-from .cpu_distribution import distribute
+from tidal_policy.cpu_distribution import distribute
 from .device_budget import distinct_roots, one_per_root
 from .gpu_candidates import GPU_MILLI, Candidates, GpuStrategy, is_share
 from .gpu_workload import Shape
 from .numa_lookup import exclusive_feasible, exclusive_scores, shared_numa_scores
-from .numa_score import numa_scores
+from tidal_policy.numa_walk import numa_scores
 from .pod_request import Placement, PodRequest
 
 __all__ = ["Placement", "PodRequest", "decide", "eligible_gpus", "node_fit", "shared_numa_scores"]
@@ -131,7 +131,7 @@ def _runners_up(state: ClusterState, rows: np.ndarray, values: np.ndarray, chose
 
 
 def _numa_take(state: ClusterState, r: int, need: int) -> tuple[float, tuple[int, ...]]:
-    """The §E walk (`numa_score`) on the chosen node: its score and the NUMA
+    """The §E walk (`tidal_policy.numa_walk`) on the chosen node: its score and the NUMA
     ids taken; a node whose NUMA nodes cannot cover `need` takes them all."""
     one = slice(r, r + 1)
     walk = numa_scores(need, state.numa_free[one], state.numa_load[one], state.numa_valid[one], state.numa_order[one])

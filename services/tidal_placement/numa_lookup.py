@@ -13,7 +13,7 @@
   `spread`: b = ⌊k/n⌋, e = k − b·n; feasible iff the smallest free ≥ b
   and the e-th largest free ≥ b + 1; score = mean of all loads when b ≥ 1,
   else the mean load of the e NUMA nodes with most free.
-These agree with `cpu_distribution.distribute`, which names the counts.
+These agree with `tidal_policy.cpu_distribution.distribute`, which names the counts.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from datetime import datetime
 
 from tidal_schemas import GpuShare, Resources
 from tidal_schemas.decision_codec import HeldDecision
-from tidal_topology import pick_cpus
+from tidal_policy.cpu_pick import pick_cpus
 
 from .cgroup_tree import MemoryCgroups
 from .pods import SimPod

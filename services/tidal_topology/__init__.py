@@ -12,7 +12,6 @@ PUBLIC = {
     "AUDIT_KINDS": "audit:KINDS",
     "Outcome": "cgroups:Outcome",
     "PodCpuset": "cgroups:PodCpuset",
-    "pick_cpus": "cpu_allocator:pick_cpus",
     "format_cpuset": "cpuset:format_cpuset",
     "build_metrics": "sampling:build_metrics",
     "PodSample": "usage:PodSample",

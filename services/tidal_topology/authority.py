@@ -26,7 +26,7 @@ from .audit import Violation, audit, counts
 from .books import Step
 from .cgroup_tree import CgroupTree
 from .checkpoint import CpuState, save_state
-from .cpu_allocator import CpuLike
+from tidal_policy.cpu_pick import CpuLike
 from .cpuset_plan import expected_cpusets
 
 Publish = Callable[..., Awaitable[Any]]

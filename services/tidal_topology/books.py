@@ -7,7 +7,7 @@ uids agree or either is unknown.
 
 - **decision placed here**: replaces the pod's claim (the same decision
   again changes nothing). Its exclusive CPUs are kubelet's packed choice
-  within each NUMA node it names (`cpu_allocator.pick_per_numa`), from the
+  within each NUMA node it names (`tidal_policy.cpu_pick.pick_per_numa`), from the
   free CPUs. A decision other than the one the pod is bound by is ignored.
 - **decision placed elsewhere**, or the pod given up (`pending`): the claim
   is released while it still awaits its bind (or it was for another uid).
@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from tidal_schemas import HOLDING_PHASES, BindResult, PlacementDecision, PodLifecycle
 
 from .checkpoint import Claim, CpuState, assign, release
-from .cpu_allocator import CpuLike, pick_per_numa, take_packed
+from tidal_policy.cpu_pick import CpuLike, pick_per_numa, take_packed
 from .cpuset import format_cpuset
 
 

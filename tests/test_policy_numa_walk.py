@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tidal_placement.numa_score import load_order, numa_scores
+from tidal_policy.numa_walk import load_order, numa_scores
 
 INF = float("inf")
 

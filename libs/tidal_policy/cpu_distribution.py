@@ -8,7 +8,7 @@ For k CPUs on a node with c NUMA nodes:
   Impossible when any NUMA node lacks its share. 4 CPUs over 2 → 2 + 2.
 - `single-numa`: all k on one NUMA node with ≥ k free — the least loaded
   one (ties: lower column). Impossible when none has k free.
-- `auto`: §E least-loaded accumulation (`numa_score`): take NUMA nodes by
+- `auto`: §E least-loaded accumulation (`numa_walk`): take NUMA nodes by
   load ascending until their free CPUs cover k, filling each in that order.
 
 The node's NUMA score is the mean load of the NUMA nodes that receive CPUs
@@ -24,7 +24,7 @@ import numpy as np
 
 from tidal_schemas.common import CpuPolicy
 
-from .numa_score import NumaChoice, Prefixes, prefixes, walk_from
+from .numa_walk import NumaChoice, Prefixes, prefixes, walk_from
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,8 @@ def distribute(policy: CpuPolicy, cpus: int, free: np.ndarray, load: np.ndarray,
     return Distribution(counts=counts, feasible=feasible, score=np.where(feasible, mean, np.inf))
 
 
-def _spread(cpus: int, free: np.ndarray, valid: np.ndarray) -> np.ndarray:
+def spread_shares(cpus: int, free: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """`spread`'s share of each NUMA node, whether or not it has them free."""
     numa = valid.sum(axis=1)
     base = cpus // np.maximum(numa, 1)
     extra = cpus - base * numa
@@ -89,7 +90,7 @@ def _auto_walk(cpus: int, free: np.ndarray, load: np.ndarray, valid: np.ndarray,
 
 # policy -> (cpus, free, load, valid, order) -> (per-NUMA counts, §E walk or None)
 CPU_POLICIES: dict[str, Callable[..., tuple[np.ndarray, NumaChoice | None]]] = {
-    "spread": lambda cpus, free, load, valid, order: (_spread(cpus, free, valid), None),
+    "spread": lambda cpus, free, load, valid, order: (spread_shares(cpus, free, valid), None),
     "single-numa": lambda cpus, free, load, valid, order: (_single(cpus, free, load, valid), None),
     "auto": _auto_walk,
 }

@@ -1,18 +1,21 @@
 """§A CPU choice: the packed allocator must match kubelet's
-`TestTakeByTopologyNUMAPacked` case for case; spread / single-numa build on it."""
+`TestTakeByTopologyNUMAPacked` case for case; spread / single-numa / auto take
+placement's per-NUMA counts (`cpu_distribution`) and pack within each."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidal_schemas import Cpu
-from tidal_topology.cpu_allocator import (
+from tidal_policy.cpu_distribution import distribute
+from tidal_policy.cpu_pick import (
+    POLICIES,
     pick_cpus,
     pick_per_numa,
     preference_order,
-    spread_counts,
     take_packed,
 )
 from tidal_topology.cpuset import parse_cpuset
@@ -152,28 +155,6 @@ def test_spec_worked_example_four_cpus_spread_over_two_numa_nodes():
     assert chosen_numa.count(0) == 2 and chosen_numa.count(1) == 2
 
 
-SPREAD_COUNT_CASES = [
-    # (free per numa, count, expected shares)
-    ({0: 6, 1: 6}, 4, {0: 2, 1: 2}),
-    # odd remainder to the NUMA node with most free (decided in SPEC §A)
-    ({0: 4, 1: 6}, 5, {0: 2, 1: 3}),
-    # tie on free -> lower id gets the remainder
-    ({0: 6, 1: 6}, 5, {0: 3, 1: 2}),
-    # 7 over 4: 1 each, remainder 3 to the 3 with most free (3: 9, 1: 8, then 0 and 2 tie at 5 -> 0)
-    ({0: 5, 1: 8, 2: 5, 3: 9}, 7, {0: 2, 1: 2, 2: 1, 3: 2}),
-    # NUMA nodes with nothing free take no share
-    ({0: 0, 1: 6, 2: 6}, 4, {1: 2, 2: 2}),
-    # fewer CPUs than NUMA nodes: one each on the freest
-    ({0: 2, 1: 5, 2: 3}, 2, {1: 1, 2: 1}),
-]
-
-
-@pytest.mark.parametrize("free, count, expected", SPREAD_COUNT_CASES)
-def test_spread_counts(free, count, expected):
-    assert spread_counts(free, count) == expected
-    assert sum(expected.values()) == count
-
-
 POLICY_CASES = [
     # (description, topology, available, count, policy, expected or None)
     # numa0 has 5 free ({0,2,4,6,8} minus 10), numa1 has 6: shares 2 + 2
@@ -185,8 +166,8 @@ POLICY_CASES = [
      {0, 40, 10, 50, 20, 60, 30, 70}),
     ("spread fails when a NUMA node lacks its share", DUAL_SOCKET_HT, {0, 1, 3, 5, 7, 9, 11}, 4, "spread", None),
     ("spread fails beyond the available total", DUAL_SOCKET_HT, {0, 1}, 3, "spread", None),
-    # numa0 has 4 free, numa1 has 6: both fit 4, prefer fewest available (numa0)
-    ("single-numa prefers the fuller fitting node", DUAL_SOCKET_HT, {0, 2, 4, 6, 1, 3, 5, 7, 9, 11}, 4,
+    # numa0 has 4 free, numa1 has 6: both fit 4, equally loaded: the lower id
+    ("single-numa ties on load go to the lower id", DUAL_SOCKET_HT, {0, 2, 4, 6, 1, 3, 5, 7, 9, 11}, 4,
      "single-numa", {0, 2, 4, 6}),
     # 5 does not fit numa0 (4 free): numa1
     ("single-numa skips nodes that do not fit", DUAL_SOCKET_HT, {0, 2, 4, 6, 1, 3, 5, 7, 9, 11}, 5,
@@ -195,6 +176,14 @@ POLICY_CASES = [
     ("single-numa fails when no node holds the count", DUAL_SOCKET_HT, cpus("0-11"), 7, "single-numa", None),
     ("single-numa inside the multi-NUMA socket", DUAL_SOCKET_MULTI_NUMA_HT, cpus("0-79"), 20, "single-numa",
      cpus("0-9,40-49")),
+    # spread is over all the node's NUMA nodes (SPEC §A): numa0 with none free lacks its share
+    ("spread over every NUMA node, free or not", DUAL_SOCKET_HT, {1, 3, 5, 7}, 2, "spread", None),
+    # 2 over 4 NUMA nodes: one each on the two freest (ties: lower id), none on the others
+    ("spread fewer CPUs than NUMA nodes", DUAL_SOCKET_MULTI_NUMA_HT, cpus("0-79") - {0, 40}, 2, "spread",
+     {10, 20}),
+    # auto with no load figures walks NUMA nodes in id order: numa0's 6, then 1 on numa1
+    ("auto fills NUMA nodes in order", DUAL_SOCKET_HT, cpus("0-11"), 7, "auto", {0, 2, 4, 6, 8, 10, 1}),
+    ("auto fails beyond the available total", DUAL_SOCKET_HT, {0, 1}, 3, "auto", None),
     ("packed through pick_cpus", SINGLE_SOCKET_HT, cpus("0-7"), 2, "packed", {0, 4}),
 ]
 
@@ -216,8 +205,33 @@ def test_spread_failure_names_the_short_numa_node():
 
 
 def test_unknown_policy_is_a_value_error():
-    with pytest.raises(ValueError, match="unknown policy 'auto'"):
-        pick_cpus(SINGLE_SOCKET_HT, cpus("0-7"), 1, policy="auto")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown policy 'random'"):
+        pick_cpus(SINGLE_SOCKET_HT, cpus("0-7"), 1, policy="random")
+
+
+def test_single_numa_and_auto_prefer_the_least_loaded_numa_node():
+    loads = {0: 0.9, 1: 0.1}
+    assert pick_cpus(DUAL_SOCKET_HT, cpus("0-11"), 2, "single-numa", numa_load=loads).cpus == [1, 7]
+    # the walk takes numa1's 6 first, then numa0's packed choice for the 7th
+    assert pick_cpus(DUAL_SOCKET_HT, cpus("0-11"), 7, "auto", numa_load=loads).cpus == [0, 1, 3, 5, 7, 9, 11]
+
+
+def test_the_counts_are_placements():
+    # the node agent is handed placement's counts: pick_cpus must give CPUs in exactly those shares
+    free = np.array([[3, 5, 0, 6]])
+    available = {cpu for n, want in enumerate(free[0])
+                 for cpu in sorted(c.cpu for c in DUAL_SOCKET_MULTI_NUMA_HT if c.numa == n)[:want]}
+    loads = np.array([[0.5, 0.2, 0.1, 0.7]])
+    for policy in ("spread", "single-numa", "auto"):
+        for count in range(1, 15):
+            want = distribute(policy, count, free, loads, np.ones(free.shape, dtype=bool))
+            result = pick_cpus(DUAL_SOCKET_MULTI_NUMA_HT, available, count, policy,
+                               numa_load=dict(enumerate(loads[0].tolist())))
+            assert result.ok == bool(want.feasible[0]), (policy, count, result.reason)
+            if result.ok:
+                got = [sum(1 for c in DUAL_SOCKET_MULTI_NUMA_HT if c.cpu in result.cpus and c.numa == n)
+                       for n in range(4)]
+                assert got == want.counts[0].tolist(), (policy, count)
 
 
 @pytest.mark.parametrize("count", [-1, -5])
@@ -257,7 +271,7 @@ def test_pick_per_numa(description, topology, available, counts, expected):
 
 @settings(max_examples=200, deadline=None)
 @given(free=st.sets(st.integers(0, 79)), count=st.integers(0, 80),
-       policy=st.sampled_from(["packed", "spread", "single-numa"]))
+       policy=st.sampled_from(POLICIES))
 def test_any_success_is_count_distinct_available_cpus(free, count, policy):
     result = pick_cpus(DUAL_SOCKET_MULTI_NUMA_HT, free, count, policy=policy)
     if policy == "packed":

@@ -1,5 +1,6 @@
 """§A physical CPU choice on a node: the kubelet static CPU manager's packed
-allocator, and the spread / single-NUMA policies built on it.
+allocator, and placement's per-NUMA policies (`cpu_distribution`) made
+into CPU ids with it.
 
 `packed` is a port of `takeByTopologyNUMAPacked` (kubernetes
 `pkg/kubelet/cm/cpumanager/cpu_assignment.go`) and must give the same CPUs:
@@ -23,10 +24,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
-Policy = Literal["packed", "spread", "single-numa"]
-POLICIES: tuple[Policy, ...] = ("packed", "spread", "single-numa")
+import numpy as np
+
+from .cpu_distribution import CPU_POLICIES, distribute, spread_shares
+
+# kubelet's own, then the per-NUMA policies a pod asks for
+POLICIES: tuple[str, ...] = ("packed", *CPU_POLICIES)
 
 
 class CpuLike(Protocol):
@@ -198,20 +203,6 @@ def take_packed(topology: Sequence[CpuLike], available: Iterable[int], count: in
     return PickResult(None, "failed to allocate cpus")
 
 
-def spread_counts(free_per_numa: Mapping[int, int], count: int) -> dict[int, int]:
-    """How many CPUs `spread` takes on each NUMA node with free CPUs:
-    `count // k` each (k = such NUMA nodes), and the `count % k` remainder
-    one each to the NUMA nodes with most free CPUs, ties to the lower id."""
-    numas = sorted(n for n, free in free_per_numa.items() if free > 0)
-    if not numas:
-        return {}
-    base, remainder = divmod(count, len(numas))
-    counts = {n: base for n in numas}
-    for n in sorted(numas, key=lambda n: (-free_per_numa[n], n))[:remainder]:
-        counts[n] += 1
-    return {n: c for n, c in counts.items() if c > 0}
-
-
 def pick_per_numa(topology: Sequence[CpuLike], available: Iterable[int], counts: Mapping[int, int]) -> PickResult:
     """For a decision that already says how many CPUs to take on each NUMA node:
     the packed choice within each NUMA node's available CPUs, united."""
@@ -234,14 +225,13 @@ def pick_per_numa(topology: Sequence[CpuLike], available: Iterable[int], counts:
 
 
 def pick_cpus(topology: Sequence[CpuLike], available: Iterable[int], count: int,
-              policy: Policy = "packed") -> PickResult:
+              policy: str = "packed", numa_load: Mapping[int, float] | None = None) -> PickResult:
     """`count` exclusive CPUs from `available` under `policy`:
 
     - `packed`: kubelet's packed allocator over the whole node;
-    - `spread`: `spread_counts` over the NUMA nodes with available CPUs, then
-      packed within each; impossible if a NUMA node lacks its share;
-    - `single-numa`: all on one NUMA node — of those whose packed choice fits,
-      the one with the fewest available CPUs, ties to the lower id.
+    - `spread`, `single-numa`, `auto`: the CPUs per NUMA node placement gives
+      (`cpu_distribution.distribute` on this one node, with `numa_load` per
+      NUMA id, 0 where unknown), then packed within each NUMA node.
     """
     if count < 0:
         raise ValueError(f"count must be >= 0, got {count}")
@@ -249,27 +239,30 @@ def pick_cpus(topology: Sequence[CpuLike], available: Iterable[int], count: int,
         raise ValueError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
     if policy == "packed":
         return take_packed(topology, available, count)
-    topo = _Topology(topology)
-    pool = {cpu for cpu in available if cpu in topo.numa_of}
-    free = Counter(topo.numa_of[cpu] for cpu in pool)
     if count == 0:
         return PickResult([], "nothing requested")
+    topo = _Topology(topology)
+    pool = {cpu for cpu in available if cpu in topo.numa_of}
+    numas = sorted(topo.numa_size)
+    free = Counter(topo.numa_of[cpu] for cpu in pool)
+    row = np.array([[free[n] for n in numas]], dtype=np.int64)
+    load = np.array([[(numa_load or {}).get(n, 0.0) for n in numas]])
+    shares = distribute(policy, count, row, load, np.ones(row.shape, dtype=bool))
+    if not shares.feasible[0]:
+        return PickResult(None, _unmet(policy, count, numas, row[0]))
+    counts = {n: int(c) for n, c in zip(numas, shares.counts[0]) if c > 0}
+    result = pick_per_numa(topology, pool, counts)
+    if not result.ok:
+        return result
+    return PickResult(result.cpus, f"{policy} " + ", ".join(f"{n}:{c}" for n, c in sorted(counts.items())))
+
+
+def _unmet(policy: str, count: int, numas: list[int], free: np.ndarray) -> str:
+    """Why `policy` cannot place `count` CPUs on NUMA nodes `numas` with `free` each."""
+    if count > free.sum():
+        return f"not enough cpus available: requested {count}, available {int(free.sum())}"
     if policy == "spread":
-        if count > len(pool):
-            return PickResult(None, f"not enough cpus available: requested {count}, available {len(pool)}")
-        counts = spread_counts(free, count)
-        short = [f"numa {n} has {free[n]} for its share {c}" for n, c in sorted(counts.items()) if free[n] < c]
-        if short:
-            return PickResult(None, "cannot spread evenly: " + "; ".join(short))
-        result = pick_per_numa(topology, pool, counts)
-        if not result.ok:
-            return result
-        return PickResult(result.cpus, "spread " + ", ".join(f"{n}:{c}" for n, c in sorted(counts.items())))
-    for numa in sorted(free, key=lambda n: (free[n], n)):
-        if free[numa] < count:
-            continue
-        result = take_packed(topology, pool & topo.in_numa(numa), count)
-        if result.ok:
-            return PickResult(result.cpus, f"single-numa {numa}")
-    best = max(free.values(), default=0)
-    return PickResult(None, f"no NUMA node has {count} available cpus (most on one: {best})")
+        share = spread_shares(count, free[None, :], np.ones((1, len(numas)), dtype=bool))[0]
+        short = [f"numa {n} has {f} for its share {c}" for n, f, c in zip(numas, free, share) if f < c]
+        return "cannot spread evenly: " + "; ".join(short)
+    return f"no NUMA node has {count} available cpus (most on one: {int(free.max())})"

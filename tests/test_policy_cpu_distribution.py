@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tidal_placement.cpu_distribution import distribute
+from tidal_policy.cpu_distribution import distribute
 
 
 def rows(*nodes, width=4):
