@@ -12,7 +12,6 @@ Run: .venv/bin/python bench/openb_online_workload.py [--strategies fgd fgd-cpu] 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from _paths import OPENB
 

@@ -3,17 +3,16 @@ taint lists, and what the bridge writes to pods, nodes and events."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 
 import pytest
 
 from tidal_bridge.nodes import node_topology, with_taint, without_taint
 from tidal_bridge.objects import (
-    allocatable_annotations, annotations_patch, binding_body, clear_decision_patch,
+    allocatable_annotations, binding_body, clear_decision_patch,
     eviction_body, pod_event, taints_patch,
 )
-from tidal_schemas import GpuShare, NodeAllocatable, PlacementDecision, Resources
+from tidal_schemas import NodeAllocatable, Resources
 
 
 def make_node(name="n1", capacity=None, allocatable=None, labels=None):

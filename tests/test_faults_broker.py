@@ -125,6 +125,12 @@ async def test_kafka_clients_survive_a_tansu_restart(own_kafka, namespace):
         await wait_until(lambda: "c1" in scoring.windows and scoring.windows["c1"].samples("before"), timeout=30,
                          what="a sample handled before the restart")
 
+        async def before_scored() -> bool:
+            return "before" in {e.payload.node async for _, e in bus.read("score.node", StartAt.earliest())}
+
+        # its score is on the broker before the broker goes: a send still in flight
+        # is retried after the restart, and is then rightly in the new stream
+        await wait_until_async(before_scored, 30, "the score of the sample before the restart")
         own_kafka.stop()
         await asyncio.sleep(3)
         own_kafka.start()  # same port; memory storage: every topic, offset and group is gone

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from conftest import ROOT
 from tidal_cli.main import build_parser, main

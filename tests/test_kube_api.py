@@ -17,7 +17,7 @@ import pytest
 
 from sim_placement import placement as real_placement, waits_for_nodes
 from tidal_cli import simulate_cmd
-from tidal_simulator.kube_api import KubeApiServer, write_kubeconfig
+from tidal_simulator.kube_api import KubeApiServer
 from tidal_simulator.run import simulate
 
 KUBECTL = shutil.which("kubectl")

@@ -24,7 +24,7 @@ from .tenancy import TenantUsage
 __all__ = [
     "CPU_TYPE", "GPU_TYPE",
     "STOP_SCHEDULING_TAINT", "ActionResult", "BindResult", "Cpu", "CpuAssignment", "DeadLetter", "Envelope", "Gpu",
-    "GpuAsk", "GpuBinding", "GpuGroup", "GpuShare", "NodeAction", "NodeAllocatable",
+    "HOLDING_PHASES", "GpuAsk", "GpuBinding", "GpuGroup", "GpuShare", "NodeAction", "NodeAllocatable",
     "NodeCandidate", "NodeMetrics", "NodeScore", "NodeTopology", "NumaNode", "Payload",
     "PeakEstimate", "PlacementDecision", "PodLifecycle", "PodUsage", "Resources",
     "SchemaError", "TenantConfig", "TenantUsage", "UserScore", "decode", "decode_obj", "derived_id",

@@ -12,7 +12,7 @@ from typing import Any
 from tidal_placement.tenancy import charge
 from tidal_schemas import Envelope, NodeTopology, PodLifecycle, TenantConfig
 
-from .holdings import grew, holding
+from .holdings import holding
 from .violation import Violation, cite
 
 NAME = "over-quota"

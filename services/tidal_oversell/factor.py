@@ -21,7 +21,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from tidal_schemas import Resources
 
 
 @dataclass(frozen=True)

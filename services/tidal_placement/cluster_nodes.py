@@ -83,7 +83,6 @@ class ClusterNodes(ClusterArrays):
         comparing two caches and for operators)."""
         figures = {}
         for node, r in sorted(self.rows.items()):
-            spec = self.specs[r]
             figures[node] = {
                 "cpu_milli": int(self.cpu_free[r]), "memory_mib": int(self.mem_free[r]),
                 "numa_cpus": {int(numa): int(self.numa_free[r, j]) for numa, j in self._numa_col[r].items()},

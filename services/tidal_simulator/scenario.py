@@ -140,7 +140,8 @@ def load_scenario(path: str | Path) -> Workload:
     """Read, validate and expand a scenario file into a workload."""
     path = Path(path)
     try:
-        document = yaml.safe_load(path.read_bytes())  # bytes: PyYAML reports a bad encoding as a YAMLError
+        # bytes: PyYAML reports a bad encoding as a YAMLError; libyaml scans a hostile megabyte 20x faster
+        document = yaml.load(path.read_bytes(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
     except OSError as exc:
         raise ScenarioError(f"{path}: {exc.strerror or exc}") from None
     except (yaml.YAMLError, ValueError) as exc:  # ValueError: PyYAML's int() of a 5,000-digit number

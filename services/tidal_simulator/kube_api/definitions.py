@@ -41,14 +41,14 @@ class Crd:
             if not value:
                 raise ValueError(f"{key}: Required value")
         if (doc.get("metadata") or {}).get("name") != f"{names['plural']}.{spec['group']}":
-            raise ValueError(f"metadata.name: Invalid value: must be spec.names.plural+\".\"+spec.group")
+            raise ValueError("metadata.name: Invalid value: must be spec.names.plural+\".\"+spec.group")
         served = [v for v in spec.get("versions") or [] if v.get("served") and v.get("storage")]
         if len(served) != 1:
             raise ValueError("spec.versions: Invalid value: exactly one version must be served and stored")
         version = served[0]
         schema = ((version.get("schema") or {}).get("openAPIV3Schema"))
         if not isinstance(schema, dict):
-            raise ValueError(f"spec.versions[0].schema.openAPIV3Schema: Required value")
+            raise ValueError("spec.versions[0].schema.openAPIV3Schema: Required value")
         problems = structural_problems(schema, "spec.validation.openAPIV3Schema")
         if problems:
             raise ValueError(", ".join(problems))
