@@ -117,7 +117,7 @@ def make_envelope(
             if causation_id
             else str(uuid.uuid4())
         )
-    return Envelope[type(payload)](  # type: ignore[misc]
+    return envelope_of(type(payload))(
         id=event_id,
         type=payload.TYPE,
         version=payload.VERSION,
@@ -128,6 +128,19 @@ def make_envelope(
         causation_id=causation_id,
         payload=payload,
     )
+
+
+_ENVELOPE_TYPES: dict[type, type[Envelope[Any]]] = {}
+
+
+def envelope_of(model: type[BaseModel]) -> type[Envelope[Any]]:
+    """`Envelope[model]`, made once. pydantic keeps parametrised models only
+    weakly: a collected one is rebuilt (a schema build, milliseconds) on the
+    next event of its type, and even a hit costs microseconds per event."""
+    envelope = _ENVELOPE_TYPES.get(model)
+    if envelope is None:
+        envelope = _ENVELOPE_TYPES[model] = Envelope[model]  # type: ignore[valid-type]
+    return envelope
 
 
 def encode(envelope: Envelope[Any]) -> bytes:
@@ -172,7 +185,7 @@ def _validate(raw: Any) -> Envelope[Any]:
             f"event type {event_type!r} version {version} is newer than the supported {model.VERSION}"
         )
     try:
-        envelope = Envelope[model].model_validate(raw)  # type: ignore[valid-type]
+        envelope = envelope_of(model).model_validate(raw)
     except ValidationError as exc:
         raise SchemaError(describe_validation_error(exc)) from None
     # The key routes the event (subject, partition) and the payload says whom

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from .envelope import Envelope, event_types
+from .envelope import envelope_of, event_types
 from .streams import STREAMS
 
 ASYNCAPI_FILE = "asyncapi.json"
@@ -20,7 +20,7 @@ ASYNCAPI_FILE = "asyncapi.json"
 def event_schema(event_type: str) -> dict[str, Any]:
     """JSON Schema of the full envelope carrying `event_type`."""
     model = event_types()[event_type]
-    schema = Envelope[model].model_json_schema(mode="serialization")  # type: ignore[valid-type]
+    schema = envelope_of(model).model_json_schema(mode="serialization")
     schema["title"] = f"{event_type} v{model.VERSION}"
     schema["$id"] = f"https://tidal.dev/schemas/{event_type}.json"
     schema["properties"]["type"]["const"] = event_type

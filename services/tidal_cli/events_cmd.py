@@ -11,7 +11,7 @@ import yaml
 
 from tidal_bus import StartAt
 from tidal_schemas import Envelope, SchemaError, decode_obj, make_envelope, payload_model
-from tidal_schemas.envelope import describe_validation_error
+from tidal_schemas.envelope import describe_validation_error, envelope_of
 from tidal_schemas.streams import STREAMS
 from tidal_schemas.strict import unknown_field
 
@@ -66,7 +66,7 @@ def _one_event(item: Any, default_cluster: str, source: str) -> Envelope[Any]:
         raise SchemaError("field 'type': missing or not a string")
     model = payload_model(item["type"])
     # A file is typed by a person: unknown fields are typos here (the wire tolerates them)
-    unknown = unknown_field(Envelope[model], item) if "id" in item else (
+    unknown = unknown_field(envelope_of(model), item) if "id" in item else (
         next((k for k in item if k not in SHORT_FORM), None) or unknown_field(model, item.get("payload"), "payload"))
     if unknown:
         raise SchemaError(f"field {unknown!r}: not a field of a {item['type']} event (a typo?)")
