@@ -18,7 +18,7 @@ from typing import Any
 
 from tidal_schemas import (
     STOP_SCHEDULING_TAINT, BindResult, CpuAssignment, NodeAction, NodeAllocatable, NodeScore, NodeTopology, PlacementDecision,
-    PodLifecycle, TenantConfig, UserScore, resource_type,
+    PodLifecycle, Resources, TenantConfig, UserScore, resource_type,
 )
 from tidal_schemas import filters
 from tidal_schemas.fence import DecisionFence
@@ -30,6 +30,11 @@ from .queue import SchedulingQueue
 from .staleness import stale_nodes, stale_reason
 
 log = logging.getLogger("tidal.placement")
+
+def grew(before: Resources, after: Resources) -> bool:
+    """Whether `after` allows more of some resource than `before`."""
+    return after.cpu_milli > before.cpu_milli or after.memory_mib > before.memory_mib
+
 
 GONE_KEPT = 100_000  # deleted pods remembered against late decisions (a rebuild reads them in any order)
 STOP_SCHEDULING = filters.STOP_SCHEDULING  # the block reason of a tainted node
@@ -58,14 +63,18 @@ class ClusterCache:
         self.last_sample: dict[str, datetime] = {}  # node -> time of its newest sample
         self.stale: frozenset[str] = frozenset()
         self.room_changed = False  # waiting or refused pods may now fit
+        self.allocatable: dict[str, Resources] = {}  # node -> its latest allocatable
         self.on_pending = on_pending
 
     # -- events -------------------------------------------------------------------
     def apply(self, p: Any, now: float) -> bool:
         """Apply one event; True when the scheduling cycle should run again.
         Decisions go through `apply_decision` (they need the fence)."""
-        if isinstance(p, (NodeTopology, NodeAllocatable, TenantConfig)) or (
-                isinstance(p, NodeAction) and p.kind == "untaint"):
+        # Like kube-scheduler's queueing hints: waiting pods are tried again on
+        # what can make room, never on what only takes it. Oversell republishes
+        # every node's allocatable each period; retrying every waiting pod on
+        # each of those would cost a cycle per waiting pod per node per period.
+        if isinstance(p, (NodeTopology, TenantConfig)) or (isinstance(p, NodeAction) and p.kind == "untaint"):
             self.room_changed = True
         if isinstance(p, NodeTopology):
             self.state.upsert_node(p)
@@ -73,7 +82,12 @@ class ClusterCache:
             self.gpu_model.update((gpu.id, gpu.model) for gpu in p.gpus)
             self._regroup()
         elif isinstance(p, NodeAllocatable):
+            before = self.allocatable.get(p.node)
+            self.allocatable[p.node] = p.allocatable
             self.state.set_allocatable(p.node, p.allocatable)
+            if before is not None and not grew(before, p.allocatable):
+                return False
+            self.room_changed = True
         elif isinstance(p, NodeScore):
             self.state.apply_node_score(p)
             # loads re-rank, they do not make a waiting pod fit; a stale node speaking again may
@@ -154,8 +168,11 @@ class ClusterCache:
         # pod's per-NUMA holding follows it (holdings.bound_holding).
         if a.released and a.pod not in self.records:
             return False  # the pod is gone: nothing to correct
-        self._record(a.pod).assignment = a
-        self.room_changed = True
+        record = self._record(a.pod)
+        before = record.holding()
+        record.assignment = a
+        if record.holding() != before:  # moved or taken back: the CPUs it left are free
+            self.room_changed = True
         self._reconcile(a.pod, now)
         return True
 
