@@ -14,6 +14,12 @@ pods/status, and a `FailedScheduling` Warning event.
   counts which message is remembered here (an LRU, as client-go's
   correlator): a restarted bridge starts new objects, as a restarted
   kube-scheduler does, and needs no right to read events.
+- Neither delays a binding: the decision stream hands each pending decision
+  to `submit`, and `run` writes them in the background, the latest per pod
+  (a pod whose reason changed three times while others were written gets
+  one write, as kube-scheduler's condition says only the latest). Placement
+  retries every waiting pod when room appears: thousands of pending
+  decisions at once must not hold the next binding back.
 - Both are best effort: an API failure is logged and the decision stream
   goes on (placement publishes the pod's decision again when it tries it
   again, see tidal_placement.cycle); a pod gone (404) is forgotten.
@@ -21,6 +27,7 @@ pods/status, and a `FailedScheduling` Warning event.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -48,6 +55,8 @@ class PodStatusReporter:
         self._messages: dict[str, str] = {}  # pod key -> message of the condition last patched
         self._counts: OrderedDict[tuple[str, str], tuple[str, int]] = OrderedDict()  # (pod, message) -> (event, count)
         self._bound: OrderedDict[str, None] = OrderedDict()  # pods bound here lately: a late pending decision
+        self._queued: dict[str, PlacementDecision] = {}  # pod key -> latest pending decision not yet written
+        self._wake = asyncio.Event()
 
     def bound(self, namespace: str, name: str) -> None:
         """The pod was bound: it is no longer unschedulable, whatever a
@@ -62,10 +71,34 @@ class PodStatusReporter:
         """The pod was deleted (or bound): its next pending spell starts anew."""
         key = f"{namespace}/{name}"
         self._messages.pop(key, None)
+        self._queued.pop(key, None)
         self._bound.pop(key, None)
         self.budget.forget(key)
         for counted in [k for k in self._counts if k[0] == key]:  # a pod of the same name counts anew
             del self._counts[counted]
+
+    def submit(self, decision: PlacementDecision) -> None:
+        """Queue a `pending` decision for `run` to write (replacing one of
+        the same pod not written yet)."""
+        key = decision.event_key()
+        if key not in self._bound:
+            self._queued.pop(key, None)  # to the back: pods take turns
+            self._queued[key] = decision
+            self._wake.set()
+
+    @property
+    def backlog(self) -> int:
+        """Pending decisions submitted and not yet written."""
+        return len(self._queued)
+
+    async def run(self) -> None:
+        """Write what `submit` queued, oldest pod first, until cancelled."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queued:
+                key = next(iter(self._queued))
+                await self.unschedulable(self._queued.pop(key))
 
     async def unschedulable(self, decision: PlacementDecision) -> None:
         """Set the condition and record the event for a `pending` decision."""

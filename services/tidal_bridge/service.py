@@ -114,7 +114,7 @@ class BridgeService(Service):
         ]
 
     def loops(self):
-        loops = [r.run for r in (self.pods, self.nodes) if r is not None]
+        loops = [r.run for r in (self.pods, self.nodes) if r is not None] + [self.pod_status.run]
         return loops + (self.tenants.loops() if self.tenants is not None else [])
 
     async def on_start(self) -> None:
@@ -228,7 +228,7 @@ class BridgeService(Service):
             return
         if decision.outcome == "pending":
             if self._still_pending(decision):
-                await self.pod_status.unschedulable(decision)
+                self.pod_status.submit(decision)
             return
         if decision.outcome != "placed":
             return

@@ -21,6 +21,7 @@ class FaultInjection:
         self._blocked: dict[tuple[str, str], int] = {}
         self._conflicts: dict[tuple[str, str], int] = {}
         self._failures: list[list[Any]] = []
+        self._delays: list[tuple[str, str, float]] = []
 
     def compact(self) -> None:
         """Forget history: a watch from any older resourceVersion gets 410."""
@@ -51,6 +52,15 @@ class FaultInjection:
         """Answer the next `times` requests whose path contains `path_part`
         (and whose query has the given values) with `code`."""
         self._failures.append([method.upper(), path_part, code, times, query])
+
+    def slow(self, method: str, path_part: str, seconds: float) -> None:
+        """Answer every request whose path contains `path_part` `seconds` late
+        (an API server under load, or far away)."""
+        self._delays.append((method.upper(), path_part, seconds))
+
+    def delay(self, method: str, path: str) -> float:
+        """How late to answer this request (0: at once)."""
+        return sum(seconds for wanted, part, seconds in self._delays if method == wanted and part in path)
 
     def count(self, method: str, path_part: str, **query: str) -> int:
         return sum(1 for m, p, q in self.requests if m == method and path_part in p

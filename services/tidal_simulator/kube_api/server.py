@@ -39,6 +39,7 @@ connection, end the stream, or tear a line in half first),
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import uuid
 from collections.abc import Callable
@@ -184,6 +185,8 @@ class KubeApiServer(FaultInjection, PodWrites):
             self.authorizations.append(request.headers.get("Authorization"))
         if self.on_request is not None:
             self.on_request(request.method, request.path)
+        if late := self.delay(request.method, request.path):
+            await asyncio.sleep(late)
         code = self.injected(request.method, request.path, request.query)
         if code is not None:
             return status(code, "InternalError" if code >= 500 else "Failure", f"injected {code}")
