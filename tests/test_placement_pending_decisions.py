@@ -56,8 +56,14 @@ def test_an_unchanged_pending_decision_is_repeated_only_after_repeat_s():
     assert run(cache, 1.0, repeat_s=10) == [pending]
     assert run(cache, 5.0, repeat_s=10) == []  # tried again (room changed), 4s after: not yet
     assert run(cache, 11.0, repeat_s=10) == [pending]  # 10s after the last one published
-    assert run(cache, 12.0, repeat_s=10) == []
+    entry = cache.queue.entries["default/big"]
+    assert entry.attempts == 3
+    assert run(cache, 12.0, repeat_s=10) == []  # room appeared, but its back-off (4 s after the 3rd try) holds it
+    assert entry.attempts == 3
+    assert run(cache, 15.0, repeat_s=10, room_changed=False) == []  # back-off over: tried, said 4 s ago
+    assert entry.attempts == 4
     assert run(cache, 30.0, repeat_s=10, room_changed=False) == []  # not tried: waiting, nothing changed
+    assert entry.attempts == 4
     # the permit timeout (30s after it started waiting at 1.0) sends it back to be tried: repeated
     assert run(cache, 31.0, repeat_s=10, room_changed=False) == [pending]
     # without repeat_s (the default), a decision is published only when its reason changes
@@ -68,7 +74,7 @@ def test_repeated_decisions_have_ids_of_their_own():
     cache = cluster(four_cpus("n1"))
     cache.apply(pod("big", cpu_milli=8000), 0.0)
     ids = []
-    for now in (1.0, 2.0, 3.0):
+    for now in (1.0, 2.0, 4.0):  # back-offs of 1 s and 2 s
         cache.room_changed = True  # tried on every cycle, and repeat_s=0 publishes every attempt
         ids += [d.decision_id for d in cycle(cache, None, now, repeat_s=0)]
     assert len(ids) == 3 and len(set(ids)) == 3

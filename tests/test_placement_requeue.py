@@ -89,3 +89,28 @@ def test_cpus_moved_or_taken_back_retry_waiting_pods():
     cache.apply(CpuAssignment(node="n1", pod="default/pinned", cpuset=[], released=True,
                               decision_id=decision.decision_id, reason="deleted"), 3.0)
     assert cache.room_changed
+
+
+def test_a_waiting_pod_backs_off_however_often_room_appears():
+    cache = cluster()
+    cache.apply(allocatable(4000), 0.0)
+    cache.apply(pod("big", cpu_milli=6000), 0.0)
+    entry_of = lambda: cache.queue.entries["default/big"]  # noqa: E731
+    tried_at = []
+    for step in range(2, 61):  # room appears every half second for 30 s
+        now = step / 2
+        before = entry_of().attempts
+        cache.room_changed = True
+        list(cycle(cache, None, now))
+        if entry_of().attempts > before:
+            tried_at.append(now)
+    # kube-scheduler's pod back-off: 1 s after the first try, doubling, at most 10 s
+    assert tried_at == [1.0, 2.0, 4.0, 8.0, 16.0, 26.0]
+    assert cache.queue.next_due() == 36.0  # room appeared during its back-off: tried when that ends
+
+
+def test_a_waiting_pod_without_new_room_is_never_due():
+    cache = cluster()
+    waiting_pod(cache)
+    assert cache.queue.next_due() is None
+    assert attempts(cache, 100.0) == []

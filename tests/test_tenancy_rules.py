@@ -188,7 +188,7 @@ def test_a_refused_pod_holds_back_no_one_and_leaves_the_wait():
     queue.add(gpu_pod("refused", models=["A100"]), 1.0)
     queue.add(gpu_pod("next", models=["A100"]), 2.0)
     queue.wait("default/refused", "0/2 nodes fit: 2 gpu", {"gpu": 2}, now=100.0)   # it was waiting for room…
-    queue.refuse("default/refused", "quota: tenant t1 has no room for 1000 milli-GPU of A100", {})  # …now quota
+    queue.refuse("default/refused", "quota: tenant t1 has no room for 1000 milli-GPU of A100", {}, 0.0)  # …now quota
     assert [(e.pod.name, held) for e, held in queue.cycle()] == [("refused", None), ("next", None)]
     entry = queue.entries["default/refused"]
     assert (entry.refused, entry.waiting_since, entry.attempts) == (True, None, 2)

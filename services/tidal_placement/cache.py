@@ -44,11 +44,12 @@ class ClusterCache:
     """Everything placement keeps about one cluster (see the module docstring)."""
 
     def __init__(self, name: str, permit_timeout_s: float, stale_after_s: float,
-                 on_pending: Callable[[PodLifecycle], None] = lambda p: None):
+                 on_pending: Callable[[PodLifecycle], None] = lambda p: None,
+                 backoff_s: tuple[float, float] = (1.0, 10.0)):
         self.name = name
         self.stale_after_s = stale_after_s
         self.state = ClusterState()
-        self.queue = SchedulingQueue(permit_timeout_s)
+        self.queue = SchedulingQueue(permit_timeout_s, *backoff_s)
         self.groups = GroupRegistry()
         self.fence = DecisionFence()
         self.tenants: dict[str, TenantConfig] = {}

@@ -54,10 +54,11 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
     queue, state, fence = cache.queue, cache.state, cache.fence
     queue.expire_waits(now)
     # Waiting and refused pods are tried again only when room, holdings or a
-    # tenant's configuration may have changed (or a permit expired above); a
-    # new pending pod alone changes none of these.
-    retry = cache.room_changed
-    cache.room_changed = False
+    # tenant's configuration may have changed (or a permit expired above), each
+    # after its back-off; a new pending pod alone changes none of these.
+    if cache.room_changed:
+        queue.room_appeared()
+        cache.room_changed = False
     queue.rescore({e.key: cache.score(e.pod) for e in queue.entries.values()})
     # Tenant usage is needed only for quotas and groups; most clusters have neither.
     usage = tenant_usage(cache.holdings(), cache.gpu_model) if cache.governed() else {}
@@ -76,7 +77,7 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
                 update=dict(epoch=fence.epoch, leader=fence.leader, queue_position=position,
                             fair_share_score=entry.score, nodes=nodes))
             continue
-        if (entry.waiting_since is not None or entry.refused) and not retry:
+        if not queue.due(entry, now):
             continue
         pod = entry.pod
         placement = place(cache, pod, usage, strategy)
@@ -97,7 +98,7 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
             attempted(placement.code)
             changed = placement.reason != entry.reason
             if placement.code == UNRESOLVABLE:  # a rule, not room: no wait, no pod held back behind it
-                queue.refuse(entry.key, placement.reason, dict(placement.filtered))
+                queue.refuse(entry.key, placement.reason, dict(placement.filtered), now)
             else:
                 queue.wait(entry.key, placement.reason, dict(placement.filtered), now)
             repeat = repeat_s is not None and entry.announced is not None and now - entry.announced >= repeat_s

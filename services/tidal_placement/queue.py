@@ -13,6 +13,11 @@ score for the pod's resource type, and a waiting queue per resource type.
   permission, an invalid pod) keeps its reason in the sort queue
   (`refused`): it holds no one back, and it is tried again when room or the
   tenant's configuration may have changed, or when the pod itself does.
+- Waiting and refused pods are tried again when room may have appeared
+  (`room_appeared`), each no sooner than its back-off allows: 1 s after its
+  first attempt, doubling to 10 s (kube-scheduler's pod back-off). Room
+  appears with nearly every event in a busy cluster; without the back-off
+  each event would cost one attempt per waiting pod.
 - Nothing is ever dropped: a pod leaves the queue only when it is placed or
   deleted.
 """
@@ -35,6 +40,8 @@ class Entry:
     attempts: int = 0
     filtered: dict[str, int] = field(default_factory=dict)
     announced: float | None = None  # when its last pending decision was published (see cycle.py)
+    room: bool = False  # room may have appeared since its last attempt
+    next_try: float = 0.0  # monotonic seconds: its back-off ends
 
     @property
     def key(self) -> str:
@@ -46,8 +53,9 @@ class Entry:
 
 
 class SchedulingQueue:
-    def __init__(self, permit_timeout_s: float = 30.0) -> None:
+    def __init__(self, permit_timeout_s: float = 30.0, backoff_s: float = 1.0, max_backoff_s: float = 10.0) -> None:
         self.permit_timeout_s = permit_timeout_s
+        self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s
         self.entries: dict[str, Entry] = {}
 
     def add(self, pod: PodLifecycle, score: float) -> None:
@@ -73,6 +81,24 @@ class SchedulingQueue:
         for key in expired:
             self.entries[key].waiting_since = None
         return expired
+
+    def room_appeared(self) -> None:
+        """Room may have appeared: every waiting or refused pod may try again
+        once its back-off ends."""
+        for entry in self.entries.values():
+            entry.room = True
+
+    def due(self, entry: Entry, now: float) -> bool:
+        """Whether the pod is tried in a cycle at `now`: a new (or changed,
+        or permit-expired) pod always; a waiting or refused one when room
+        appeared since its last attempt and its back-off is over."""
+        if entry.waiting_since is None and not entry.refused:
+            return True
+        return entry.room and now >= entry.next_try
+
+    def next_due(self) -> float | None:
+        """When the first pod held only by its back-off may be tried."""
+        return min((e.next_try for e in self.entries.values() if e.room), default=None)
 
     def cycle(self) -> list[tuple[Entry, str | None]]:
         """One pass in priority order: each entry with None (try to place it)
@@ -107,17 +133,22 @@ class SchedulingQueue:
         worse pods of its type."""
         entry = self.entries[key]
         entry.reason, entry.filtered, entry.refused = reason, filtered, False
-        entry.attempts += 1
+        self._tried(entry, now)
         if entry.waiting_since is None:
             entry.waiting_since = now
 
-    def refuse(self, key: str, reason: str, filtered: dict[str, int]) -> None:
+    def refuse(self, key: str, reason: str, filtered: dict[str, int], now: float) -> None:
         """The pod is refused by a rule (quota, permission, invalid): it stays
         in the sort queue with its reason and holds no one back."""
         entry = self.entries[key]
         entry.reason, entry.filtered, entry.refused = reason, filtered, True
-        entry.attempts += 1
+        self._tried(entry, now)
         entry.waiting_since = None
+
+    def _tried(self, entry: Entry, now: float) -> None:
+        entry.attempts += 1
+        entry.room = False
+        entry.next_try = now + min(self.backoff_s * 2 ** (entry.attempts - 1), self.max_backoff_s)
 
     def position(self, key: str) -> int | None:
         ordered = sorted(self.entries.values(), key=lambda e: e.order)

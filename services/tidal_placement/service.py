@@ -11,6 +11,8 @@ takeovers and staleness."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -65,8 +67,7 @@ class PlacementService(Service):
         return [*[self._follower(name) for name in FOLLOWED], self.schedule_loop, self.bind_timeouts,
                 self.watch_stale_nodes, self.report_tenants]
 
-    async def _ignore(self, envelope: Any, delivery: Delivery) -> None:
-        return None
+    async def _ignore(self, envelope: Any, delivery: Delivery) -> None: ...
 
     def _follower(self, name: str):
         async def follow() -> None:
@@ -85,8 +86,9 @@ class PlacementService(Service):
 
     def cluster(self, name: str) -> ClusterCache:
         if name not in self.clusters:
-            self.clusters[name] = ClusterCache(name, self.settings.permit_timeout_s, self.settings.node_stale_after_s,
-                                               on_pending=self.learner.observe)
+            s = self.settings
+            self.clusters[name] = ClusterCache(name, s.permit_timeout_s, s.node_stale_after_s, self.learner.observe,
+                                               (s.retry_backoff_s, s.retry_backoff_max_s))
         return self.clusters[name]
 
     @property
@@ -142,10 +144,10 @@ class PlacementService(Service):
     async def schedule_loop(self) -> None:
         while True:
             idle = 0.25 if self.leadership.claiming else self.settings.permit_timeout_s / 2
-            try:
-                await asyncio.wait_for(self.wake.wait(), timeout=idle)
-            except asyncio.TimeoutError:
-                pass
+            # when a waiting pod's back-off ends, its cycle needs no event to wake it
+            due = min([c.queue.next_due() or math.inf for n, c in self.clusters.items() if n in self.active] or [math.inf])
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout=max(min(idle, due - self.clock()), 0.001))
             self.wake.clear()
             if len(self.caught_up) < len(FOLLOWED):
                 continue
