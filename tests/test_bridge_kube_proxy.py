@@ -5,6 +5,7 @@ its calls directly; with one, every call still goes through it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -50,6 +51,15 @@ class ForwardingProxy:
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer), return_exceptions=True)
 
 
+@contextlib.asynccontextmanager
+async def connected(fake):
+    kube = await Kube.connect(BridgeSettings(kube_api_url=fake.url, request_timeout_s=5))
+    try:
+        yield kube
+    finally:
+        await kube.close()
+
+
 @pytest.fixture
 async def fake():
     async with FakeKubeApi() as server:
@@ -60,12 +70,9 @@ async def fake():
 async def test_no_proxy_for_the_api_server_means_no_per_request_lookup(fake, monkeypatch):
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
         monkeypatch.delenv(name, raising=False)
-    kube = await Kube.connect(BridgeSettings(kube_api_url=fake.url, request_timeout_s=5))
-    try:
+    async with connected(fake) as kube:
         assert kube.api_client.rest_client.pool_manager.trust_env is False
         assert (await kube.get_node("n1"))["metadata"]["name"] == "n1"
-    finally:
-        await kube.close()
 
 
 async def test_an_environment_proxy_still_carries_every_call(fake, monkeypatch):
@@ -74,12 +81,9 @@ async def test_an_environment_proxy_still_carries_every_call(fake, monkeypatch):
             monkeypatch.setenv(name, proxy.url)
         for name in ("NO_PROXY", "no_proxy"):
             monkeypatch.delenv(name, raising=False)
-        kube = await Kube.connect(BridgeSettings(kube_api_url=fake.url, request_timeout_s=5))
-        try:
+        async with connected(fake) as kube:
             assert kube.api_client.rest_client.pool_manager.trust_env is True
             assert (await kube.get_node("n1"))["metadata"]["name"] == "n1"
-        finally:
-            await kube.close()
     assert [line.split()[0] for line in proxy.requests] == ["GET"]
     assert all(f"{fake.url}/api/v1/nodes/n1" in line for line in proxy.requests), proxy.requests
 
@@ -87,8 +91,5 @@ async def test_an_environment_proxy_still_carries_every_call(fake, monkeypatch):
 async def test_no_proxy_exempts_the_api_server(fake, monkeypatch):
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there: a call through it fails
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    kube = await Kube.connect(BridgeSettings(kube_api_url=fake.url, request_timeout_s=5))
-    try:
+    async with connected(fake) as kube:
         assert (await kube.get_node("n1"))["metadata"]["name"] == "n1"
-    finally:
-        await kube.close()
