@@ -78,3 +78,18 @@ def test_repeated_decisions_have_ids_of_their_own():
         cache.room_changed = True  # tried on every cycle, and repeat_s=0 publishes every attempt
         ids += [d.decision_id for d in cycle(cache, None, now, repeat_s=0)]
     assert len(ids) == 3 and len(set(ids)) == 3
+
+
+def test_a_waiting_pod_does_not_flip_between_held_back_and_its_reason():
+    cache = cluster(four_cpus("n1"))
+    cache.apply(pod("big", cpu_milli=8000), 0.0)
+    cache.apply(pod("bigger", cpu_milli=9000, created_at=T0 + timedelta(minutes=1)), 0.0)
+    said = []
+    for now in range(1, 200):  # room appears every second; permits (30 s) expire over and over
+        said += [(d.name, d.reason) for d in cycle(cache, None, float(now))]
+        cache.room_changed = True
+    # both are tried in the first cycle and say why they fit nowhere; from then on "bigger" is
+    # held back behind "big" every time big waits again, and keeps its reason (no flip to
+    # "held back" and back at every permit period)
+    assert said == [("big", "0/1 nodes fit: 1 cpu"), ("bigger", "0/1 nodes fit: 1 cpu")]
+    assert cache.queue.entries["default/bigger"].attempts > 3  # tried again at each of big's permit expiries

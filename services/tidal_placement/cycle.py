@@ -13,7 +13,8 @@ behind — which the bridge writes on the pod (`PodScheduled=False`, a
 `FailedScheduling` event). It is published when the reason changes, and
 again, unchanged, on an attempt at least `repeat_s` after the last one
 published: a retry is news to whoever counts attempts on the pod, but not
-at the pace of every cycle.
+at the pace of every cycle. "Held back" is said only to a pod that has said
+nothing yet: one that fits nowhere keeps that reason while it waits its turn.
 """
 
 from __future__ import annotations
@@ -70,7 +71,13 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
             if entry.reason == held_back:
                 continue
             attempted(WAIT)
-            entry.reason, entry.announced = held_back, now
+            entry.reason = held_back
+            if entry.announced is not None:
+                # It said why it is pending already (it fits nowhere), and that still
+                # holds: saying "held back" now and the old reason again at its next
+                # try would flip its condition at every permit period.
+                continue
+            entry.announced, entry.said = now, held_back
             decision_id = derived_id(f"placement/{fence.epoch}/{fence.leader}", PlacementDecision.TYPE, entry.key,
                                      f"{cache.tries.get(entry.key, 0)}/{entry.attempts}/held-back")
             yield placement_decision(entry.pod, Placement(False, reason=held_back), decision_id).model_copy(
@@ -96,7 +103,7 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
             charge(usage.setdefault(pod.tenant, {}), pod, ((g.model, g.milli) for g in extra["gpus"]))
         else:
             attempted(placement.code)
-            changed = placement.reason != entry.reason
+            changed = placement.reason != entry.said
             if placement.code == UNRESOLVABLE:  # a rule, not room: no wait, no pod held back behind it
                 queue.refuse(entry.key, placement.reason, dict(placement.filtered), now)
             else:
@@ -104,7 +111,7 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
             repeat = repeat_s is not None and entry.announced is not None and now - entry.announced >= repeat_s
             if not changed and not repeat:
                 continue  # the same reasons: said already, and not long ago
-            entry.announced = now
+            entry.announced, entry.said = now, placement.reason
             extra["nodes"] = nodes
         decision = placement_decision(pod, placement, decision_id).model_copy(update=extra)
         if placement.code == PLACED:
