@@ -48,6 +48,8 @@ def device_free(used: np.ndarray, valid: np.ndarray, root: np.ndarray, weight: n
     cols = np.arange(len(used))
     root = np.where(root < 0, cols, root)
     is_slice = root != cols
+    if not is_slice.any():  # no slices: each device is its own budget (the common node, once per decision)
+        return np.where(valid, np.maximum(GPU_MILLI - used, 0), 0)
     load = np.where(is_slice, 0, used)
     np.add.at(load, root[is_slice], -(-weight[is_slice] * used[is_slice] // GPU_MILLI))
     left = GPU_MILLI - load[root]
@@ -58,6 +60,8 @@ def device_free(used: np.ndarray, valid: np.ndarray, root: np.ndarray, weight: n
 def distinct_roots(mask: np.ndarray, root: np.ndarray) -> np.ndarray:
     """Per row of (rows × devices) `mask`: how many physical GPUs have at
     least one device in it — the most devices one pod can take together."""
+    if ((root < 0) | (root == np.arange(mask.shape[1]))).all():  # every device its own physical GPU
+        return np.count_nonzero(mask, axis=1)
     rows, cols = np.nonzero(mask)
     roots = np.where(root[rows, cols] < 0, cols, root[rows, cols])
     seen = np.zeros(mask.shape, dtype=bool)
