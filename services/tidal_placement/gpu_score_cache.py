@@ -137,7 +137,9 @@ class ScoreCache:
         sids = states.row_state[c.rows]
         cost = entry.cost[sids]
         if np.isnan(cost.sum()):  # some state not scored for this shape yet
-            new = np.unique(sids[np.isnan(cost)])
+            unscored = np.zeros(len(states), dtype=bool)  # the distinct states, without np.unique's sort
+            unscored[sids[np.isnan(cost)]] = True
+            new = np.flatnonzero(unscored)
             entry.store(new, self.inner.score(Candidates(states, new), shape))  # type: ignore[arg-type]
             cost = entry.cost[sids]
         return Scored(cost=cost, device=None if entry.device is None else entry.device[sids],
