@@ -23,7 +23,7 @@ import numpy as np
 
 from tidal_schemas.common import GPU_MILLI
 
-from .device_budget import device_free, distinct_roots
+from .device_budget import node_gpu_figures
 
 # name: (dtype, fill value) — per node row, per (row, NUMA column), per (row, GPU column)
 ROW_ARRAYS = {
@@ -85,12 +85,8 @@ class ClusterArrays:
         self._numa_head(r)
 
     def _refresh_gpus(self, r: int) -> None:
-        free = device_free(self.gpu_used[r], self.gpu_valid[r], self.gpu_root[r], self.gpu_weight[r])
-        self.gpu_free[r] = free
-        is_root = (self.gpu_root[r] < 0) | (self.gpu_root[r] == np.arange(free.size))
-        self.gpu_idle[r] = free[is_root].sum()
-        self.gpu_whole[r] = distinct_roots((free == GPU_MILLI)[None, :], self.gpu_root[r][None, :])[0]
-        self.gpu_max[r] = free.max() if free.size else 0
+        self.gpu_free[r], self.gpu_idle[r], self.gpu_whole[r], self.gpu_max[r] = node_gpu_figures(
+            self.gpu_used[r], self.gpu_valid[r], self.gpu_root[r], self.gpu_weight[r])
         self._touch(r)
 
     def _order_numa(self, r: int) -> None:
