@@ -57,7 +57,8 @@ def shared_numa_take(state: ClusterState, r: int, need: int) -> tuple[float, tup
     count = int(state.numa_count[r])
     covered = [t for t, free in enumerate(state.numa_cum_free[r, :count].tolist()) if free >= need]
     cols = np.sort(state.numa_order[r, :covered[0] + 1]) if covered else np.arange(count)
-    score = float(state.numa_load[r, cols].mean()) if cols.size else 0.0
+    # the mean as ndarray.mean computes it (the same sum, then one division), without its wrapper
+    score = float(np.add.reduce(state.numa_load[r, cols])) / cols.size if cols.size else 0.0
     return score, tuple(sorted(state.numa_id[r, cols].tolist()))
 
 
