@@ -15,6 +15,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from builders import pod
 from conftest import make_bus, start_service, wait_until
@@ -22,7 +24,8 @@ from test_topology_authority_real import own_bus, start_placement, stop_own
 from tidal_bus import StartAt
 from tidal_placement.cluster_state import Allocation, ClusterState
 from tidal_placement.decide import PodRequest, decide
-from tidal_placement.device_budget import device_free, distinct_roots, one_per_root, roots_and_weights
+from tidal_placement.device_budget import (device_free, distinct_roots, node_gpu_figures, one_per_root,
+                                           roots_and_weights)
 from tidal_placement.gpu_strategies import make_strategy
 from tidal_schemas import Gpu, GpuAsk
 from tidal_simulator.topology_builder import make_topology
@@ -118,6 +121,43 @@ def test_the_budget_arithmetic():
     mask = np.array([[True, True, True, False], [True, False, False, True]])
     assert distinct_roots(mask, np.array([root, root])).tolist() == [1, 2]
     assert one_per_root([0, 1, 3], root, 2) == [0, 3] and one_per_root([1, 2], root, 2) == []
+
+
+def _budget_by_hand(used, valid, root, weight):
+    # the module docstring's formulas, device by device
+    root = [j if r < 0 else r for j, r in enumerate(root)]
+    load = {p: used[p] + sum(-(-weight[k] * used[k] // 1000) for k in range(len(root)) if root[k] == p != k)
+            for p in set(root)}
+    free = []
+    for k, p in enumerate(root):
+        left = 1000 - load[p]
+        value = left if p == k else min(1000 - used[k], left * 1000 // max(weight[k], 1))
+        free.append(max(value, 0) if valid[k] and valid[p] else 0)
+    return free
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_the_budget_is_its_formulas_with_and_without_slices(data):
+    # device_free, distinct_roots and node_gpu_figures shortcut nodes without slices: still the formulas
+    n = data.draw(st.integers(1, 8))
+    sliced = data.draw(st.booleans())
+    root = [data.draw(st.sampled_from([j, -1] + (list(range(j)) if sliced else []))) for j in range(n)]
+    root = [r if r < 0 or root[r] in (r, -1) else j for j, r in enumerate(root)]  # a slice's parent is physical
+    root = [j if r == -1 and j < n - 1 else r for j, r in enumerate(root)]  # padding only at the end
+    weight = [1000 if r in (j, -1) else data.draw(st.integers(1, 1000)) for j, r in enumerate(root)]
+    used = [data.draw(st.integers(0, 1000)) for _ in range(n)]
+    valid = [data.draw(st.booleans()) for _ in range(n)]
+    free = device_free(np.array(used), np.array(valid), np.array(root), np.array(weight))
+    assert free.tolist() == _budget_by_hand(used, valid, root, weight)
+    physical = [j if r < 0 else r for j, r in enumerate(root)]
+    idle = sum(f for j, f in enumerate(free.tolist()) if physical[j] == j)
+    whole = len({physical[j] for j, f in enumerate(free.tolist()) if f == 1000})
+    figures = node_gpu_figures(np.array(used), np.array(valid), np.array(root), np.array(weight))
+    assert (figures[0].tolist(), *figures[1:]) == (free.tolist(), idle, whole, max(free.tolist()))
+    masks = np.array([[data.draw(st.booleans()) for _ in range(n)] for _ in range(3)])
+    expected = [len({physical[j] for j in range(n) if row[j]}) for row in masks]
+    assert distinct_roots(masks, np.array([root] * 3)).tolist() == expected
 
 
 # ---------------------------------------------------------------- end to end

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tidal_placement.cluster_state import Allocation, ClusterState
 from tidal_placement.decide import PodRequest, decide
@@ -47,6 +49,16 @@ def test_registry():
 def test_fgd_integer_score(delta, score):
     # ⌊100 · sigmoid(Δ/1000)⌋: sigmoid(0.2) = 0.5498 → 54, sigmoid(-0.15) = 0.4626 → 46
     assert sigmoid_score(np.array([float(delta)]))[0] == score
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.floats(allow_nan=True), st.sampled_from([-7.1e5, -7.09e5, -7.0978e5, 0.0])), max_size=20))
+def test_the_integer_score_is_the_sigmoids_floor_everywhere(deltas):
+    # sigmoid_score caps exp's argument instead of ignoring the overflow: the same numbers
+    delta = np.array(deltas, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        plain = np.floor(100.0 / (1.0 + np.exp(-delta / 1000.0)))
+    assert np.array_equal(sigmoid_score(delta), plain, equal_nan=True)
 
 
 def test_fgd_share_tries_every_device():

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tidal_placement.cluster_state import Allocation, ClusterState
 from tidal_policy.cpu_distribution import distribute
-from tidal_placement.numa_lookup import exclusive_feasible, exclusive_scores, shared_numa_scores
+from tidal_placement.numa_lookup import exclusive_feasible, exclusive_scores, shared_numa_scores, shared_numa_take
 from tidal_policy.numa_walk import numa_scores
 from tidal_simulator.topology_builder import make_topology
 
@@ -79,3 +79,16 @@ def test_the_caches_row_prefixes_are_the_walks_prefixes(seed):
     assert np.array_equal(walk.order, state.numa_order[:n])
     assert np.array_equal(walk.cum_free, state.numa_cum_free[:n])
     assert np.array_equal(walk.cum_mean, state.numa_cum_mean[:n])
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), need=st.integers(0, 40))
+def test_the_chosen_nodes_walk_is_numa_scores_on_its_row(seed, need):
+    # decide's per-decision walk reads the cached prefixes; numa_scores is the definition
+    state = random_cluster(seed, nodes=12)
+    for r in np.flatnonzero(state.present[:state.size]).tolist():
+        one = slice(r, r + 1)
+        walk = numa_scores(need, state.numa_free[one], state.numa_load[one], state.numa_valid[one])
+        cols = np.flatnonzero(walk.taken[0]) if walk.feasible[0] else np.arange(int(state.numa_count[r]))
+        expected = (float(state.numa_load[r, cols].mean()), tuple(sorted(int(state.numa_id[r, j]) for j in cols)))
+        assert shared_numa_take(state, r, need) == expected

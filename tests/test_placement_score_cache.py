@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tidal_placement.cluster_state import Allocation, ClusterState
 from tidal_placement.decide import PodRequest, decide
@@ -22,6 +24,7 @@ from tidal_simulator.openb import pod_request, read_nodes, read_pods
 from tidal_simulator.openb_replay import arrival_sequence, load_cluster
 from tidal_simulator.openb_variants import BY_NAME, generate
 from tidal_simulator.topology_builder import make_topology
+from tidal_schemas import Resources
 
 OPENB = Path(__file__).resolve().parents[1] / "data" / "openb"
 NODES = read_nodes(OPENB / "openb_node_list_gpu_node.csv")
@@ -130,3 +133,46 @@ def test_a_cached_decision_with_a_kind_or_group_is_the_reference_one():
     cached = decide(state, pod, make_strategy("fgd-cpu", WORKLOAD))
     plain = decide(state, pod, make_strategy("fgd-cpu", WORKLOAD, reference=True))
     assert (cached.node, cached.allocation) == (plain.node, plain.allocation) == ("v", cached.allocation)
+
+
+def test_the_cache_decides_as_the_reference_when_it_catches_up_from_a_short_memory(monkeypatch):
+    # a cluster remembers its recently changed rows only so far back; past that the
+    # cache compares every row's version, and must still decide as the reference
+    monkeypatch.setattr("tidal_placement.cluster_arrays.TOUCHED_REMEMBERED", 8)
+    workload = typical_workload([p.shape for p in BASE])
+    sequence = arrival_sequence(BASE, seed=2, capacity_milli=1000 * sum(n.gpus for n in NODES))[:150]
+    rank = np.random.default_rng([2, 7]).permutation(len(NODES))
+    reference = decisions(make_strategy("fgd-cpu", workload, reference=True), sequence, rank, leave_every=3)
+    assert decisions(make_strategy("fgd-cpu", workload), sequence, rank, leave_every=3) == reference
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["assume", "release", "upsert", "remove", "allocatable"]),
+                          st.integers(0, 5)), max_size=40), st.sampled_from([4, 16, 1 << 16]))
+def test_the_rows_touched_after_a_version_are_the_rows_whose_version_moved(ops, remembered):
+    import tidal_placement.cluster_arrays as arrays
+
+    old, arrays.TOUCHED_REMEMBERED = arrays.TOUCHED_REMEMBERED, remembered
+    try:
+        state, stamps, held = cluster(6), [], []
+        for op, i in ops:
+            stamps.append(state.stamp)
+            node = f"n{i}"
+            if op == "assume" and node in state.rows:
+                if state.assume(f"p{len(stamps)}", Allocation.of(node, 1000, gpus={"gpu0": 500})).ok:
+                    held.append(f"p{len(stamps)}")
+            elif op == "release" and held:
+                state.release(held.pop(i % len(held)))
+            elif op == "upsert":
+                state.upsert_node(make_topology(node, (8,), gpus=2))
+            elif op == "remove":
+                state.remove_node(node)
+            elif op == "allocatable" and node in state.rows:
+                state.set_allocatable(node, Resources(cpu_milli=4000 + i, memory_mib=1024))
+        for stamp in stamps:
+            touched = state.rows_touched_after(stamp)
+            moved = set(np.flatnonzero(state.version[:state.size] > stamp).tolist())
+            if touched is not None:  # removed rows (version reset) may be listed too, never missed
+                assert moved <= set(touched) <= moved | {r for r, name in enumerate(state.names) if name is None}
+    finally:
+        arrays.TOUCHED_REMEMBERED = old

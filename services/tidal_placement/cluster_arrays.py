@@ -23,7 +23,9 @@ import numpy as np
 
 from tidal_schemas.common import GPU_MILLI
 
-from .device_budget import device_free, distinct_roots
+from .device_budget import node_gpu_figures
+
+TOUCHED_REMEMBERED = 1 << 16  # recent row versions kept for readers catching up (a few per decision)
 
 # name: (dtype, fill value) — per node row, per (row, NUMA column), per (row, GPU column)
 ROW_ARRAYS = {
@@ -54,6 +56,9 @@ class ClusterArrays:
 
     names: list[str | None]
     _stamp: int = 0
+    # the rows of the latest versions, in order: _touched[i] got version _touched_base + i + 1
+    _touched: list[int]
+    _touched_base: int = 0
 
     @property
     def size(self) -> int:
@@ -70,9 +75,20 @@ class ClusterArrays:
         """The latest version given to any row."""
         return self._stamp
 
+    def rows_touched_after(self, stamp: int) -> list[int] | None:
+        """The rows given a version after `stamp` (with repeats), or None when
+        that is too long ago to be remembered (then compare `version`)."""
+        start = stamp - self._touched_base
+        return None if start < 0 else self._touched[start:]
+
     def _touch(self, r: int) -> None:
         self._stamp += 1
         self.version[r] = self._stamp
+        self._touched.append(r)
+        if len(self._touched) > TOUCHED_REMEMBERED:
+            forget = len(self._touched) // 2
+            del self._touched[:forget]
+            self._touched_base += forget
 
     def _recount(self, r: int) -> None:
         """Recompute the row's derived figures (free per NUMA / GPU, GPU summaries)."""
@@ -85,12 +101,8 @@ class ClusterArrays:
         self._numa_head(r)
 
     def _refresh_gpus(self, r: int) -> None:
-        free = device_free(self.gpu_used[r], self.gpu_valid[r], self.gpu_root[r], self.gpu_weight[r])
-        self.gpu_free[r] = free
-        is_root = (self.gpu_root[r] < 0) | (self.gpu_root[r] == np.arange(free.size))
-        self.gpu_idle[r] = free[is_root].sum()
-        self.gpu_whole[r] = distinct_roots((free == GPU_MILLI)[None, :], self.gpu_root[r][None, :])[0]
-        self.gpu_max[r] = free.max() if free.size else 0
+        self.gpu_free[r], self.gpu_idle[r], self.gpu_whole[r], self.gpu_max[r] = node_gpu_figures(
+            self.gpu_used[r], self.gpu_valid[r], self.gpu_root[r], self.gpu_weight[r])
         self._touch(r)
 
     def _order_numa(self, r: int) -> None:

@@ -66,6 +66,7 @@ class ClusterState(ClusterNodes):
         self._numa_col: dict[int, dict[int, int]] = {}
         self._gpu_col: dict[int, dict[str, int]] = {}
         self.mixed_model_rows: set[int] = set()
+        self._touched = []
         self._resize(capacity, numa_cols, gpu_cols)
 
     # ---- nodes -------------------------------------------------------------

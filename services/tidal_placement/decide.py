@@ -30,8 +30,7 @@ from tidal_policy.cpu_distribution import distribute
 from .device_budget import distinct_roots, one_per_root
 from .gpu_candidates import GPU_MILLI, Candidates, GpuStrategy, is_share
 from .gpu_workload import Shape
-from .numa_lookup import exclusive_feasible, exclusive_scores, shared_numa_scores
-from tidal_policy.numa_walk import numa_scores
+from .numa_lookup import exclusive_feasible, exclusive_scores, shared_numa_scores, shared_numa_take
 from .pod_request import Placement, PodRequest
 
 __all__ = ["Placement", "PodRequest", "decide", "eligible_gpus", "node_fit", "shared_numa_scores"]
@@ -109,7 +108,7 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
         numa_nodes, numa = tuple(sorted(numa_cpus)), float(dist.score[0])
     else:
         numa_cpus = {}
-        numa, numa_nodes = _numa_take(state, r, need_cpus)
+        numa, numa_nodes = shared_numa_take(state, r, need_cpus)
     gpus = _gpus(state, r, pod, shape, eligible, None if scored is None or scored.device is None else scored.device[i])
     allocation = Allocation.of(state.names[r], pod.cpu_milli, pod.memory_mib, numa_cpus, gpus)
     return Placement(True, node=state.names[r], row=r, allocation=allocation, numa_nodes=numa_nodes,
@@ -128,16 +127,6 @@ def _runners_up(state: ClusterState, rows: np.ndarray, values: np.ndarray, chose
     best = np.argpartition(values, take - 1)[:take]
     best = best[np.argsort(values[best], kind="stable")]
     return tuple((state.names[int(rows[j])], float(values[j])) for j in best if j != chosen)[:RUNNERS_UP]
-
-
-def _numa_take(state: ClusterState, r: int, need: int) -> tuple[float, tuple[int, ...]]:
-    """The §E walk (`tidal_policy.numa_walk`) on the chosen node: its score and the NUMA
-    ids taken; a node whose NUMA nodes cannot cover `need` takes them all."""
-    one = slice(r, r + 1)
-    walk = numa_scores(need, state.numa_free[one], state.numa_load[one], state.numa_valid[one], state.numa_order[one])
-    cols = np.flatnonzero(walk.taken[0]) if walk.feasible[0] else np.arange(int(state.numa_count[r]))
-    score = float(state.numa_load[r, cols].mean()) if cols.size else 0.0
-    return score, tuple(sorted(int(state.numa_id[r, j]) for j in cols))
 
 
 def _gpus(state: ClusterState, r: int, pod: PodRequest, shape: Shape, eligible: np.ndarray | None,

@@ -48,6 +48,8 @@ def device_free(used: np.ndarray, valid: np.ndarray, root: np.ndarray, weight: n
     cols = np.arange(len(used))
     root = np.where(root < 0, cols, root)
     is_slice = root != cols
+    if not is_slice.any():  # no slices: each device is its own budget (the common node, once per decision)
+        return np.where(valid, np.maximum(GPU_MILLI - used, 0), 0)
     load = np.where(is_slice, 0, used)
     np.add.at(load, root[is_slice], -(-weight[is_slice] * used[is_slice] // GPU_MILLI))
     left = GPU_MILLI - load[root]
@@ -55,9 +57,26 @@ def device_free(used: np.ndarray, valid: np.ndarray, root: np.ndarray, weight: n
     return np.where(valid & valid[root], np.maximum(free, 0), 0)
 
 
+def node_gpu_figures(used: np.ndarray, valid: np.ndarray, root: np.ndarray,
+                     weight: np.ndarray) -> tuple[np.ndarray, int, int, int]:
+    """One node's free(d) per device and its summaries: idle milli (Σ over
+    physical GPUs: a slice's milli is its parent's), whole GPUs (physical
+    GPUs with a fully free device) and the most milli one device has."""
+    free = device_free(used, valid, root, weight)
+    cols = np.arange(free.size)
+    is_root = (root < 0) | (root == cols)
+    if is_root.all():  # no slices (the common node, once per decision): a device is a physical GPU
+        idle, whole = int(free.sum()), int(np.count_nonzero(free == GPU_MILLI))
+    else:
+        idle, whole = int(free[is_root].sum()), int(distinct_roots((free == GPU_MILLI)[None, :], root[None, :])[0])
+    return free, idle, whole, int(free.max()) if free.size else 0
+
+
 def distinct_roots(mask: np.ndarray, root: np.ndarray) -> np.ndarray:
     """Per row of (rows × devices) `mask`: how many physical GPUs have at
     least one device in it — the most devices one pod can take together."""
+    if ((root < 0) | (root == np.arange(mask.shape[1]))).all():  # every device its own physical GPU
+        return np.count_nonzero(mask, axis=1)
     rows, cols = np.nonzero(mask)
     roots = np.where(root[rows, cols] < 0, cols, root[rows, cols])
     seen = np.zeros(mask.shape, dtype=bool)

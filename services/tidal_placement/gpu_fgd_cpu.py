@@ -104,7 +104,7 @@ class FgdCpu:
         cpu_after = c.cpu_free - shape.cpu_milli
         before = np.maximum(self.rho * c.gpu_idle - c.cpu_free, 0.0)
         after = np.maximum(self.rho * idle_after - cpu_after, 0.0)
-        keys: tuple[np.ndarray, ...] = (np.round((after - before) / self.deficit_unit),)
+        keys: tuple[np.ndarray, ...] = (((after - before) / self.deficit_unit).round(),)
         if not shape.gpu_count and self.cpu_pods_by_idle:
             # a CPU-only pod takes its CPU where the fewest idle GPUs could need it
             keys = (c.gpu_idle.astype(np.float64), *keys)

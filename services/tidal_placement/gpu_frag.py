@@ -57,10 +57,13 @@ class FragModel:
         self.count = np.array([d[1] for d in self.demands], dtype=np.int64)
         self.thresholds = np.array(sorted({s.cpu_milli for s, _ in gpu}), dtype=np.int64)
         self._gpu_shapes = gpu
+        self._milli_3d = self.milli[None, None, :]
 
     def tables(self, models: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-        """W ((models+1) × (thresholds+1) × demands) and the idle weight per
-        model ((models+1)); the last model row stands for "no GPU"."""
+        """W ((models+1) · (thresholds+1) rows × demands: model-major, so a
+        node's row is model · (thresholds+1) + how many thresholds its CPU
+        reaches) and the idle weight per model ((models+1)); the last model
+        stands for "no GPU"."""
         tables = self._tables.get(models)
         if tables is None:
             k, d = len(models) + 1, {dem: j for j, dem in enumerate(self.demands)}
@@ -75,23 +78,24 @@ class FragModel:
                         barred[m] += p
             idle_weight = np.ones(k) if self.no_access_is_fragment else 1.0 - barred
             idle_weight[-1] = 1.0
-            tables = (np.cumsum(steps, axis=1), idle_weight)
+            tables = (np.cumsum(steps, axis=1).reshape(k * (len(self.thresholds) + 1), -1), idle_weight)
             self._tables[models] = tables
         return tables
 
     def figures(self, gpu_left: np.ndarray, model: np.ndarray, models: tuple[str, ...]) -> "Figures":
         """The CPU-independent figures of every row, computed once per call."""
         left = gpu_left[:, :, None]
-        small = left < self.milli[None, None, :]
+        small = left < self._milli_3d
         weight, idle_weight = self.tables(models)
         k = np.where(model < 0, len(models), model)
         return Figures(idle=gpu_left.sum(axis=1), can=gpu_left.shape[1] - small.sum(axis=1),
-                       small=(left * small).sum(axis=1), model=k, idle_weight=idle_weight[k], table=weight)
+                       small=(left * small).sum(axis=1), table_row=k * (len(self.thresholds) + 1),
+                       idle_weight=idle_weight[k], table=weight)
 
     def q3_weight(self, fig: "Figures", cpu_left: np.ndarray) -> np.ndarray:
         """(nodes × demands): Σ p_m of the shapes of demand d whose CPU fits
         and whose model constraint admits the node's model."""
-        return fig.table[fig.model, np.searchsorted(self.thresholds, cpu_left, side="right")]
+        return fig.table[fig.table_row + self.thresholds.searchsorted(cpu_left, side="right")]
 
     def frag_of(self, fig: "Figures", cpu_left: np.ndarray) -> np.ndarray:
         """F_n for every row (milli-GPU), CPU left `cpu_left`."""
@@ -138,12 +142,12 @@ class FragModel:
 
 class Figures(NamedTuple):
     """Per row: idle milli-GPU, per demand the devices able to host it and
-    the milli left on those too small, the model's row in W and the idle
-    weight; and W itself."""
+    the milli left on those too small, the first row of its model in W and
+    the idle weight; and W itself."""
 
     idle: np.ndarray
     can: np.ndarray
     small: np.ndarray
-    model: np.ndarray
+    table_row: np.ndarray
     idle_weight: np.ndarray
     table: np.ndarray

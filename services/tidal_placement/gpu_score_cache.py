@@ -66,7 +66,9 @@ class _States:
         if len(self.row_state) < cluster.capacity:
             self.row_state = np.concatenate([self.row_state, np.full(cluster.capacity - len(self.row_state), -1)])
         n = cluster.size
-        for r in np.flatnonzero(cluster.version[:n] > self.seen).tolist():
+        touched = cluster.rows_touched_after(self.seen)
+        changed = np.flatnonzero(cluster.version[:n] > self.seen).tolist() if touched is None else dict.fromkeys(touched)
+        for r in changed:
             key = (int(cluster.gpu_model[r]), int(cluster.cpu_free[r]), int(cluster.gpu_idle[r]),
                    cluster.gpu_free[r].tobytes(), cluster.gpu_valid[r].tobytes())
             sid = self.ids.get(key)
@@ -136,10 +138,13 @@ class ScoreCache:
         entry = self._entry(shape, len(states))
         sids = states.row_state[c.rows]
         cost = entry.cost[sids]
-        if np.isnan(cost.sum()):  # some state not scored for this shape yet
-            new = np.unique(sids[np.isnan(cost)])
+        if np.isnan(np.add.reduce(cost)):  # some state not scored for this shape yet
+            missing = np.isnan(cost)
+            unscored = np.zeros(len(states), dtype=bool)  # the distinct states, without np.unique's sort
+            unscored[sids[missing]] = True
+            new = np.flatnonzero(unscored)
             entry.store(new, self.inner.score(Candidates(states, new), shape))  # type: ignore[arg-type]
-            cost = entry.cost[sids]
+            cost[missing] = entry.cost[sids[missing]]
         return Scored(cost=cost, device=None if entry.device is None else entry.device[sids],
                       tiebreaks=tuple(t[sids] for t in entry.tiebreaks))
 

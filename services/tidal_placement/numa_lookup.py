@@ -14,6 +14,8 @@
   and the e-th largest free ≥ b + 1; score = mean of all loads when b ≥ 1,
   else the mean load of the e NUMA nodes with most free.
 These agree with `tidal_policy.cpu_distribution.distribute`, which names the counts.
+`shared_numa_take` is the §E walk on the one chosen node, read off the same
+prefixes: the NUMA nodes a shared-pool pod is placed on.
 """
 
 from __future__ import annotations
@@ -45,6 +47,19 @@ def shared_numa_scores(state: ClusterState, rows: np.ndarray, need: int, *,
     if all_when_short:
         score[waiting] = state.numa_cum_mean[rows[waiting], -1]
     return score
+
+
+def shared_numa_take(state: ClusterState, r: int, need: int) -> tuple[float, tuple[int, ...]]:
+    """The §E walk on row `r` (`tidal_policy.numa_walk.numa_scores` of that
+    row): the mean load of the NUMA nodes taken and their ids; a node whose
+    NUMA nodes cannot cover `need` takes them all. Plain Python on one row:
+    the chosen node's walk runs once per decision."""
+    count = int(state.numa_count[r])
+    covered = [t for t, free in enumerate(state.numa_cum_free[r, :count].tolist()) if free >= need]
+    cols = np.sort(state.numa_order[r, :covered[0] + 1]) if covered else np.arange(count)
+    # the mean as ndarray.mean computes it (the same sum, then one division), without its wrapper
+    score = float(np.add.reduce(state.numa_load[r, cols])) / cols.size if cols.size else 0.0
+    return score, tuple(sorted(state.numa_id[r, cols].tolist()))
 
 
 def exclusive_feasible(state: ClusterState, policy: str, cpus: int, rows: np.ndarray) -> np.ndarray:
