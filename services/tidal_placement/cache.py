@@ -31,6 +31,7 @@ from .staleness import stale_nodes, stale_reason
 
 log = logging.getLogger("tidal.placement")
 
+
 def grew(before: Resources, after: Resources) -> bool:
     """Whether `after` allows more of some resource than `before`."""
     return after.cpu_milli > before.cpu_milli or after.memory_mib > before.memory_mib
