@@ -93,3 +93,17 @@ def test_a_waiting_pod_does_not_flip_between_held_back_and_its_reason():
     # "held back" and back at every permit period)
     assert said == [("big", "0/1 nodes fit: 1 cpu"), ("bigger", "0/1 nodes fit: 1 cpu")]
     assert cache.queue.entries["default/bigger"].attempts > 3  # tried again at each of big's permit expiries
+
+
+def test_counts_alone_wait_for_the_repeat_but_a_new_filter_is_said_at_once():
+    cache = cluster(four_cpus("n1"))
+    cache.apply(pod("big", cpu_milli=8000, memory_mib=1024), 0.0)
+    assert [d[2] for d in run(cache, 1.0, repeat_s=60)] == ["0/1 nodes fit: 1 cpu"]
+    cache.apply(four_cpus("n2"), 1.5)  # another node too small: only the counts move
+    assert run(cache, 3.0, repeat_s=60) == []
+    cache.apply(node("n3", 1, 2, 8, 1, 1536, reserved=0), 3.5)  # CPU enough, memory (512 MiB) not: a new filter
+    assert [d[2] for d in run(cache, 10.0, repeat_s=60)] == ["0/3 nodes fit: 2 cpu, 1 memory"]
+    cache.apply(four_cpus("n4"), 10.5)
+    assert run(cache, 30.0, repeat_s=60) == []
+    # the repeat brings the counts up to date
+    assert [d[2] for d in run(cache, 71.0, repeat_s=60)] == ["0/4 nodes fit: 3 cpu, 1 memory"]

@@ -10,7 +10,9 @@ follows the attempt's status code (`pod_request.PLACED` …), never its text.
 Every pod that cannot be placed gets a `pending` decision naming why — the
 nodes filtered out by reason, a rule, or the better pod it is held back
 behind — which the bridge writes on the pod (`PodScheduled=False`, a
-`FailedScheduling` event). It is published when the reason changes, and
+`FailedScheduling` event). It is published when the reason changes (which
+filters or which rule stopped the pod: the counts of nodes filtered out
+move with every pod placed, and are brought up to date by the repeat), and
 again, unchanged, on an attempt at least `repeat_s` after the last one
 published: a retry is news to whoever counts attempts on the pod, but not
 at the pace of every cycle. "Held back" is said only to a pod that has said
@@ -45,6 +47,13 @@ def place(cache: ClusterCache, pod: PodLifecycle, usage: dict[str, dict[str, int
     return decide(cache.state, PodRequest.from_pod(pod), strategy, allowed=allowed.gpus, nodes=allowed.nodes)
 
 
+def gist(placement: Placement) -> tuple:
+    """What a pending decision says, less the counts of nodes filtered out,
+    which move with nearly every pod placed: which filters stopped the pod,
+    or the rule's words."""
+    return (placement.code, tuple(sorted(placement.filtered)) if placement.filtered else placement.reason)
+
+
 def cycle(cache: ClusterCache, strategy: Any, now: float,
           attempted: Callable[[str], None] = lambda code: None,
           repeat_s: float | None = None) -> Iterator[PlacementDecision]:
@@ -77,7 +86,7 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
                 # holds: saying "held back" now and the old reason again at its next
                 # try would flip its condition at every permit period.
                 continue
-            entry.announced, entry.said = now, held_back
+            entry.announced, entry.said = now, (WAIT, held_back)
             decision_id = derived_id(f"placement/{fence.epoch}/{fence.leader}", PlacementDecision.TYPE, entry.key,
                                      f"{cache.tries.get(entry.key, 0)}/{entry.attempts}/held-back")
             yield placement_decision(entry.pod, Placement(False, reason=held_back), decision_id).model_copy(
@@ -103,7 +112,7 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
             charge(usage.setdefault(pod.tenant, {}), pod, ((g.model, g.milli) for g in extra["gpus"]))
         else:
             attempted(placement.code)
-            changed = placement.reason != entry.said
+            changed = gist(placement) != entry.said
             if placement.code == UNRESOLVABLE:  # a rule, not room: no wait, no pod held back behind it
                 queue.refuse(entry.key, placement.reason, dict(placement.filtered), now)
             else:
@@ -111,7 +120,7 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
             repeat = repeat_s is not None and entry.announced is not None and now - entry.announced >= repeat_s
             if not changed and not repeat:
                 continue  # the same reasons: said already, and not long ago
-            entry.announced, entry.said = now, placement.reason
+            entry.announced, entry.said = now, gist(placement)
             extra["nodes"] = nodes
         decision = placement_decision(pod, placement, decision_id).model_copy(update=extra)
         if placement.code == PLACED:

@@ -40,7 +40,7 @@ class Entry:
     attempts: int = 0
     filtered: dict[str, int] = field(default_factory=dict)
     announced: float | None = None  # when its last pending decision was published (see cycle.py)
-    said: str = ""  # the reason that decision gave
+    said: tuple = ()  # the gist of the reason that decision gave (cycle.gist)
     room: bool = False  # room may have appeared since its last attempt
     next_try: float = 0.0  # monotonic seconds: its back-off ends
 
