@@ -114,3 +114,30 @@ def test_a_waiting_pod_without_new_room_is_never_due():
     waiting_pod(cache)
     assert cache.queue.next_due() is None
     assert attempts(cache, 100.0) == []
+
+
+def test_the_back_off_stays_at_its_cap_however_many_tries():
+    cache = cluster()
+    waiting_pod(cache)
+    entry = cache.queue.entries["default/big"]
+    entry.attempts = 5000  # a pod waiting for days
+    cache.room_changed = True
+    assert attempts(cache, 2.0) == []
+    assert entry.attempts == 5001 and entry.next_try == 12.0
+
+
+def test_a_short_permit_does_not_skip_the_back_off():
+    # the arrive-only protocol runs placement with a 0.05 s permit: a waiting pod goes back to
+    # the sort queue at every cycle, and is tried again only once its back-off is over
+    cache = ClusterCache("c1", permit_timeout_s=0.05, stale_after_s=0.0)
+    cache.apply(node("n1", 1, 2, 4, 1, 64 * 1024, reserved=0), 0.0)
+    cache.apply(pod("big", cpu_milli=16000), 0.0)
+    tried_at = []
+    for step in range(10, 80):
+        now = step / 10
+        before = cache.queue.entries["default/big"].attempts
+        list(cycle(cache, None, now))
+        if cache.queue.entries["default/big"].attempts > before:
+            tried_at.append(now)
+    assert tried_at == [1.0, 2.0, 4.0]
+    assert cache.queue.next_due() == 8.0  # the schedule loop wakes for it then

@@ -65,6 +65,8 @@ class SchedulingQueue:
         if entry is None:
             self.entries[pod.event_key()] = Entry(pod, score)
         else:  # a changed pod (a fixed annotation…) may no longer be refused: try it again
+            if entry.pod != pod:
+                entry.next_try = 0.0
             entry.pod, entry.score, entry.refused = pod, score, False
 
     def remove(self, key: str) -> Entry | None:
@@ -91,15 +93,20 @@ class SchedulingQueue:
 
     def due(self, entry: Entry, now: float) -> bool:
         """Whether the pod is tried in a cycle at `now`: a new (or changed,
-        or permit-expired) pod always; a waiting or refused one when room
-        appeared since its last attempt and its back-off is over."""
-        if entry.waiting_since is None and not entry.refused:
-            return True
-        return entry.room and now >= entry.next_try
+        or permit-expired) pod, or a waiting or refused one when room
+        appeared since its last attempt, once its back-off is over (a new
+        pod has none)."""
+        return (self._in_sort_queue(entry) or entry.room) and now >= entry.next_try
 
     def next_due(self) -> float | None:
         """When the first pod held only by its back-off may be tried."""
-        return min((e.next_try for e in self.entries.values() if e.room), default=None)
+        return min((e.next_try for e in self.entries.values() if e.room or self._in_sort_queue(e)), default=None)
+
+    @staticmethod
+    def _in_sort_queue(entry: Entry) -> bool:
+        # new, changed, or back from the waiting queue (permit expired): tried in
+        # turn, but a pod tried before still after its back-off (next_try)
+        return entry.waiting_since is None and not entry.refused
 
     def cycle(self) -> list[tuple[Entry, str | None]]:
         """One pass in priority order: each entry with None (try to place it)
@@ -149,7 +156,8 @@ class SchedulingQueue:
     def _tried(self, entry: Entry, now: float) -> None:
         entry.attempts += 1
         entry.room = False
-        entry.next_try = now + min(self.backoff_s * 2 ** (entry.attempts - 1), self.max_backoff_s)
+        # the exponent is capped: 2.0 ** 1024 overflows, and a pod may wait through thousands of tries
+        entry.next_try = now + min(self.backoff_s * 2.0 ** min(entry.attempts - 1, 64), self.max_backoff_s)
 
     def position(self, key: str) -> int | None:
         ordered = sorted(self.entries.values(), key=lambda e: e.order)
