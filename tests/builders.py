@@ -17,3 +17,17 @@ def metrics(node: str, load: float = 0.5, **fields) -> NodeMetrics:
 def pod(name: str, namespace: str = "default", phase: str = "pending", cpu_milli: int = 1000, **fields) -> PodLifecycle:
     return PodLifecycle(namespace=namespace, name=name, phase=phase, created_at=fields.pop("created_at", T0),
                         requests=Resources(cpu_milli=cpu_milli, memory_mib=fields.pop("memory_mib", 512)), **fields)
+
+
+def numa_rows(*nodes, width: int = 4):
+    """(free, load, valid) arrays of nodes × NUMA columns; each node a list
+    of (free CPUs, load) per NUMA node, padded to `width` columns."""
+    import numpy as np
+
+    free = np.zeros((len(nodes), width), dtype=np.int64)
+    load = np.zeros((len(nodes), width))
+    valid = np.zeros((len(nodes), width), dtype=bool)
+    for i, numas in enumerate(nodes):
+        for j, (f, l) in enumerate(numas):
+            free[i, j], load[i, j], valid[i, j] = f, l, True
+    return free, load, valid

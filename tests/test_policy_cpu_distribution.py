@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
+from builders import numa_rows
 from tidal_policy.cpu_distribution import distribute
 
 
-def rows(*nodes, width=4):
-    """Each node: list of (free CPUs, load) per NUMA node."""
-    free = np.zeros((len(nodes), width), dtype=np.int64)
-    load = np.zeros((len(nodes), width))
-    valid = np.zeros((len(nodes), width), dtype=bool)
-    for i, numas in enumerate(nodes):
-        for j, (f, l) in enumerate(numas):
-            free[i, j], load[i, j], valid[i, j] = f, l, True
-    return free, load, valid
+rows = numa_rows  # (free CPUs, load) per NUMA node, per node
 
 
 @pytest.mark.parametrize("policy, cpus, numas, counts", [

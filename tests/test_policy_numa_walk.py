@@ -5,21 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from builders import numa_rows
 from tidal_policy.numa_walk import load_order, numa_scores
 
 INF = float("inf")
 
 
-def rows(*nodes):
-    """Each node: list of (free CPUs, load) per NUMA node; padded to 4 columns."""
-    width = 4
-    free = np.zeros((len(nodes), width), dtype=np.int64)
-    load = np.zeros((len(nodes), width))
-    valid = np.zeros((len(nodes), width), dtype=bool)
-    for i, numas in enumerate(nodes):
-        for j, (f, l) in enumerate(numas):
-            free[i, j], load[i, j], valid[i, j] = f, l, True
-    return free, load, valid
+rows = numa_rows  # (free CPUs, load) per NUMA node, per node
 
 
 def test_worked_example_single_numa_beats_two():
