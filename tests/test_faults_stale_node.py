@@ -119,6 +119,8 @@ async def test_a_node_that_stops_publishing_goes_stale_and_comes_back(nats_serve
         assert REASON in pending.reason
 
         # n1's agent publishes again: n1 is back at once, and the waiting pod goes there
+        # (once its back-off, 1 s after its first try, is over)
+        clock.now = at(46)
         await bus.publish(score("n1", 44))
         await wait_until(lambda: held("default/huge") is not None, timeout=20, what="huge placed once n1 is back")
         assert held("default/huge").node == "n1"
