@@ -65,7 +65,6 @@ class ClusterCache:
         self.last_sample: dict[str, datetime] = {}  # node -> time of its newest sample
         self.stale: frozenset[str] = frozenset()
         self.room_changed = False  # waiting or refused pods may now fit
-        self.allocatable: dict[str, Resources] = {}  # node -> its latest allocatable
         self.on_pending = on_pending
 
     # -- events -------------------------------------------------------------------
@@ -84,8 +83,7 @@ class ClusterCache:
             self.gpu_model.update((gpu.id, gpu.model) for gpu in p.gpus)
             self._regroup()
         elif isinstance(p, NodeAllocatable):
-            before = self.allocatable.get(p.node)
-            self.allocatable[p.node] = p.allocatable
+            before = self.state.allocatable(p.node)
             self.state.set_allocatable(p.node, p.allocatable)
             if before is not None and not grew(before, p.allocatable):
                 return False

@@ -26,6 +26,11 @@ class ClusterNodes(ClusterArrays):
         self._refresh_node(r)
         return OK
 
+    def allocatable(self, node: str) -> Resources | None:
+        """The node-level CPU/memory allocatable placement counts with."""
+        r = self.rows.get(node)
+        return None if r is None else Resources(cpu_milli=int(self.cpu_alloc[r]), memory_mib=int(self.mem_alloc[r]))
+
     def set_blocked(self, node: str, reason: str, blocked: bool = True) -> Outcome:
         """Add (or lift) a reason the node takes no new pods: a taint, stale metrics…"""
         r = self.rows.get(node)
