@@ -9,6 +9,7 @@ use, so the wire stays tolerant and one model stays the only definition.
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from typing import Any
@@ -22,38 +23,72 @@ def unknown_field(model: type[BaseModel], data: Any, where: str = "") -> str | N
     wrong shape are left to validation, which names them."""
     if not isinstance(data, dict):
         return None
-    fields = model.model_fields
-    known = {name for name in fields} | {f.alias for f in fields.values() if f.alias}
+    fields = _fields(model)
     for key, value in data.items():
         path = f"{where}.{key}" if where else str(key)
-        if key not in known:
+        if key not in fields:
             return path
-        field = fields.get(key) or next(f for f in fields.values() if f.alias == key)
-        found = _unknown_in(field.annotation, value, path)
+        found = _unknown_in(fields[key], value, path)
         if found:
             return found
     return None
 
 
-def _unknown_in(annotation: Any, value: Any, path: str) -> str | None:
+# A file may hold tens of thousands of items of one type: what a model or an
+# annotation asks for is worked out once, not per item.
+@functools.cache
+def _fields(model: type[BaseModel]) -> dict[str, Any]:
+    """Every key a model accepts (names and aliases) -> the plan for its value."""
+    plans = {}
+    for name, field in model.model_fields.items():
+        plans[name] = _plan(field.annotation)
+        if field.alias:
+            plans[field.alias] = plans[name]
+    return plans
+
+
+def _plan(annotation: Any) -> tuple[str, Any]:
+    """(what to walk, its item): ("model", M), ("list", plan), ("dict", plan) or ("leaf", None)."""
+    try:
+        return _cached_plan(annotation)
+    except TypeError:  # an unhashable annotation: worked out each time
+        return _plan_of(annotation)
+
+
+@functools.cache
+def _cached_plan(annotation: Any) -> tuple[str, Any]:
+    return _plan_of(annotation)
+
+
+def _plan_of(annotation: Any) -> tuple[str, Any]:
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
-        return _unknown_in(typing.get_args(annotation)[0], value, path)
+        return _plan(typing.get_args(annotation)[0])
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return unknown_field(annotation, value, path)
+        return ("model", annotation)
     if origin in (typing.Union, types.UnionType):
         models = [arg for arg in typing.get_args(annotation) if isinstance(arg, type) and issubclass(arg, BaseModel)]
-        return unknown_field(models[0], value, path) if len(models) == 1 else None
-    if origin in (list, tuple, set, frozenset) and isinstance(value, list):
+        return ("model", models[0]) if len(models) == 1 else ("leaf", None)
+    if origin in (list, tuple, set, frozenset):
         (item,) = typing.get_args(annotation)[:1] or (Any,)
+        return ("list", _plan(item))
+    if origin is dict:
+        return ("dict", _plan(typing.get_args(annotation)[1]))
+    return ("leaf", None)
+
+
+def _unknown_in(plan: tuple[str, Any], value: Any, path: str) -> str | None:
+    kind, inner = plan
+    if kind == "model":
+        return unknown_field(inner, value, path)
+    if kind == "list" and isinstance(value, list) and inner[0] != "leaf":
         for index, entry in enumerate(value):
-            found = _unknown_in(item, entry, f"{path}.{index}")
+            found = _unknown_in(inner, entry, f"{path}.{index}")
             if found:
                 return found
-    if origin is dict and isinstance(value, dict):
-        item = typing.get_args(annotation)[1]
+    if kind == "dict" and isinstance(value, dict) and inner[0] != "leaf":
         for key, entry in value.items():
-            found = _unknown_in(item, entry, f"{path}.{key}")
+            found = _unknown_in(inner, entry, f"{path}.{key}")
             if found:
                 return found
     return None

@@ -105,9 +105,6 @@ def run(args: argparse.Namespace) -> int:
 
 def build_plan(args: argparse.Namespace):
     """Validate the flags and read the workload; CliError (exit 2) naming the problem."""
-    from tidal_simulator.run import RunPlan
-    from tidal_simulator.settings import SimulatorSettings
-
     chosen = [name for name, given in (("--nodes/--pods", args.nodes or args.pods), ("--scenario", args.scenario),
                                        ("--synthetic", args.synthetic is not None)) if given]
     if len(chosen) != 1:
@@ -129,6 +126,9 @@ def build_plan(args: argparse.Namespace):
             raise CliError(f"--gpu-strategy: unknown {args.gpu_strategy!r}; known: {', '.join(sorted(GPU_STRATEGIES))}")
     extra = {"gpu_strategy": args.gpu_strategy}
     workload, order, shapes, reference = read_workload(args)
+    from tidal_simulator.run import RunPlan
+    from tidal_simulator.settings import SimulatorSettings
+
     if args.arrive_only and not args.nodes:
         order = [p.key for p in sorted(workload.pods, key=lambda p: (p.arrive_s, p.key)) if p.node is None]
     if args.limit is not None:

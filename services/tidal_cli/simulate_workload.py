@@ -10,15 +10,28 @@ from .errors import CliError
 from .files import check_size, check_yaml_file
 
 
+def _check_files(args: argparse.Namespace) -> None:
+    """The workload's files exist and are bounded (size; a scenario's aliases,
+    nesting and duplicate keys): refused before the simulator is even imported,
+    so a hostile file costs no more than start-up."""
+    if args.scenario:
+        check_yaml_file(args.scenario)
+    for path in (args.nodes, args.pods):
+        if path is not None:
+            if not path.is_file():
+                raise CliError(f"{path}: no such file")
+            check_size(path)
+
+
 def read_workload(args: argparse.Namespace):
     """(workload, release order, the trace's typical shapes, the published
     reference figures); order, shapes and reference only for a trace."""
+    _check_files(args)
     if args.nodes:
         return _trace(args)
     if args.scenario:
         from tidal_simulator.scenario import ScenarioError, load_scenario
 
-        check_yaml_file(args.scenario)  # size, aliases, duplicate keys: before the scenario parser sees it
         try:
             return load_scenario(args.scenario), (), None, {}
         except ScenarioError as exc:
@@ -31,10 +44,6 @@ def _trace(args: argparse.Namespace):
     from tidal_simulator.report import published_reference
     from tidal_simulator.trace import trace_workload
 
-    for path in (args.nodes, args.pods):
-        if not path.is_file():
-            raise CliError(f"{path}: no such file")
-        check_size(path)
     inflate = (args.inflate or 1.3) if args.arrive_only else None
     try:
         workload, _ = trace_workload(args.nodes, args.pods, seed=args.seed, arrive_only=args.arrive_only,
