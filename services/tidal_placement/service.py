@@ -2,8 +2,8 @@
 one `ClusterCache` per cluster (cache.py); the replica elected by the single
 partition of `tenant.config` fences the decision log (leadership.py) and
 runs the scheduling cycle (cycle.py) for the clusters it leads, publishing
-each decision as it is taken. Every decision is assumed at once, confirmed
-by a good bind result, forgotten on a failed bind or a bind timeout.
+decisions as they are taken (a window in flight). Each is assumed at once,
+confirmed by a good bind result, forgotten on a failed bind or timeout.
 
 One clock, injectable (`clock`, wall seconds), for permits, bind timeouts,
 takeovers and staleness."""
@@ -23,7 +23,7 @@ from tidal_bus.tracing import current_trace
 from tidal_schemas import PlacementDecision, PodLifecycle, TenantUsage
 from tidal_schemas.fence import fence_decision
 
-from tidal_runtime import Service, Subscription
+from tidal_runtime import PublishWindow, Service, Subscription
 
 from .cache import ClusterCache
 from .cycle import cycle
@@ -130,9 +130,8 @@ class PlacementService(Service):
             await self.bus.publish(fence_decision(epoch, self.bus.backend.member_id), cluster=cluster)
 
     def held_back(self, cluster: str, key: str) -> bool:
-        """Whether the queued pod `key` is held back behind a waiting pod of
-        its type: no decision is published for it until that pod goes or its
-        permit expires (tools that wait for decisions need to know)."""
+        """Whether the queued pod `key` is held back behind a waiting pod of its type: no
+        decision is published for it until that pod goes or its permit expires (for tools)."""
         cache = self.clusters.get(cluster)
         return cache is not None and cache.queue.held_back(key)
 
@@ -157,15 +156,16 @@ class PlacementService(Service):
 
     async def schedule_cluster(self, name: str) -> None:
         attempts, strategy = self.scheduling.attempts, self.learner.strategy
-        for decision in cycle(self.clusters[name], strategy, self.clock(),
-                              attempted=lambda code: attempts.labels(name, code).inc(),
-                              repeat_s=self.settings.pending_repeat_s):
-            if decision.outcome == "placed":
-                self.decisions += 1
-                self.scheduling.decisions.labels(name, strategy.name).inc()
-            await self.publish(decision, cluster=name, trace=self.pending_traces.get((name, decision.event_key())))
-            if name not in self.active:  # deposed while publishing: the new leader decides the rest
-                return
+        async with PublishWindow(self.settings.publish_window) as window:
+            for decision in cycle(self.clusters[name], strategy, self.clock(),
+                                  attempted=lambda code: attempts.labels(name, code).inc(),
+                                  repeat_s=self.settings.pending_repeat_s):
+                if decision.outcome == "placed":
+                    self.decisions += 1
+                    self.scheduling.decisions.labels(name, strategy.name).inc()
+                trace = self.pending_traces.get((name, decision.event_key()))
+                if await window.add(self.publish(decision, cluster=name, trace=trace)) and name not in self.active:
+                    return  # deposed while publishing: the new leader decides the rest
 
     async def bind_timeouts(self) -> None:
         timeout = self.settings.bind_timeout_s
