@@ -25,7 +25,7 @@ from tidal_schemas.fence import DecisionFence
 
 from .cluster_state import ClusterState
 from .gpu_groups import GroupRegistry
-from .holdings import PodRecord
+from .holdings import PodRecord, booked_part
 from .queue import SchedulingQueue
 from .staleness import stale_nodes, stale_reason
 
@@ -119,10 +119,11 @@ class ClusterCache:
         key = d.event_key()
         record = self.records.get(key)
         if not admitted:
-            if d.leader == me and record is not None and record.live_decision() == d:
+            live = record.live_decision() if record is not None else None
+            if d.leader == me and live is not None and live.decision_id == d.decision_id:
                 self.rollback(key, now)  # fenced out: undo our own assumption
         elif d.uid not in self.gone:
-            self._record(key).decision = d
+            self._record(key).decision = booked_part(d)
             self._reconcile(key, now)
         return admitted
 
@@ -211,7 +212,7 @@ class ClusterCache:
         """The leader took `decision` (already assumed in the state): the pod
         holds it from now on, whatever is read next."""
         key = pod.event_key()
-        self._record(key).decision = decision
+        self._record(key).decision = booked_part(decision)
         self.queue.remove(key)
         self.tries[key] = self.tries.get(key, 0) + 1
         self.requested[key] = pod

@@ -29,6 +29,14 @@ from tidal_schemas import HOLDING_PHASES, CpuAssignment, PlacementDecision, PodL
 from .cluster_state import NONE_FLOATING, Allocation, Floating
 
 
+def booked_part(decision: PlacementDecision) -> PlacementDecision:
+    """What a pod's record keeps of a decision: what it books and whom it
+    names. The explanation (chosen node's breakdown, runners-up, nodes
+    filtered out, reason) is for the bridge and the metrics; kept for every
+    pod placed it was most of placement's memory per pod."""
+    return decision.model_copy(update=dict(chosen=None, runners_up=[], filtered={}, reason="", nodes=None))
+
+
 @dataclass(frozen=True)
 class Holding:
     allocation: Allocation

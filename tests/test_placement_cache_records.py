@@ -1,0 +1,49 @@
+"""What placement's cache keeps of a decision: what it books and whom it
+names, not its explanation (most of placement's memory per pod placed);
+and a fenced-out decision of its own is still rolled back, known by its id."""
+
+from __future__ import annotations
+
+from builders import pod
+from tidal_cli.sample import node
+from tidal_placement.cache import ClusterCache
+from tidal_placement.cycle import cycle
+from tidal_schemas.fence import fence_decision
+
+
+def cluster(nodes: int = 3) -> ClusterCache:
+    cache = ClusterCache("c1", permit_timeout_s=3600.0, stale_after_s=0.0)
+    for i in range(nodes):
+        cache.apply(node(f"n{i}", 1, 2, 4, 1, 64 * 1024, reserved=0), 0.0)
+    return cache
+
+
+def placed_by(cache: ClusterCache, leader: str, epoch: int, name: str = "p"):
+    assert cache.apply_decision(fence_decision(epoch, leader), leader, 0.0)
+    cache.apply(pod(name, cpu_milli=2000), 0.0)
+    (decision,) = cycle(cache, None, 1.0)
+    assert decision.outcome == "placed" and decision.runners_up and decision.chosen is not None
+    return decision
+
+
+def test_the_record_keeps_what_a_decision_books_not_its_explanation():
+    cache = cluster()
+    decision = placed_by(cache, "me", 1)
+    kept = cache.records["default/p"].decision
+    assert (kept.decision_id, kept.node, kept.requests, kept.numa_cpus, kept.gpus, kept.epoch, kept.leader) == \
+        (decision.decision_id, decision.node, decision.requests, decision.numa_cpus, decision.gpus, 1, "me")
+    assert kept.chosen is None and kept.runners_up == [] and kept.filtered == {} and kept.nodes is None
+    assert cache.apply_decision(decision, "me", 1.5)  # read back from the log: kept the same way
+    kept = cache.records["default/p"].decision
+    assert kept.runners_up == [] and kept.decision_id == decision.decision_id
+    assert cache.state.held("default/p").cpu_milli == 2000  # and it still books the pod
+
+
+def test_an_own_decision_fenced_out_is_rolled_back():
+    cache = cluster()
+    decision = placed_by(cache, "me", 1)
+    assert cache.state.held("default/p") is not None
+    assert cache.apply_decision(fence_decision(2, "other"), "me", 2.0)  # another replica took over first
+    assert not cache.apply_decision(decision, "me", 2.5)  # ours, read back after it: not admitted
+    assert cache.state.held("default/p") is None  # our assumption is undone
+    assert "default/p" in cache.queue.entries  # and the pod waits for the new leader
