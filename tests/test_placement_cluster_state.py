@@ -219,3 +219,27 @@ def test_a_recorded_pod_naming_ids_its_node_lacks_counts_what_it_can():
     assert free(state, "n1")["numa"] == [3, 4] and free(state, "n1")["gpu"] == [500]
     state.release("p")
     assert free(state, "n1")["numa"] == [4, 4] and free(state, "n1")["gpu"] == [1000]
+
+
+def test_blocked_masks_follow_every_change_of_a_reason():
+    """The masks are kept between decisions: each change must still show."""
+    from tidal_cli.sample import node as sample_node
+
+    state = ClusterState()
+    for name in ("a", "b", "c"):
+        state.upsert_node(sample_node(name, 1, 2, 4, 0, 1024, reserved=0))
+    assert state.blocked_masks(3) == []
+    state.set_blocked("b", "tainted")
+    (reason, mask), = state.blocked_masks(3)
+    assert reason == "tainted" and mask.tolist() == [True, False, True] and not mask.flags.writeable
+    assert state.blocked_masks(3)[0][1] is mask  # kept while nothing changes
+    state.set_blocked("b", "tainted")  # again: no change
+    assert state.blocked_masks(3)[0][1] is mask
+    state.set_blocked("c", "stale")
+    assert [(r, m.tolist()) for r, m in state.blocked_masks(3)] == \
+        [("stale", [True, True, False]), ("tainted", [True, False, True])]
+    assert [(r, m.tolist()) for r, m in state.blocked_masks(2)] == [("tainted", [True, False])]  # c is row 2
+    state.set_blocked("b", "tainted", blocked=False)
+    assert [(r, m.tolist()) for r, m in state.blocked_masks(3)] == [("stale", [True, True, False])]
+    state.remove_node("c")
+    assert state.blocked_masks(3) == []

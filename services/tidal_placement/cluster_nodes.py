@@ -37,7 +37,9 @@ class ClusterNodes(ClusterArrays):
         if r is None:
             return Outcome(False, f"unknown node {node}")
         reasons = self._blocked.setdefault(r, set())
-        (reasons.add if blocked else reasons.discard)(reason)
+        if (reason in reasons) != blocked:
+            (reasons.add if blocked else reasons.discard)(reason)
+            self._blocked_masks = None
         self.schedulable[r] = not reasons
         if not reasons:
             del self._blocked[r]
@@ -52,7 +54,11 @@ class ClusterNodes(ClusterArrays):
         """Per reason some of the first `n` rows take no new pods, the mask of
         the rows it leaves, by reason name: the filter's first stages, so a
         decision counts nodes out by reason (a row blocked for several reasons
-        counts under the first)."""
+        counts under the first). Built again only when a reason or `n` changed:
+        staleness alone blocks every node of a cluster that stopped sampling,
+        and each decision reads them. The masks are read-only."""
+        if self._blocked_masks is not None and self._blocked_masks[0] == n:
+            return self._blocked_masks[1]
         rows: dict[str, list[int]] = {}
         for r, reasons in self._blocked.items():
             if r < n:
@@ -62,7 +68,9 @@ class ClusterNodes(ClusterArrays):
         for reason in sorted(rows):
             mask = np.ones(n, dtype=bool)
             mask[rows[reason]] = False
+            mask.flags.writeable = False
             masks.append((reason, mask))
+        self._blocked_masks = (n, masks)
         return masks
 
     def update_load(self, node: str, numa_load: Mapping[int, float], node_load: float | None = None) -> Outcome:

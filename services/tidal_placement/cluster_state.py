@@ -63,6 +63,7 @@ class ClusterState(ClusterNodes):
         self._floating_on: dict[int, set[str]] = {}  # row -> keys holding floating devices there
         self._charged: dict[int, list[tuple[str, int, int]]] = {}  # row -> floating charges ("numa"/"gpu", col, n)
         self._blocked: dict[int, set[str]] = {}
+        self._blocked_masks: tuple[int, list] | None = None  # (n, masks) built last
         self._numa_col: dict[int, dict[int, int]] = {}
         self._gpu_col: dict[int, dict[str, int]] = {}
         self.mixed_model_rows: set[int] = set()
@@ -133,6 +134,7 @@ class ClusterState(ClusterNodes):
         self.mixed_model_rows.discard(r)
         for side in (self.specs, self._blocked, self._numa_col, self._gpu_col):
             side.pop(r, None)
+        self._blocked_masks = None
         self._spare.append(r)
         return sorted(self._pods_on.get(name, ()))
 
