@@ -34,8 +34,8 @@ def unknown_field(model: type[BaseModel], data: Any, where: str = "") -> str | N
     return None
 
 
-# A file may hold tens of thousands of items of one type: what a model or an
-# annotation asks for is worked out once, not per item.
+# A file may hold tens of thousands of items of one type: what a model's
+# fields ask for is worked out once per model, not per item.
 @functools.cache
 def _fields(model: type[BaseModel]) -> dict[str, Any]:
     """Every key a model accepts (names and aliases) -> the plan for its value."""
@@ -49,18 +49,6 @@ def _fields(model: type[BaseModel]) -> dict[str, Any]:
 
 def _plan(annotation: Any) -> tuple[str, Any]:
     """(what to walk, its item): ("model", M), ("list", plan), ("dict", plan) or ("leaf", None)."""
-    try:
-        return _cached_plan(annotation)
-    except TypeError:  # an unhashable annotation: worked out each time
-        return _plan_of(annotation)
-
-
-@functools.cache
-def _cached_plan(annotation: Any) -> tuple[str, Any]:
-    return _plan_of(annotation)
-
-
-def _plan_of(annotation: Any) -> tuple[str, Any]:
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
         return _plan(typing.get_args(annotation)[0])

@@ -112,7 +112,8 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
             charge(usage.setdefault(pod.tenant, {}), pod, ((g.model, g.milli) for g in extra["gpus"]))
         else:
             attempted(placement.code)
-            changed = gist(placement) != entry.said
+            said = gist(placement)
+            changed = said != entry.said
             if placement.code == UNRESOLVABLE:  # a rule, not room: no wait, no pod held back behind it
                 queue.refuse(entry.key, placement.reason, dict(placement.filtered), now)
             else:
@@ -120,7 +121,7 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
             repeat = repeat_s is not None and entry.announced is not None and now - entry.announced >= repeat_s
             if not changed and not repeat:
                 continue  # the same reasons: said already, and not long ago
-            entry.announced, entry.said = now, gist(placement)
+            entry.announced, entry.said = now, said
             extra["nodes"] = nodes
         decision = placement_decision(pod, placement, decision_id).model_copy(update=extra)
         if placement.code == PLACED:
