@@ -110,16 +110,10 @@ class NatsGroupSubscription(GroupSubscription):
             raise_if_cancelling()
             if self._failure is not None:
                 raise BusError(f"subscription {self._group} failed: {self._failure}") from self._failure
-            if self._queue.empty():
-                try:
-                    msg = await asyncio.wait_for(self._queue.get(), timeout=1.0)
-                except asyncio.TimeoutError:
-                    continue
-            else:
-                # Fetched already: taken without a wait_for task, which would let
-                # the client's flusher run between two messages and write each
-                # one's ack to the socket alone (a syscall per message).
-                msg = self._queue.get_nowait()
+            try:
+                msg = await asyncio.wait_for(self._queue.get(), timeout=1.0)
+            except asyncio.TimeoutError:
+                continue
             if msg.partition not in self._fetchers or self.stopping:
                 await msg.nak(0)  # lost this partition meanwhile: let the new owner have it now
                 continue
