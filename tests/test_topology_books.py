@@ -155,6 +155,20 @@ def test_a_tidal_pod_bound_here_without_a_claim_is_adopted_from_what_it_carries(
     assert not off.changed
 
 
+def test_a_shared_pod_adopted_before_its_decision_learns_its_numa_nodes_from_it():
+    # the pod's running event overtook its decision: the pod carries no NUMA
+    # node (it holds no exclusive CPU), the decision names NUMA 1
+    adopted = books.on_pod(FRESH, lifecycle("a", "running", did="d1"), NODE, TOPO, T0, adopt=True).state
+    assert adopted.claims["ns/a"].numa_nodes == ()
+    step = decided(adopted, numa_nodes=[1])
+    assert step.changed and step.state.claims["ns/a"].numa_nodes == (1,) and not step.changes
+    assert expected_cpusets(step.state, [UID_A], NUMA_OF, MEMS, manage_all=True)[UID_A].cpus == (4, 5, 6, 7)
+    # read again, or after a move set them, the NUMA nodes stay
+    assert not decided(step.state, numa_nodes=[1]).changed
+    moved = books.move(step.state, "ns/a", UID_A, target=0, count=0, topology=TOPO).state
+    assert decided(moved, numa_nodes=[1]).state.claims["ns/a"].numa_nodes == (0,)
+
+
 def test_a_decision_that_cannot_be_honoured_is_refused_with_the_reason():
     state = decided(FRESH, numa_cpus={1: 4}).state
     step = books.on_decision(state, decision("b", "d2", numa_cpus={1: 1}), NODE, TOPO, T0, None)

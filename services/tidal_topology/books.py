@@ -6,9 +6,11 @@ publish, and a note for the log. Two events name the same pod when their
 uids agree or either is unknown.
 
 - **decision placed here**: replaces the pod's claim (the same decision
-  again changes nothing). Its exclusive CPUs are kubelet's packed choice
-  within each NUMA node it names (`tidal_policy.cpu_pick.pick_per_numa`), from the
-  free CPUs. A decision other than the one the pod is bound by is ignored.
+  again changes nothing, except that a claim adopted from its pod learns
+  the NUMA nodes a shared pod does not carry). Its exclusive CPUs are
+  kubelet's packed choice within each NUMA node it names
+  (`tidal_policy.cpu_pick.pick_per_numa`), from the free CPUs. A decision
+  other than the one the pod is bound by is ignored.
 - **decision placed elsewhere**, or the pod given up (`pending`): the claim
   is released while it still awaits its bind (or it was for another uid).
 - **pod bound or running here**: the claim is confirmed and learns the uid;
@@ -107,7 +109,7 @@ def on_decision(state: CpuState, d: PlacementDecision, node: str, topology: Sequ
             return _release(state, key, "placement gave the decision up")
         return Step(state)
     if claim is not None and claim.decision_id == d.decision_id:
-        return Step(state)  # a redelivery, or restored from the checkpoint
+        return _learn_numa_nodes(state, key, claim, d)
     held = pod is not None and pod.phase in HOLDING_PHASES and _same(pod.uid, d.uid)
     if held and pod.decision_id and pod.decision_id != d.decision_id:
         return Step(state, note=f"{key}: decision {d.decision_id} ignored, the pod is bound by {pod.decision_id}")
@@ -116,6 +118,20 @@ def on_decision(state: CpuState, d: PlacementDecision, node: str, topology: Sequ
     fresh = Claim(d.uid or (pod.uid if held else ""), d.decision_id,
                   tuple(sorted(set(d.numa_nodes) | set(d.numa_cpus))), stage, now)
     return _take(state, key, fresh, d.numa_cpus, topology, f"decision {d.decision_id}")
+
+
+def _learn_numa_nodes(state: CpuState, key: str, claim: Claim, d: PlacementDecision) -> Step:
+    """The claim's own decision read again. A redelivery, or one restored
+    from the checkpoint, changes nothing; but a claim adopted from its pod
+    before the decision arrived knows only the pod's exclusive CPUs, and a
+    shared pod placed on NUMA nodes carries none: its NUMA nodes come from
+    the decision. A claim that has NUMA nodes keeps them (a move set them)."""
+    placed_on = tuple(sorted(set(d.numa_nodes) | set(d.numa_cpus)))
+    if claim.numa_nodes or not placed_on:
+        return Step(state)
+    learnt = replace(claim, numa_nodes=placed_on)
+    return Step(replace(state, claims={**state.claims, key: learnt}), True,
+                note=f"{key}: NUMA nodes {list(placed_on)} learnt from decision {d.decision_id}")
 
 
 def on_pod(state: CpuState, pod: PodLifecycle, node: str, topology: Sequence[CpuLike], now: float,
