@@ -29,7 +29,11 @@ Run: .venv/bin/python bench/burst.py [--nodes 5000] [--pods 20000] [--bus nats|k
          [--metrics-interval 10] [--strategy S] [--seed 0]
 
 `--strategy` (alias `--gpu-strategy`) is placement's GPU strategy, by default
-the service's own default.
+the service's own default. With `--metrics-interval 0` no sample follows the
+first round, so placement's staleness rule is turned off for that run
+(`TIDAL_PLACEMENT_NODE_STALE_AFTER_S=0`): otherwise every node goes stale
+30 s after its first sample and the late pods of the burst are refused for
+that, not for want of room.
 """
 
 from __future__ import annotations
@@ -188,6 +192,8 @@ async def drive(stack: Stack, args: argparse.Namespace, broker: tuple[int | None
 
 def run(args: argparse.Namespace) -> dict:
     extra_env = {"TIDAL_PLACEMENT_GPU_STRATEGY": args.gpu_strategy, "TIDAL_PLACEMENT_BIND_TIMEOUT_S": "86400"}
+    if not args.metrics_interval:  # no sample after the first round: staleness would refuse the late pods
+        extra_env["TIDAL_PLACEMENT_NODE_STALE_AFTER_S"] = "0"
     with tempfile.TemporaryDirectory(prefix="tidal-burst-") as tmp:
         kafka = EmbeddedKafka(Path(tmp) / "kafka").start() if args.bus == "kafka" else None
         try:

@@ -1,5 +1,6 @@
 """What placement's cache keeps of a decision: what it books and whom it
 names, not its explanation (most of placement's memory per pod placed);
+of a pod event: the fields placement reads, the repeated parts shared;
 and a fenced-out decision of its own is still rolled back, known by its id."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from builders import pod
 from tidal_cli.sample import node
 from tidal_placement.cache import ClusterCache
 from tidal_placement.cycle import cycle
+from tidal_placement.kept import KeptPod
 from tidal_schemas.fence import fence_decision
 
 
@@ -30,12 +32,13 @@ def test_the_record_keeps_what_a_decision_books_not_its_explanation():
     cache = cluster()
     decision = placed_by(cache, "me", 1)
     kept = cache.records["default/p"].decision
-    assert (kept.decision_id, kept.node, kept.requests, kept.numa_cpus, kept.gpus, kept.epoch, kept.leader) == \
+    assert (kept.decision_id, kept.node, kept.requests, dict(kept.numa_cpus), list(kept.gpus), kept.epoch,
+            kept.leader) == \
         (decision.decision_id, decision.node, decision.requests, decision.numa_cpus, decision.gpus, 1, "me")
-    assert kept.chosen is None and kept.runners_up == [] and kept.filtered == {} and kept.nodes is None
+    for explanation in ("chosen", "runners_up", "filtered", "reason", "nodes"):
+        assert not hasattr(kept, explanation)
     assert cache.apply_decision(decision, "me", 1.5)  # read back from the log: kept the same way
-    kept = cache.records["default/p"].decision
-    assert kept.runners_up == [] and kept.decision_id == decision.decision_id
+    assert cache.records["default/p"].decision == kept
     assert cache.state.held("default/p").cpu_milli == 2000  # and it still books the pod
 
 
@@ -47,3 +50,18 @@ def test_an_own_decision_fenced_out_is_rolled_back():
     assert not cache.apply_decision(decision, "me", 2.5)  # ours, read back after it: not admitted
     assert cache.state.held("default/p") is None  # our assumption is undone
     assert "default/p" in cache.queue.entries  # and the pod waits for the new leader
+
+
+def test_the_record_keeps_a_pods_fields_and_shares_what_repeats():
+    cache = cluster()
+    cache.apply(pod("a", cpu_milli=2000, tenant="t1"), 0.0)
+    cache.apply(pod("b", cpu_milli=2000, tenant="t1"), 0.0)
+    a, b = cache.records["default/a"].pod, cache.records["default/b"].pod
+    event = pod("a", cpu_milli=2000, tenant="t1")
+    for name in set(KeptPod.__slots__) - {"key"}:  # a kept list is a tuple
+        kept = getattr(a, name)
+        assert (list(kept) if isinstance(kept, tuple) else kept) == getattr(event, name), name
+    assert a.event_key() == event.event_key() == "default/a"
+    assert cache.queue.entries["default/a"].key is a.key and next(k for k in cache.records if k == a.key) is a.key
+    assert a.requests is b.requests and a.gpu is b.gpu and a.tenant is b.tenant
+    assert cache.queue.entries["default/a"].pod is a  # the queue holds the kept pod, not the event

@@ -25,7 +25,8 @@ from tidal_schemas.fence import DecisionFence
 
 from .cluster_state import ClusterState
 from .gpu_groups import GroupRegistry
-from .holdings import PodRecord, booked_part
+from .holdings import PodRecord
+from .kept import KeptDecision, KeptPod
 from .queue import SchedulingQueue
 from .staleness import stale_nodes, stale_reason
 
@@ -45,7 +46,7 @@ class ClusterCache:
     """Everything placement keeps about one cluster (see the module docstring)."""
 
     def __init__(self, name: str, permit_timeout_s: float, stale_after_s: float,
-                 on_pending: Callable[[PodLifecycle], None] = lambda p: None,
+                 on_pending: Callable[[KeptPod], None] = lambda p: None,
                  backoff_s: tuple[float, float] = (1.0, 10.0)):
         self.name = name
         self.stale_after_s = stale_after_s
@@ -60,7 +61,6 @@ class ClusterCache:
         self.records: dict[str, PodRecord] = {}  # pod key -> what is known of it
         self.gone: dict[str, None] = {}  # uids of deleted pods, oldest first
         self.awaiting_bind: dict[str, float] = {}  # pod key -> when its decision was taken or read
-        self.requested: dict[str, PodLifecycle] = {}  # pods placed here, as they asked
         self.tries: dict[str, int] = {}  # placements made per pod (rollbacks give new ids)
         self.last_sample: dict[str, datetime] = {}  # node -> time of its newest sample
         self.stale: frozenset[str] = frozenset()
@@ -123,19 +123,19 @@ class ClusterCache:
             if d.leader == me and live is not None and live.decision_id == d.decision_id:
                 self.rollback(key, now)  # fenced out: undo our own assumption
         elif d.uid not in self.gone:
-            self._record(key).decision = booked_part(d)
+            self._record(key).decision = KeptDecision.of(d)
             self._reconcile(key, now)
         return admitted
 
     def _record(self, key: str) -> PodRecord:
         return self.records.setdefault(key, PodRecord())
 
-    def _apply_pod(self, pod: PodLifecycle, now: float) -> None:
-        key = pod.event_key()
+    def _apply_pod(self, event: PodLifecycle, now: float) -> None:
+        pod = KeptPod.of(event)
+        key = pod.key
         if pod.phase == "deleted":
             self.room_changed = True
             self.records.pop(key, None)
-            self.requested.pop(key, None)
             self.tries.pop(key, None)
             self._bury(pod.uid)
         else:
@@ -160,7 +160,8 @@ class ClusterCache:
             self.state.confirm(key)
             return
         log.info("bind of %s on %s failed (%s): rolling back", key, result.node, result.reason)
-        self._record(key).failed.add(result.decision_id)  # also when read before its decision
+        record = self._record(key)
+        record.failed |= {result.decision_id}  # also when read before its decision
         self.room_changed = True
         self._reconcile(key, now)
 
@@ -183,7 +184,7 @@ class ClusterCache:
         record = self.records.get(key)
         decision = record.live_decision() if record is not None else None
         if decision is not None:
-            record.failed.add(decision.decision_id)
+            record.failed |= {decision.decision_id}
         self.room_changed = True
         self._reconcile(key, now)
 
@@ -208,26 +209,29 @@ class ClusterCache:
         else:
             self.queue.remove(key)
 
-    def placed(self, decision: PlacementDecision, pod: PodLifecycle, now: float) -> None:
+    def placed(self, decision: PlacementDecision, pod: KeptPod, now: float) -> None:
         """The leader took `decision` (already assumed in the state): the pod
         holds it from now on, whatever is read next."""
         key = pod.event_key()
-        self._record(key).decision = booked_part(decision)
+        self._record(key).decision = KeptDecision.of(decision)
         self.queue.remove(key)
         self.tries[key] = self.tries.get(key, 0) + 1
-        self.requested[key] = pod
         self.awaiting_bind[key] = now
 
     # -- reads -----------------------------------------------------------------
-    def score(self, pod: PodLifecycle) -> float:
+    def score(self, pod: KeptPod) -> float:
         return self.scores.get((pod.user, resource_type(pod)), 0.0)
 
-    def holdings(self) -> Iterator[tuple[PodLifecycle, dict[str, int]]]:
+    def holdings(self) -> Iterator[tuple[KeptPod, dict[str, int]]]:
         """(pod, GPUs held by name) of every Tidal pod holding room here."""
         for key, record in self.records.items():
             held = self.state.held(key) if record.pod is not None and not record.pod.foreign else None
             if held is not None:
                 yield record.pod, dict(held.gpus)
+
+    def placed_here(self) -> list[KeptPod]:
+        """Pods this replica has placed (and not seen deleted), as last seen."""
+        return [self.records[key].pod for key in self.tries if key in self.records and self.records[key].pod]
 
     def governed(self) -> bool:
         """Whether any tenant has a quota or groups (else usage is not needed)."""

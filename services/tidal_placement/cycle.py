@@ -25,18 +25,19 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tidal_schemas import PlacementDecision, PodLifecycle, derived_id
+from tidal_schemas import PlacementDecision, derived_id
 from tidal_schemas.placement import GpuShare
 
 from .cache import ClusterCache
 from .decide import decide
+from .kept import PodLike
 from .pod_request import ERROR, PLACED, UNRESOLVABLE, WAIT, Placement, PodRequest, placement_decision
 from .tenancy import allowance, charge, tenant_usage
 
 log = logging.getLogger("tidal.placement")
 
 
-def place(cache: ClusterCache, pod: PodLifecycle, usage: dict[str, dict[str, int]], strategy: Any) -> Placement:
+def place(cache: ClusterCache, pod: PodLike, usage: dict[str, dict[str, int]], strategy: Any) -> Placement:
     """One attempt for one pod against the cache as it is."""
     if pod.invalid_reason:
         return Placement(False, reason=f"invalid pod: {pod.invalid_reason}", refused=True)

@@ -22,19 +22,12 @@ full even when it is read before the pod's pending event.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from tidal_schemas import HOLDING_PHASES, CpuAssignment, PlacementDecision, PodLifecycle
+from tidal_schemas import HOLDING_PHASES, CpuAssignment
 
 from .cluster_state import NONE_FLOATING, Allocation, Floating
-
-
-def booked_part(decision: PlacementDecision) -> PlacementDecision:
-    """What a pod's record keeps of a decision: what it books and whom it
-    names. The explanation (chosen node's breakdown, runners-up, nodes
-    filtered out, reason) is for the bridge and the metrics; kept for every
-    pod placed it was most of placement's memory per pod."""
-    return decision.model_copy(update=dict(chosen=None, runners_up=[], filtered={}, reason="", nodes=None))
+from .kept import KeptDecision, KeptPod
 
 
 @dataclass(frozen=True)
@@ -44,16 +37,16 @@ class Holding:
     bound: bool = False  # the cluster says so (else: decided, awaiting its bind)
 
 
-@dataclass
+@dataclass(slots=True)
 class PodRecord:
     """The latest of each stream about one pod."""
 
-    pod: PodLifecycle | None = None
-    decision: PlacementDecision | None = None  # latest admitted `placed` decision
-    failed: set[str] = field(default_factory=set)  # decision ids whose bind failed or timed out
+    pod: KeptPod | None = None
+    decision: KeptDecision | None = None  # latest admitted `placed` decision
+    failed: frozenset[str] = frozenset()  # decision ids whose bind failed or timed out (one shared empty set)
     assignment: CpuAssignment | None = None  # the node agent's latest for this pod
 
-    def live_decision(self) -> PlacementDecision | None:
+    def live_decision(self) -> KeptDecision | None:
         d = self.decision
         if d is None or d.decision_id in self.failed:
             return None
@@ -77,7 +70,7 @@ class PodRecord:
         return pod is not None and pod.phase == "pending" and not pod.foreign and self.live_decision() is None
 
 
-def bound_holding(pod: PodLifecycle, assignment: CpuAssignment | None = None) -> Holding:
+def bound_holding(pod: KeptPod, assignment: CpuAssignment | None = None) -> Holding:
     """A bound pod's holding: requests at node level, exclusive CPUs and GPUs
     by name when its decision was read back, floating otherwise; the
     exclusive CPUs per NUMA node as `assignment` says when it is the node
@@ -94,7 +87,7 @@ def bound_holding(pod: PodLifecycle, assignment: CpuAssignment | None = None) ->
     return Holding(allocation, floating, bound=True)
 
 
-def decided_allocation(decision: PlacementDecision, pod: PodLifecycle | None) -> Allocation:
+def decided_allocation(decision: KeptDecision, pod: KeptPod | None) -> Allocation:
     """What a placed decision books (the requests it carries; a decision of an
     older placement without them books the pod's requests when known)."""
     requests = decision.requests

@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 from collections import deque
 
-from tidal_schemas import PodLifecycle
 
 from .gpu_strategies import make_strategy
 from .gpu_workload import typical_workload
+from .kept import PodLike
 from .pod_request import PodRequest
 
 log = logging.getLogger("tidal.placement")
@@ -37,7 +37,7 @@ class StrategyLearner:
         self.shapes: deque = deque(maxlen=SHAPES_KEPT)
         self.strategy = make_strategy("best-fit")
 
-    def observe(self, pod: PodLifecycle) -> None:
+    def observe(self, pod: PodLike) -> None:
         self.shapes.append(PodRequest.from_pod(pod).shape)
         self.seen += 1
         if refresh_due(self.seen, self.every):

@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from tidal_schemas import GpuShare, NodeCandidate, PlacementDecision, PodLifecycle, Resources, pod_key
+from tidal_schemas import GpuShare, NodeCandidate, PlacementDecision, Resources, pod_key
 from tidal_schemas.common import CpuPolicy
 
 from .cluster_state import GPU_MILLI, Allocation
 from .gpu_workload import Shape
+from .kept import PodLike
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class PodRequest:
         return Shape(self.cpu_milli, self.gpu_milli if self.gpu_count else 0, self.gpu_count, self.gpu_models)
 
     @staticmethod
-    def from_pod(pod: PodLifecycle) -> "PodRequest":
+    def from_pod(pod: PodLike) -> "PodRequest":
         """The request of a pod event."""
         return PodRequest(key=pod_key(pod.namespace, pod.name), cpu_milli=pod.requests.cpu_milli,
                           memory_mib=pod.requests.memory_mib, exclusive_cpus=pod.exclusive_cpus,
@@ -74,7 +75,7 @@ class Placement:
         return PLACED if self.ok else UNRESOLVABLE if self.refused else UNSCHEDULABLE
 
 
-def placement_decision(pod: PodLifecycle, placement: Placement, decision_id: str) -> PlacementDecision:
+def placement_decision(pod: PodLike, placement: Placement, decision_id: str) -> PlacementDecision:
     """The event for `placement` of `pod`: `placed` with node, NUMA CPUs and
     GPUs, or `pending` with the reason and the per-reason node counts."""
     common = dict(decision_id=decision_id, namespace=pod.namespace, name=pod.name, uid=pod.uid,

@@ -27,12 +27,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tidal_schemas import PodLifecycle, resource_type
+from tidal_schemas import resource_type
+
+from .kept import KeptPod
 
 
 @dataclass
 class Entry:
-    pod: PodLifecycle
+    pod: KeptPod
     score: float = 0.0
     waiting_since: float | None = None  # monotonic seconds; None = in the sort queue
     reason: str = ""
@@ -59,7 +61,7 @@ class SchedulingQueue:
         self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s
         self.entries: dict[str, Entry] = {}
 
-    def add(self, pod: PodLifecycle, score: float) -> None:
+    def add(self, pod: KeptPod, score: float) -> None:
         """Queue a pending pod (a newer event of a queued pod replaces it)."""
         entry = self.entries.get(pod.event_key())
         if entry is None:

@@ -135,9 +135,9 @@ class PlacementService(Service):
         cache = self.clusters.get(cluster)
         return cache is not None and cache.queue.held_back(key)
 
-    def requested_names(self) -> list[PodLifecycle]:
+    def requested_names(self) -> list:
         """Pods this replica has placed (and not seen deleted)."""
-        return [pod for cache in self.clusters.values() for pod in cache.requested.values()]
+        return [pod for cache in self.clusters.values() for pod in cache.placed_here()]
 
     # -- deciding (the active replica) ----------------------------------------
     async def schedule_loop(self) -> None:

@@ -26,12 +26,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tidal_schemas import GPU_TYPE, PodLifecycle, TenantConfig
+from tidal_schemas import GPU_TYPE, TenantConfig
 from tidal_schemas.pod import TenantPermissions
 
 from .cluster_state import ClusterState
 from .decide import eligible_gpus, node_fit
 from .gpu_groups import Grouping, permits
+from .kept import PodLike
 from .group_placement import GroupAsk, choose_group, group_mask, groups_mask
 from .pod_request import PodRequest
 
@@ -41,7 +42,7 @@ def can_take(limit: int, allocated: int) -> int:
     return max(limit - allocated, 0)
 
 
-def charge(held: dict[str, int], pod: PodLifecycle, gpus: Iterable[tuple[str, int]]) -> None:
+def charge(held: dict[str, int], pod: PodLike, gpus: Iterable[tuple[str, int]]) -> None:
     """Add what `pod` holds to its tenant's usage `held`: "cpu" in milli-CPU,
     "memory" in MiB, and each (model, milli) GPU under its model and under
     the generic "gpu" (once when the model is unknown, "")."""
@@ -52,7 +53,7 @@ def charge(held: dict[str, int], pod: PodLifecycle, gpus: Iterable[tuple[str, in
             held[kind] = held.get(kind, 0) + milli
 
 
-def tenant_usage(holdings: Iterable[tuple[PodLifecycle, Mapping[str, int]]],
+def tenant_usage(holdings: Iterable[tuple[PodLike, Mapping[str, int]]],
                  gpu_model: Mapping[str, str]) -> dict[str, dict[str, int]]:
     """Per tenant, what its placed pods hold (see `charge`). `holdings`
     pairs a pod with its milli-GPU per GPU id, `gpu_model` names the model
@@ -81,7 +82,7 @@ def _refused(reason: str) -> Allowance:
     return Allowance(reason=reason, refused=True)
 
 
-def allowance(state: ClusterState, pod: PodLifecycle, config: TenantConfig | None,
+def allowance(state: ClusterState, pod: PodLike, config: TenantConfig | None,
               grouping: Grouping | None, held: Mapping[str, int]) -> Allowance:
     """Apply the module's rules to `pod` of a tenant holding `held`: its
     permitted nodes and GPUs, narrowed to the GPU models with quota room
@@ -123,14 +124,14 @@ def allowance(state: ClusterState, pod: PodLifecycle, config: TenantConfig | Non
     return Allowance(nodes=nodes, gpus=group_mask(state, choice)) if choice.ok else Allowance(reason=choice.reason)
 
 
-def _cpu_memory_quota(pod: PodLifecycle, quota: Mapping[str, int], held: Mapping[str, int]) -> str | None:
+def _cpu_memory_quota(pod: PodLike, quota: Mapping[str, int], held: Mapping[str, int]) -> str | None:
     for kind, need in (("cpu", pod.requests.cpu_milli), ("memory", pod.requests.memory_mib)):
         if kind in quota and need > can_take(quota[kind], held.get(kind, 0)):
             return f"quota: tenant {pod.tenant} {kind} {held.get(kind, 0)} + {need} > limit {quota[kind]}"
     return None
 
 
-def _gpu_quota(state: ClusterState, pod: PodLifecycle, quota: Mapping[str, int], held: Mapping[str, int],
+def _gpu_quota(state: ClusterState, pod: PodLike, quota: Mapping[str, int], held: Mapping[str, int],
                candidates: np.ndarray) -> tuple[str | None, np.ndarray | None]:
     """Why the GPU quota refuses the pod, or the devices of the models with
     room (None: every model has room). `candidates` are the GPUs the pod

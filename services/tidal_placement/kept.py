@@ -1,0 +1,132 @@
+"""What placement keeps of a pod event and of a placed decision, for every
+pod it has seen: the fields it reads, in slotted objects.
+
+A decoded `PodLifecycle` is about 6 KB (a pydantic model with its own
+field dict and set of fields given, and the same again for each nested
+model); placement keeps one per pod, 20,000 pending in a burst, and
+memory was its limit (issue 19). These keep the same attribute names,
+so the policy reads a kept pod as it reads the event, and the parts that
+repeat across pods — request shapes, GPU asks and shares, NUMA counts,
+tenant and user names — are shared, not copied.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+from tidal_schemas import GpuAsk, GpuShare, PlacementDecision, PodLifecycle, Resources, pod_key
+
+SHARED_KEPT = 100_000  # distinct shared parts kept before starting afresh (bounds a hostile variety)
+_shared: dict[tuple, Any] = {}
+
+
+def _share(key: tuple, make) -> Any:
+    found = _shared.get(key)
+    if found is None:
+        if len(_shared) >= SHARED_KEPT:
+            _shared.clear()
+        found = _shared[key] = make()
+    return found
+
+
+def _requests(r: Resources) -> Resources:
+    return _share(("requests", r.cpu_milli, r.memory_mib, r.gpu_milli), lambda: r)
+
+
+def _gpu_ask(ask: GpuAsk) -> GpuAsk:
+    return _share(("ask", ask.count, ask.milli, tuple(ask.models), ask.kind, ask.group), lambda: ask)
+
+
+def _gpu_shares(shares) -> tuple[GpuShare, ...]:
+    return tuple(_share(("share", s.gpu, s.milli, s.model), lambda s=s: s) for s in shares)
+
+
+def _numa_cpus(counts: Mapping[int, int]) -> Mapping[int, int]:
+    # read-only: one mapping stands for every pod holding the same counts
+    items = tuple(sorted(counts.items()))
+    return _share(("numa", items), lambda: MappingProxyType(dict(items)))
+
+
+def _name(text: str | None) -> str | None:
+    return sys.intern(text) if text else text
+
+
+@dataclass(frozen=True, slots=True)
+class KeptPod:
+    """A pod event as placement keeps it: every field placement reads."""
+
+    namespace: str
+    name: str
+    uid: str
+    phase: str
+    node: str | None
+    requests: Resources
+    exclusive_cpus: bool
+    cpu_policy: str | None
+    gpu: GpuAsk
+    tenant: str
+    user: str
+    qos: str
+    priority: int
+    system_critical: bool
+    created_at: datetime
+    invalid_reason: str | None
+    numa_cpus: Mapping[int, int]
+    gpus: tuple[GpuShare, ...]
+    decision_id: str
+    foreign: bool
+    key: str  # one string for every table keyed by this pod
+
+    @staticmethod
+    def of(pod: PodLifecycle | KeptPod) -> KeptPod:
+        if isinstance(pod, KeptPod):
+            return pod
+        return KeptPod(
+            namespace=_name(pod.namespace), name=pod.name, uid=pod.uid, phase=_name(pod.phase),
+            node=_name(pod.node), requests=_requests(pod.requests), exclusive_cpus=pod.exclusive_cpus,
+            cpu_policy=pod.cpu_policy, gpu=_gpu_ask(pod.gpu), tenant=_name(pod.tenant), user=_name(pod.user),
+            qos=_name(pod.qos), priority=pod.priority, system_critical=pod.system_critical,
+            created_at=pod.created_at, invalid_reason=pod.invalid_reason, numa_cpus=_numa_cpus(pod.numa_cpus),
+            gpus=_gpu_shares(pod.gpus), decision_id=pod.decision_id, foreign=pod.foreign,
+            key=pod_key(pod.namespace, pod.name))
+
+    def event_key(self) -> str:
+        return self.key
+
+
+PodLike = PodLifecycle | KeptPod  # what the policy reads a pod from
+
+
+@dataclass(frozen=True, slots=True)
+class KeptDecision:
+    """What a pod's record keeps of a placed decision: what it books and
+    whom it names. The explanation (chosen node's breakdown, runners-up,
+    nodes filtered out, reason) is for the bridge and the metrics; kept
+    for every pod placed it was most of placement's memory per pod."""
+
+    decision_id: str
+    namespace: str
+    name: str
+    uid: str
+    node: str | None
+    requests: Resources
+    numa_cpus: Mapping[int, int]
+    numa_nodes: tuple[int, ...]
+    gpus: tuple[GpuShare, ...]
+    epoch: int
+    leader: str
+
+    @staticmethod
+    def of(d: PlacementDecision) -> KeptDecision:
+        return KeptDecision(
+            decision_id=d.decision_id, namespace=_name(d.namespace), name=d.name, uid=d.uid, node=_name(d.node),
+            requests=_requests(d.requests), numa_cpus=_numa_cpus(d.numa_cpus), numa_nodes=tuple(d.numa_nodes),
+            gpus=_gpu_shares(d.gpus), epoch=d.epoch, leader=_name(d.leader))
+
+    def event_key(self) -> str:
+        return pod_key(self.namespace, self.name)
