@@ -32,7 +32,7 @@ from tidal_schemas import resource_type
 from .kept import KeptPod
 
 
-@dataclass
+@dataclass(slots=True)  # one per pending pod: 20,000 in a burst
 class Entry:
     pod: KeptPod
     score: float = 0.0
