@@ -6,6 +6,7 @@ milli-GPUs (1000 = one whole GPU), utilisation as a fraction in [0, 1].
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Hashable, Iterable
 from typing import Annotated, Literal
@@ -62,7 +63,7 @@ def pod_key(namespace: str, name: str) -> str:
     """The key of a pod, `namespace/name`: the one encoding every event about
     a pod is keyed and partitioned by. One-to-one because events refuse a
     '/' in either part (`PodName`)."""
-    return f"{namespace}/{name}"
+    return sys.intern(f"{namespace}/{name}")  # one string for the many tables keyed by it
 
 
 def repeated(values: Iterable[Hashable]) -> list:

@@ -18,9 +18,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tidal_bus import Delivery
-from tidal_bus.trace_context import TraceContext
-from tidal_bus.tracing import current_trace
-from tidal_schemas import PlacementDecision, PodLifecycle, TenantUsage
+from tidal_schemas import PlacementDecision, TenantUsage
 from tidal_schemas.fence import fence_decision
 
 from tidal_runtime import PublishWindow, Service, Subscription
@@ -30,6 +28,7 @@ from .cycle import cycle
 from .leadership import Leadership
 from .learning import StrategyLearner
 from .metrics import SchedulingMetrics
+from .pod_traces import PodTraces
 from .settings import PlacementSettings
 from .tenant_report import same_usage, tenant_reports
 
@@ -54,8 +53,7 @@ class PlacementService(Service):
         self.clock = time.time
         self.reported: dict[tuple[str, str], TenantUsage] = {}  # (cluster, tenant) -> last tenant.usage
         self.scheduling = SchedulingMetrics(self.metrics.registry, lambda: self.clusters, lambda: self.active)
-        # a decision has no cause event: it continues the trace of its pod's pending event
-        self.pending_traces: dict[tuple[str, str], TraceContext | None] = {}
+        self.traces = PodTraces()
 
     # -- wiring ---------------------------------------------------------------
     def subscriptions(self) -> list[Subscription]:
@@ -99,11 +97,7 @@ class PlacementService(Service):
     async def apply(self, envelope: Any) -> None:
         cache, p, now = self.cluster(envelope.cluster), envelope.payload, self.clock()
         self.scheduling.observe(envelope, counting="bind.result" in self.caught_up)
-        if isinstance(p, PodLifecycle):
-            if p.phase == "pending" and not p.foreign:
-                self.pending_traces[envelope.cluster, p.event_key()] = current_trace()
-            else:
-                self.pending_traces.pop((envelope.cluster, p.event_key()), None)
+        self.traces.read(envelope)
         if not isinstance(p, PlacementDecision):
             if cache.apply(p, now):
                 self.wake.set()
@@ -163,8 +157,8 @@ class PlacementService(Service):
                 if decision.outcome == "placed":
                     self.decisions += 1
                     self.scheduling.decisions.labels(name, strategy.name).inc()
-                trace = self.pending_traces.get((name, decision.event_key()))
-                if await window.add(self.publish(decision, cluster=name, trace=trace)) and name not in self.active:
+                published = self.publish(decision, cluster=name, trace=self.traces.of(name, decision))
+                if await window.add(published) and name not in self.active:
                     return  # deposed while publishing: the new leader decides the rest
 
     async def bind_timeouts(self) -> None:
