@@ -146,6 +146,31 @@ def test_the_cache_decides_as_the_reference_when_it_catches_up_from_a_short_memo
     assert decisions(make_strategy("fgd-cpu", workload), sequence, rank, leave_every=3) == reference
 
 
+def test_the_cache_starts_afresh_past_a_few_states_per_row_and_decides_as_the_reference(monkeypatch):
+    # states the rows have left are forgotten past STATES_PER_ROW per row (the
+    # per-shape arrays grew with every state ever seen: 66 MiB after 60,000
+    # pods on 5,000 nodes); starting afresh changes no decision. Scaled down:
+    # 150 pods on openb's 1,213 nodes reach about 130 states.
+    monkeypatch.setattr("tidal_placement.gpu_score_cache.MIN_STATES", 8)
+    monkeypatch.setattr("tidal_placement.gpu_score_cache.STATES_PER_ROW", 0.04)  # 48 states
+    workload = typical_workload([p.shape for p in BASE])
+    sequence = arrival_sequence(BASE, seed=3, capacity_milli=1000 * sum(n.gpus for n in NODES))[:150]
+    rank = np.random.default_rng([3, 7]).permutation(len(NODES))
+    reference = decisions(make_strategy("fgd-cpu", workload, reference=True), sequence, rank, leave_every=3)
+    sizes: list[int] = []
+    real_current = ScoreCache._current
+
+    def current(self, cluster):
+        states = real_current(self, cluster)
+        sizes.append(len(states))
+        return states
+
+    monkeypatch.setattr(ScoreCache, "_current", current)
+    assert decisions(make_strategy("fgd-cpu", workload), sequence, rank, leave_every=3) == reference
+    assert sum(later < earlier for earlier, later in zip(sizes, sizes[1:])) >= 2  # it started afresh, more than once
+    assert max(sizes) <= 0.04 * len(NODES) + 5  # past the limit by one refresh at most
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["assume", "release", "upsert", "remove", "allocatable"]),
                           st.integers(0, 5)), max_size=40), st.sampled_from([4, 16, 1 << 16]))

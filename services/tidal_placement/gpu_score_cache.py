@@ -36,7 +36,11 @@ from .gpu_candidates import Candidates, GpuStrategy, Scored
 from .gpu_workload import Shape
 
 MAX_SHAPES = 256  # shapes remembered, least recently used dropped first
-MAX_STATES = 1 << 17  # states remembered before starting afresh (~10 MB per 100 shapes)
+MAX_STATES = 1 << 17  # states remembered before starting afresh, at most
+# A cluster is in at most one state per row at a time: the rest are states
+# its rows have left. Starting afresh past a few per row costs each shape one
+# scoring of the current states, and keeps the per-shape arrays small.
+STATES_PER_ROW, MIN_STATES = 3, 4096
 
 
 class _States:
@@ -150,8 +154,9 @@ class ScoreCache:
 
     def _current(self, cluster: ClusterState) -> _States:
         states = self._states
+        limit = min(self.max_states, max(MIN_STATES, STATES_PER_ROW * cluster.size))
         if states is None or states.cluster is not cluster or states.gpu_cols != cluster.gpu_cols \
-                or len(states) > self.max_states:
+                or len(states) > limit:
             states = self._states = _States(cluster)  # a new cache, wider devices or too many states
             self._entries.clear()
         states.refresh()
