@@ -17,7 +17,7 @@ class Outcome:
 OK = Outcome(True)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per pod held
 class Allocation:
     """What one pod holds on one node: node-level CPU/memory, exclusive CPUs
     per NUMA id, and milli-GPU per GPU id."""

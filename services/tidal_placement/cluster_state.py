@@ -41,7 +41,7 @@ from .node_spec import NodeSpec, node_spec
 __all__ = ["GPU_MILLI", "NONE_FLOATING", "Allocation", "ClusterState", "Floating", "OK", "Outcome"]
 
 
-@dataclass
+@dataclass(slots=True)  # one per pod held
 class _Held:
     allocation: Allocation
     confirmed: bool = False

@@ -104,14 +104,12 @@ PodLike = PodLifecycle | KeptPod  # what the policy reads a pod from
 
 @dataclass(frozen=True, slots=True)
 class KeptDecision:
-    """What a pod's record keeps of a placed decision: what it books and
-    whom it names. The explanation (chosen node's breakdown, runners-up,
+    """What a pod's record (keyed by the pod) keeps of a placed decision:
+    what it books and whom it names. The explanation (chosen node's breakdown, runners-up,
     nodes filtered out, reason) is for the bridge and the metrics; kept
     for every pod placed it was most of placement's memory per pod."""
 
     decision_id: str
-    namespace: str
-    name: str
     uid: str
     node: str | None
     requests: Resources
@@ -124,9 +122,6 @@ class KeptDecision:
     @staticmethod
     def of(d: PlacementDecision) -> KeptDecision:
         return KeptDecision(
-            decision_id=d.decision_id, namespace=_name(d.namespace), name=d.name, uid=d.uid, node=_name(d.node),
-            requests=_requests(d.requests), numa_cpus=_numa_cpus(d.numa_cpus), numa_nodes=tuple(d.numa_nodes),
+            decision_id=d.decision_id, uid=d.uid, node=_name(d.node), requests=_requests(d.requests),
+            numa_cpus=_numa_cpus(d.numa_cpus), numa_nodes=_share(("nodes", *d.numa_nodes), lambda: tuple(d.numa_nodes)),
             gpus=_gpu_shares(d.gpus), epoch=d.epoch, leader=_name(d.leader))
-
-    def event_key(self) -> str:
-        return pod_key(self.namespace, self.name)
