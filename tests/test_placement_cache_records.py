@@ -61,7 +61,7 @@ def test_the_record_keeps_a_pods_fields_and_shares_what_repeats():
     for name in set(KeptPod.__slots__) - {"key"}:  # a kept list is a tuple
         kept = getattr(a, name)
         assert (list(kept) if isinstance(kept, tuple) else kept) == getattr(event, name), name
-    assert a.event_key() == event.event_key() == "default/a"
+    assert a.event_key() == event.event_key() == "default/a" and a.name == "a"
     assert cache.queue.entries["default/a"].key is a.key and next(k for k in cache.records if k == a.key) is a.key
     assert a.requests is b.requests and a.gpu is b.gpu and a.tenant is b.tenant
     assert cache.queue.entries["default/a"].pod is a  # the queue holds the kept pod, not the event

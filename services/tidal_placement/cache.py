@@ -61,7 +61,6 @@ class ClusterCache:
         self.records: dict[str, PodRecord] = {}  # pod key -> what is known of it
         self.gone: dict[str, None] = {}  # uids of deleted pods, oldest first
         self.awaiting_bind: dict[str, float] = {}  # pod key -> when its decision was taken or read
-        self.tries: dict[str, int] = {}  # placements made per pod (rollbacks give new ids)
         self.last_sample: dict[str, datetime] = {}  # node -> time of its newest sample
         self.stale: frozenset[str] = frozenset()
         self.room_changed = False  # waiting or refused pods may now fit
@@ -136,7 +135,6 @@ class ClusterCache:
         if pod.phase == "deleted":
             self.room_changed = True
             self.records.pop(key, None)
-            self.tries.pop(key, None)
             self._bury(pod.uid)
         else:
             record = self._record(key)
@@ -213,9 +211,9 @@ class ClusterCache:
         """The leader took `decision` (already assumed in the state): the pod
         holds it from now on, whatever is read next."""
         key = pod.event_key()
-        self._record(key).decision = KeptDecision.of(decision)
+        record = self._record(key)
+        record.decision, record.tries = KeptDecision.of(decision), record.tries + 1
         self.queue.remove(key)
-        self.tries[key] = self.tries.get(key, 0) + 1
         self.awaiting_bind[key] = now
 
     # -- reads -----------------------------------------------------------------
@@ -231,7 +229,12 @@ class ClusterCache:
 
     def placed_here(self) -> list[KeptPod]:
         """Pods this replica has placed (and not seen deleted), as last seen."""
-        return [self.records[key].pod for key in self.tries if key in self.records and self.records[key].pod]
+        return [record.pod for record in self.records.values() if record.tries and record.pod is not None]
+
+    def tries(self, key: str) -> int:
+        """Placements this replica made for the pod (a rollback's retry gets a new decision id)."""
+        record = self.records.get(key)
+        return record.tries if record is not None else 0
 
     def governed(self) -> bool:
         """Whether any tenant has a quota or groups (else usage is not needed)."""

@@ -89,7 +89,7 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
                 continue
             entry.announced, entry.said = now, (WAIT, held_back)
             decision_id = derived_id(f"placement/{fence.epoch}/{fence.leader}", PlacementDecision.TYPE, entry.key,
-                                     f"{cache.tries.get(entry.key, 0)}/{entry.attempts}/held-back")
+                                     f"{cache.tries(entry.key)}/{entry.attempts}/held-back")
             yield placement_decision(entry.pod, Placement(False, reason=held_back), decision_id).model_copy(
                 update=dict(epoch=fence.epoch, leader=fence.leader, queue_position=position,
                             fair_share_score=entry.score, nodes=nodes))
@@ -99,7 +99,7 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
         pod = entry.pod
         placement = place(cache, pod, usage, strategy)
         decision_id = derived_id(f"placement/{fence.epoch}/{fence.leader}", PlacementDecision.TYPE, entry.key,
-                                 f"{cache.tries.get(entry.key, 0)}/{entry.attempts}")
+                                 f"{cache.tries(entry.key)}/{entry.attempts}")
         extra: dict[str, Any] = dict(epoch=fence.epoch, leader=fence.leader, queue_position=position,
                                      fair_share_score=entry.score)
         if placement.code == PLACED:

@@ -45,6 +45,7 @@ class PodRecord:
     decision: KeptDecision | None = None  # latest admitted `placed` decision
     failed: frozenset[str] = frozenset()  # decision ids whose bind failed or timed out (one shared empty set)
     assignment: CpuAssignment | None = None  # the node agent's latest for this pod
+    tries: int = 0  # placements this replica made for the pod
 
     def live_decision(self) -> KeptDecision | None:
         d = self.decision

@@ -61,7 +61,6 @@ class KeptPod:
     """A pod event as placement keeps it: every field placement reads."""
 
     namespace: str
-    name: str
     uid: str
     phase: str
     node: str | None
@@ -87,13 +86,17 @@ class KeptPod:
         if isinstance(pod, KeptPod):
             return pod
         return KeptPod(
-            namespace=_name(pod.namespace), name=pod.name, uid=pod.uid, phase=_name(pod.phase),
+            namespace=_name(pod.namespace), uid=pod.uid, phase=_name(pod.phase),
             node=_name(pod.node), requests=_requests(pod.requests), exclusive_cpus=pod.exclusive_cpus,
             cpu_policy=pod.cpu_policy, gpu=_gpu_ask(pod.gpu), tenant=_name(pod.tenant), user=_name(pod.user),
             qos=_name(pod.qos), priority=pod.priority, system_critical=pod.system_critical,
             created_at=pod.created_at, invalid_reason=pod.invalid_reason, numa_cpus=_numa_cpus(pod.numa_cpus),
             gpus=_gpu_shares(pod.gpus), decision_id=pod.decision_id, foreign=pod.foreign,
             key=pod_key(pod.namespace, pod.name))
+
+    @property
+    def name(self) -> str:  # the key holds it: one string less per pod
+        return self.key[len(self.namespace) + 1:]
 
     def event_key(self) -> str:
         return self.key
