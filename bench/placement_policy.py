@@ -9,7 +9,8 @@ arrival order once the cluster holds `--live` pods per node, so the cache
 stays part full; only decide + assume is timed.
 
 Prints one JSON line per configuration:
-{"nodes": N, "mode": "in-process", "strategy": S, "pods_per_s": X, "p50_ms": Y, "p99_ms": Z}
+{"nodes": N, "mode": "in-process", "strategy": S, "pods_per_s": X, "p50_ms": Y, "p99_ms": Z, …,
+ "score_cache_states": states the cached strategy remembers at the end, "score_cache_mib": their arrays}
 and, with several strategies, one line per node count with each one's
 speed relative to the first (the same cluster and pods, one process:
 a ratio holds on a shared machine where absolute rates swing).
@@ -107,11 +108,13 @@ def run(nodes: int, pods: int, strategy_name: str, live_per_node: float, seed: i
         if len(live) > cap:
             state.release(live.pop(0))
     total_s = latencies.sum() / 1e9
+    states, score_bytes = strategy.memory() if hasattr(strategy, "memory") else (0, 0)
     return {"nodes": nodes, "mode": "in-process", "strategy": strategy_name + (" (reference)" if reference else ""),
             "pods_per_s": round(len(mix) / total_s, 1),
             "p50_ms": round(float(np.percentile(latencies, 50)) / 1e6, 4),
             "p99_ms": round(float(np.percentile(latencies, 99)) / 1e6, 4),
-            "pods": len(mix), "placed": placed, "clock": clock}
+            "pods": len(mix), "placed": placed, "clock": clock,
+            "score_cache_states": states, "score_cache_mib": round(score_bytes / 2**20, 1)}
 
 
 def main() -> None:

@@ -152,6 +152,16 @@ class ScoreCache:
         return Scored(cost=cost, device=None if entry.device is None else entry.device[sids],
                       tiebreaks=tuple(t[sids] for t in entry.tiebreaks))
 
+    def memory(self) -> tuple[int, int]:
+        """(states remembered, bytes of their arrays and of every shape's scores)."""
+        states = self._states
+        if states is None:
+            return 0, 0
+        arrays = [states.cpu_free, states.gpu_idle, states.gpu_model, states.gpu_free, states.gpu_valid]
+        for entry in self._entries.values():
+            arrays += [entry.cost, *entry.tiebreaks] + ([entry.device] if entry.device is not None else [])
+        return len(states), sum(a.nbytes for a in arrays)
+
     def _current(self, cluster: ClusterState) -> _States:
         states = self._states
         limit = min(self.max_states, max(MIN_STATES, STATES_PER_ROW * cluster.size))
