@@ -23,7 +23,8 @@ Reports, and prints as one JSON line:
   observer_p99_ms  the decision event's time -> read here (how much of the
                    latency is this script's own delay)
   placed / pending the first decisions' outcomes (pending: no room now)
-  peak RSS (VmHWM) and CPU seconds of every service process and the broker
+  peak RSS (VmHWM) and CPU seconds of every service process and the broker,
+                   and their CPU time from the burst's start per pod
 
 Run: .venv/bin/python bench/burst.py [--nodes 5000] [--pods 20000] [--bus nats|kafka]
          [--metrics-interval 10] [--strategy S] [--seed 0]
@@ -112,10 +113,14 @@ async def wait_for_stages(stack: Stack, stream: str, count: int, timeout: float 
         await asyncio.sleep(0.5)
 
 
-def process_row(name: str, pid: int | None) -> dict:
-    """Peak and current RSS and CPU time of one process."""
+def process_row(name: str, pid: int | None, cpu_before: float | None, pods: int) -> dict:
+    """Peak and current RSS and CPU time of one process; its CPU time during
+    the burst (from `cpu_before`) per pod of the burst."""
+    cpu = cpu_seconds(pid)
+    burst = cpu - cpu_before if cpu is not None and cpu_before is not None else None
     return {"process": name, "pid": pid, "peak_rss_mib": proc_status_mib(pid),
-            "rss_now_mib": proc_status_mib(pid, "VmRSS"), "cpu_s": cpu_seconds(pid)}
+            "rss_now_mib": proc_status_mib(pid, "VmRSS"), "cpu_s": cpu,
+            "burst_cpu_ms_per_pod": round(1000 * burst / pods, 2) if burst is not None else None}
 
 
 def say(text: str) -> None:
@@ -151,6 +156,9 @@ async def drive(stack: Stack, args: argparse.Namespace, broker: tuple[int | None
         say(f"cluster ready in {setup_s:.0f}s; burst of {args.pods} pods")
 
         load_before = os.getloadavg()
+        processes = [(s.name, s.process.pid) for s in stack.services] + [(broker[1], broker[0]),
+                                                                          ("bench observer", os.getpid())]
+        cpu_before = {pid: cpu_seconds(pid) for _, pid in processes}
         for actor in (agents, creator):
             if actor is not None:
                 actor.go()
@@ -164,8 +172,7 @@ async def drive(stack: Stack, args: argparse.Namespace, broker: tuple[int | None
             rounds = (await asyncio.to_thread(agents.result))["rounds"]
         reader.cancel()
         await asyncio.gather(reader, return_exceptions=True)
-        memory = [process_row(s.name, s.process.pid) for s in stack.services]
-        memory += [process_row(broker[1], broker[0]), process_row("bench observer", os.getpid())]
+        memory = [process_row(name, pid, cpu_before[pid], args.pods) for name, pid in processes]
 
     start = sent["start"]
     first = {key: decisions.first[key] for key in sent["times"]}
@@ -229,7 +236,7 @@ def main() -> None:
                   "p50_ms", "p99_ms", "max_ms", "observer_p50_ms", "observer_p99_ms", "placed", "pending", "setup_s",
                   "loadavg_1m")], ["figure", "value"]))
     print()
-    print(table(result["memory"], ["process", "pid", "peak_rss_mib", "rss_now_mib", "cpu_s"]))
+    print(table(result["memory"], ["process", "pid", "peak_rss_mib", "rss_now_mib", "cpu_s", "burst_cpu_ms_per_pod"]))
     print(json.dumps(result), flush=True)
 
 
