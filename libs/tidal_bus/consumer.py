@@ -105,11 +105,11 @@ class SeenIds:
         return blake2b(event_id.encode(), digest_size=12).digest()
 
     def _age(self) -> None:
-        elapsed = self._clock() - self._swapped
-        if elapsed >= self._horizon_s:
-            self._previous, self._current, self._swapped = set(), set(), self._clock()
-        elif elapsed >= self._horizon_s / 2 or 2 * len(self._current) >= self._capacity:
-            self._previous, self._current, self._swapped = self._current, set(), self._clock()
+        now = self._clock()
+        if now - self._swapped >= self._horizon_s:
+            self._previous, self._current, self._swapped = set(), set(), now
+        elif now - self._swapped >= self._horizon_s / 2 or 2 * len(self._current) >= self._capacity:
+            self._previous, self._current, self._swapped = self._current, set(), now
 
     def __contains__(self, event_id: str) -> bool:
         self._age()

@@ -46,6 +46,8 @@ STATES_PER_ROW, MIN_STATES = 3, 4096
 class _States:
     """Distinct node states, by id: the figures a row-local score reads."""
 
+    FIGURES = ("cpu_free", "gpu_idle", "gpu_model", "gpu_free", "gpu_valid")  # one array each, by state id
+
     def __init__(self, cluster: ClusterState):
         self.cluster, self.gpu_cols = cluster, cluster.gpu_cols
         self.models = cluster.models  # the cluster's list: model ids never change
@@ -84,7 +86,7 @@ class _States:
     def _add(self, key: tuple, r: int) -> int:
         sid = len(self.ids)
         if sid == len(self.cpu_free):
-            for name in ("cpu_free", "gpu_idle", "gpu_model", "gpu_free", "gpu_valid"):
+            for name in self.FIGURES:
                 old = getattr(self, name)
                 setattr(self, name, np.concatenate([old, np.zeros_like(old)]))
         c = self.cluster
@@ -157,7 +159,7 @@ class ScoreCache:
         states = self._states
         if states is None:
             return 0, 0
-        arrays = [states.cpu_free, states.gpu_idle, states.gpu_model, states.gpu_free, states.gpu_valid]
+        arrays = [getattr(states, name) for name in states.FIGURES]
         for entry in self._entries.values():
             arrays += [entry.cost, *entry.tiebreaks] + ([entry.device] if entry.device is not None else [])
         return len(states), sum(a.nbytes for a in arrays)

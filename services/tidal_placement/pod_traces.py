@@ -27,7 +27,7 @@ class PodTraces:
             self._pending.pop((envelope.cluster, p.event_key()), None)
 
     def of(self, cluster: str, decision: PlacementDecision) -> TraceContext | None:
-        """The trace `decision` continues."""
+        """The trace `decision` continues; a placed decision takes it (the pod's trace ends there)."""
         key = (cluster, decision.event_key())
         return self._pending.pop(key, None) if decision.outcome == "placed" else self._pending.get(key)
 
