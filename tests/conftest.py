@@ -100,7 +100,30 @@ async def start_service(service, ready=lambda s: True, timeout: float = 20.0):
     return task
 
 
-async def stop_service(service, task) -> None:
-    """Graceful stop, as on SIGTERM, bounded in time."""
+async def stop_service(service, task, timeout: float = 30.0) -> None:
+    """Graceful stop, as on SIGTERM, bounded in time. A service that does
+    not stop fails the test with where each of its tasks is waiting."""
     service.stop()
-    await asyncio.wait_for(task, 30)
+    done, _ = await asyncio.wait([task], timeout=timeout)
+    if done:
+        task.result()
+        return
+    stuck = [f"{t.get_name()}: {_waiting_at(t)}" for t in asyncio.all_tasks()
+             if not t.done() and t.get_name().startswith(f"{service.name}:")]
+    task.cancel()
+    raise AssertionError(f"{service.name} did not stop within {timeout:g} s; its tasks: {stuck}")
+
+
+def _waiting_at(task: asyncio.Task) -> str:
+    """The chain of awaits a suspended task is in, outermost first."""
+    where, awaited = [], task.get_coro()
+    while awaited is not None and len(where) < 30:
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None) \
+            or getattr(awaited, "gi_frame", None)
+        if frame is None:
+            where.append(type(awaited).__name__)
+            break
+        where.append(f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} {frame.f_code.co_name}")
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "ag_await", None) \
+            or getattr(awaited, "gi_yieldfrom", None)
+    return " > ".join(where) or "?"

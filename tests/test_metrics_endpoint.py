@@ -50,8 +50,11 @@ async def test_placement_metrics(nats_server, namespace):
             await bus.publish(pod("later", cpu_milli=1000))
 
             def settled(f) -> bool:
+                # The gauge says "later" is held back as soon as "huge" waits; the
+                # attempt that holds it back is counted when a cycle reaches it.
                 return (value(f, "tidal_scheduler_pending_pods", reason="cpu") == 1
                         and value(f, "tidal_scheduler_pending_pods", reason="waiting") == 1
+                        and value(f, "tidal_scheduler_schedule_attempts_total", result="wait") >= 1
                         and value(f, "tidal_scheduler_pod_scheduling_duration_seconds_count") == 1)
 
             families = await eventually(service, settled, what="pending pods by reason and a bound pod")

@@ -161,3 +161,28 @@ def test_json_log_lines():
     line = json.loads(JsonFormatter("echo").format(record))
     assert line["msg"] == "lag is 42" and line["level"] == "warning"
     assert line["service"] == "echo" and line["node"] == "n1" and line["ts"].endswith("Z")
+
+
+class SwallowingService(EchoService):
+    """A loop that swallows the first cancel, as Python 3.11's wait_for does
+    when a reply races the cancel, and then runs on."""
+
+    def loops(self):
+        async def swallow_once() -> None:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                self.swallowed = True
+            while True:
+                await asyncio.sleep(0.05)
+        return [swallow_once]
+
+
+async def test_a_loop_that_swallows_its_cancel_still_stops(nats_server, namespace):
+    service = SwallowingService(_settings(nats_server.url, namespace))
+    service.swallowed = False
+    task = asyncio.create_task(service.run())
+    await wait_until(lambda: service.ready()[0], timeout=20, what="echo ready")
+    service.stop()
+    await asyncio.wait_for(task, 10)
+    assert service.swallowed, "the loop saw the first cancel and ran on"

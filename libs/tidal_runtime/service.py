@@ -176,6 +176,18 @@ class Service:
             self.log.warning("consumer %s did not drain in %.0fs; cancelling it (stuck at: %s)", task.get_name(),
                              self.settings.drain_timeout_s, where.strip().splitlines()[-2:] if where else "?")
             task.cancel()
+        await cancel_until_done([*loop_tasks, *pending])
+
+
+async def cancel_until_done(tasks: list[asyncio.Task], every_s: float = 1.0) -> None:
+    """Wait for cancelled tasks to end, cancelling again those still running
+    every `every_s`: Python 3.11's wait_for (inside nats-py and aiokafka)
+    swallows a cancel that races a reply, and the loop then runs on."""
+    while running := [t for t in tasks if not t.done()]:
+        await asyncio.wait(running, timeout=every_s)
+        for task in running:
+            if not task.done():
+                task.cancel()
 
 
 def run_service(service_class: type[Service], settings: ServiceSettings | None = None) -> int:
