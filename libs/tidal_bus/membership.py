@@ -35,6 +35,17 @@ def raise_if_cancelling() -> None:
         raise asyncio.CancelledError
 
 
+async def cancel_until_done(tasks: list[asyncio.Task], every_s: float = 1.0) -> None:
+    """Wait for cancelled tasks to end, cancelling again those still running
+    every `every_s`: Python 3.11's wait_for (inside nats-py and aiokafka)
+    swallows a cancel that races a reply, and the loop then runs on."""
+    while running := [t for t in tasks if not t.done()]:
+        await asyncio.wait(running, timeout=every_s)
+        for task in running:
+            if not task.done():
+                task.cancel()
+
+
 def partition_owners(partitions: Iterable[int], members: Iterable[str]) -> dict[int, str]:
     """Rendezvous hashing with bounded load: every (partition, member) pair
     is ranked by hash; partitions go to their best-ranked member with room,

@@ -17,7 +17,7 @@ from tidal_schemas.streams import StreamSpec
 
 from .api import AssignmentListener, GroupSubscription, RawMessage, StartAt
 from .errors import BusError
-from .membership import Membership, raise_if_cancelling
+from .membership import Membership, cancel_until_done, raise_if_cancelling
 from .nats_streams import deliver_options
 from .subjects import encode_durable, nats_consumer_name, nats_partition_filter, nats_stream_name
 
@@ -124,6 +124,7 @@ class NatsGroupSubscription(GroupSubscription):
         for task in self._tasks:
             task.cancel()
         log.debug("close %s: stopping membership", self._group)
+        await cancel_until_done(self._tasks)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         log.debug("close %s: leaving", self._group)
         await self._membership.leave()

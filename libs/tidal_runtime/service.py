@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tidal_bus import Bus, Consumer, Delivery, Handler, StartAt
-from tidal_bus.membership import raise_if_cancelling
+from tidal_bus.membership import cancel_until_done, raise_if_cancelling
 from tidal_schemas import Envelope, Payload
 
 from .http import HealthServer
@@ -178,16 +178,6 @@ class Service:
             task.cancel()
         await cancel_until_done([*loop_tasks, *pending])
 
-
-async def cancel_until_done(tasks: list[asyncio.Task], every_s: float = 1.0) -> None:
-    """Wait for cancelled tasks to end, cancelling again those still running
-    every `every_s`: Python 3.11's wait_for (inside nats-py and aiokafka)
-    swallows a cancel that races a reply, and the loop then runs on."""
-    while running := [t for t in tasks if not t.done()]:
-        await asyncio.wait(running, timeout=every_s)
-        for task in running:
-            if not task.done():
-                task.cancel()
 
 
 def run_service(service_class: type[Service], settings: ServiceSettings | None = None) -> int:
