@@ -70,15 +70,24 @@ def test_shared_lookup_matches_numa_scores(seed, need):
 @settings(max_examples=20, deadline=None)
 @given(st.integers(0, 10_000))
 def test_the_caches_row_prefixes_are_the_walks_prefixes(seed):
-    # the cache updates one row in a few operations; `prefixes` is the walk's definition
-    from tidal_policy.numa_walk import prefixes
+    # the cache updates one row in plain Python; `prefixes` and `load_order` are the walk's definition
+    from tidal_policy.numa_walk import load_order, prefixes
 
     state = random_cluster(seed, nodes=12)
     n = state.size
-    walk = prefixes(state.numa_free[:n], state.numa_load[:n], state.numa_valid[:n], state.numa_order[:n])
-    assert np.array_equal(walk.order, state.numa_order[:n])
+    free, load, valid = state.numa_free[:n], state.numa_load[:n], state.numa_valid[:n]
+    walk = prefixes(free, load, valid)
+    assert np.array_equal(load_order(load, valid), state.numa_order[:n])
     assert np.array_equal(walk.cum_free, state.numa_cum_free[:n])
     assert np.array_equal(walk.cum_mean, state.numa_cum_mean[:n])
+    assert np.array_equal(walk.cum_free[:, 0], state.numa_head_free[:n])
+    assert np.array_equal(walk.cum_mean[:, 0], state.numa_head_mean[:n])
+    # in free-descending order (ties: lower column): free CPUs (padding -1) and summed load (padding: the total)
+    by_free = np.argsort(np.where(valid, -free, 1), axis=1, kind="stable")
+    assert np.array_equal(np.where(valid, np.take_along_axis(free, by_free, axis=1), -1), state.numa_free_desc[:n])
+    desc_load = np.cumsum(np.take_along_axis(np.where(valid, load, 0.0), by_free, axis=1), axis=1)
+    assert np.array_equal(desc_load, state.numa_desc_cum_load[:n])
+    assert np.array_equal(np.where(valid, free, -1).max(axis=1), state.numa_max_free[:n])
 
 
 @settings(max_examples=40, deadline=None)

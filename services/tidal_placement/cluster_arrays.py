@@ -19,6 +19,8 @@ Derived per row (kept current on every change of that row):
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 import numpy as np
 
 from tidal_schemas.common import GPU_MILLI
@@ -108,7 +110,9 @@ class ClusterArrays:
     def _order_numa(self, r: int) -> None:
         # §E ranks NUMA nodes by load; padding sorts last. Loads change only
         # on metric updates, so the order is cached instead of sorted per pod.
-        self.numa_order[r] = np.argsort(np.where(self.numa_valid[r], self.numa_load[r], np.inf), kind="stable")
+        count = int(self.numa_count[r])
+        load = self.numa_load[r, :count].tolist()
+        self.numa_order[r] = sorted(range(count), key=load.__getitem__) + list(range(count, self.numa_cols))
         self._numa_head(r)
 
     def _numa_head(self, r: int) -> None:
@@ -117,24 +121,26 @@ class ClusterArrays:
         # mean load; in free-descending order (ties: lower column), free CPUs
         # and summed load — the NUMA nodes `spread` gives its remainder to.
         # Padding repeats the all-NUMA figures (free_desc pads with -1).
+        # `tidal_policy.numa_walk.prefixes` of this one row, in plain Python: a row has a few
+        # NUMA nodes, and numpy's per-call cost is most of the work on arrays this small
+        # (tests/test_placement_numa_prefixes.py keeps them equal).
         count = int(self.numa_count[r])
         if not count:
             return
-        load = self.numa_load[r, :count]
-        free = self.numa_free[r, :count]
-        # `tidal_policy.numa_walk.prefixes` of this one row, in the few operations a per-decision
-        # update can afford (tests/test_placement_numa_prefixes.py keeps them equal)
-        by_load = self.numa_order[r, :count]
-        cum_free = np.cumsum(free[by_load])
-        cum_mean = np.cumsum(load[by_load]) / np.arange(1, count + 1)
-        self.numa_cum_free[r, :count], self.numa_cum_free[r, count:] = cum_free, cum_free[-1]
-        self.numa_cum_mean[r, :count], self.numa_cum_mean[r, count:] = cum_mean, cum_mean[-1]
+        pad = self.numa_cols - count
+        load = self.numa_load[r, :count].tolist()
+        free = self.numa_free[r, :count].tolist()
+        by_load = self.numa_order[r, :count].tolist()
+        cum_free = list(accumulate(free[j] for j in by_load))
+        cum_mean = [total / n for n, total in enumerate(accumulate(load[j] for j in by_load), 1)]
+        self.numa_cum_free[r] = cum_free + cum_free[-1:] * pad
+        self.numa_cum_mean[r] = cum_mean + cum_mean[-1:] * pad
         self.numa_head_free[r], self.numa_head_mean[r] = cum_free[0], cum_mean[0]
-        by_free = np.argsort(-free, kind="stable")
-        desc_load = np.cumsum(load[by_free])
-        self.numa_free_desc[r, :count] = free[by_free]
-        self.numa_desc_cum_load[r, :count], self.numa_desc_cum_load[r, count:] = desc_load, desc_load[-1]
-        self.numa_max_free[r] = free.max()
+        by_free = sorted(range(count), key=lambda j: -free[j])
+        desc_load = list(accumulate(load[j] for j in by_free))
+        self.numa_free_desc[r] = [free[j] for j in by_free] + [-1] * pad
+        self.numa_desc_cum_load[r] = desc_load + desc_load[-1:] * pad
+        self.numa_max_free[r] = max(free)
 
     def _resize(self, rows: int, numa_cols: int, gpu_cols: int) -> None:
         old = getattr(self, "capacity", 0)
