@@ -20,6 +20,7 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig
 from nats.js.errors import NotFoundError
 
 from tidal_schemas.streams import StreamSpec, partition_for
@@ -29,6 +30,7 @@ from .auth import BusAuth, BusPermissionError, redact_url
 from .errors import BusConfigError, BusError
 from .intake import EventTooLarge, check_size, dedupe_key
 from .nats_group import NatsGroupSubscription
+from .nats_pull import Puller
 from .nats_reader import read_stream
 from .nats_refusals import AUTH_FAILURE, Refusals, credentials_hint
 from .nats_streams import same_stream_config, stream_config
@@ -248,6 +250,12 @@ class NatsBackend(Backend):
     def read(self, spec: StreamSpec, start: StartAt, *, partitions: frozenset[int] | None = None,
              until: dict[int, int] | None = None, follow: bool = False) -> AsyncIterator[RawMessage]:
         return read_stream(self, spec, start, partitions=partitions, until=until, follow=follow)
+
+    async def puller(self, stream_name: str, config: ConsumerConfig) -> Puller:
+        """The pulling end of a consumer of `stream_name` (created when it does not exist)."""
+        if self._nc is None:
+            raise BusError("NATS backend used before connect()")
+        return await Puller.open(self._nc, self.js, stream_name, config)
 
     def raw_message(self, msg: Msg) -> RawMessage:
         tokens = msg.subject.split(".")

@@ -18,6 +18,7 @@ from tidal_schemas.streams import StreamSpec
 from .api import AssignmentListener, GroupSubscription, RawMessage, StartAt
 from .errors import BusError
 from .membership import Membership, cancel_until_done, raise_if_cancelling
+from .nats_pull import Puller
 from .nats_streams import deliver_options
 from .subjects import encode_durable, nats_consumer_name, nats_partition_filter, nats_stream_name
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from .nats_backend import NatsBackend
 
 log = logging.getLogger(__name__)
+FAIR_SHARE = 64  # messages taken from the buffer before yielding to the event loop
 
 
 class NatsGroupSubscription(GroupSubscription):
@@ -106,14 +108,21 @@ class NatsGroupSubscription(GroupSubscription):
         return lags
 
     async def messages(self) -> AsyncIterator[RawMessage]:
+        taken = 0
         while not self.stopping:
             raise_if_cancelling()
             if self._failure is not None:
                 raise BusError(f"subscription {self._group} failed: {self._failure}") from self._failure
-            try:
-                msg = await asyncio.wait_for(self._queue.get(), timeout=1.0)
-            except asyncio.TimeoutError:
-                continue
+            if not self._queue.empty():  # the usual case under load: no task and timer per message
+                msg = self._queue.get_nowait()
+                taken += 1
+                if taken % FAIR_SHARE == 0:
+                    await asyncio.sleep(0)  # let the service's other tasks run between long runs
+            else:
+                try:
+                    msg = await asyncio.wait_for(self._queue.get(), timeout=1.0)
+                except asyncio.TimeoutError:
+                    continue
             if msg.partition not in self._fetchers or self.stopping:
                 await msg.nak(0)  # lost this partition meanwhile: let the new owner have it now
                 continue
@@ -153,8 +162,7 @@ class NatsGroupSubscription(GroupSubscription):
         if gained or lost:
             log.info("group %s on %s: owns partitions %s", self._group, self._spec.name, sorted(owned))
 
-    async def _consumer(self, partition: int):  # -> JetStreamContext.PullSubscription
-        js = self._backend.js
+    async def _consumer(self, partition: int) -> Puller:
         config = ConsumerConfig(
             durable_name=nats_consumer_name(self._group, self._spec, partition),
             ack_policy=AckPolicy.EXPLICIT,
@@ -163,14 +171,9 @@ class NatsGroupSubscription(GroupSubscription):
             filter_subject=nats_partition_filter(self._backend.namespace, self._spec, partition),
             **deliver_options(self._start),
         )
-        return await js.pull_subscribe(
-            config.filter_subject,
-            durable=config.durable_name,
-            stream=nats_stream_name(self._backend.namespace, self._spec),
-            config=config,
-        )
+        return await self._backend.puller(nats_stream_name(self._backend.namespace, self._spec), config)
 
-    async def _fetch(self, partition: int, psub) -> None:
+    async def _fetch(self, partition: int, psub: Puller) -> None:
         me = asyncio.current_task()
         try:
             while self._fetchers.get(partition) is me and not me.cancelling():
@@ -189,7 +192,7 @@ class NatsGroupSubscription(GroupSubscription):
                     await self._queue.put(self._backend.raw_message(msg))
         finally:
             try:
-                await psub.unsubscribe()
+                await psub.close(return_unread=True)
             except Exception:
                 pass
 

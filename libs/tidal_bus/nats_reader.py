@@ -85,7 +85,7 @@ backend: "NatsBackend",
                         return
         finally:
             try:
-                await psub.unsubscribe()
+                await psub.close()
             except Exception:
                 pass
 
@@ -97,6 +97,4 @@ async def _reader(backend: "NatsBackend", spec: StreamSpec, filters: list[str], 
         **deliver_options(start),
         **({"filter_subjects": filters} if len(filters) > 1 else {"filter_subject": filters[0]}),
     )
-    return await backend.js.pull_subscribe(
-        filters[0], durable=None, stream=nats_stream_name(backend.namespace, spec), config=config
-    )
+    return await backend.puller(nats_stream_name(backend.namespace, spec), config)

@@ -34,6 +34,8 @@ def encode_token(text: str) -> str:
 
 
 def decode_token(token: str) -> str:
+    if "%" not in token:  # nothing was escaped: the usual case, on every message read
+        return token
     if token == "%00":
         return ""
     return bytes(_decode_bytes(token)).decode()

@@ -1,0 +1,121 @@
+"""Pulling from a JetStream consumer over the pull protocol (`nats_pull`),
+against a real NATS server: every message once and in order, later messages
+without a new fetch's request, a timeout when there is nothing, no busy loop
+on a consumer that is gone, and unread messages handed back at close."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+import nats.errors
+import nats.js.errors
+import pytest
+from nats.js.api import AckPolicy, ConsumerConfig
+
+from conftest import wait_until
+from tidal_bus.nats_pull import Puller
+
+
+@pytest.fixture
+async def jetstream(nats_server, namespace):
+    nc = await nats.connect(nats_server.url)
+    js = nc.jetstream()
+    await js.add_stream(name=namespace, subjects=[f"{namespace}.>"])
+    yield nc, js, namespace
+    await js.delete_stream(namespace)
+    await nc.close()
+
+
+async def _publish(js, stream: str, count: int, first: int = 0) -> None:
+    for i in range(first, first + count):
+        await js.publish(f"{stream}.e", str(i).encode())
+
+
+async def _fetch_all(puller: Puller, count: int, batch: int) -> list[int]:
+    got: list[int] = []
+    while len(got) < count:
+        got += [int(m.data) for m in await puller.fetch(batch, timeout=2.0)]
+    return got
+
+
+async def test_every_message_once_and_in_order_across_batches(jetstream):
+    nc, js, stream = jetstream
+    await _publish(js, stream, 700)
+    puller = await Puller.open(nc, js, stream, ConsumerConfig(ack_policy=AckPolicy.NONE))
+    try:
+        assert await _fetch_all(puller, 700, batch=256) == list(range(700))
+        with pytest.raises(nats.errors.TimeoutError):
+            await puller.fetch(256, timeout=0.3)
+        await _publish(js, stream, 5, first=700)  # after an empty fetch: the next one brings them
+        assert await _fetch_all(puller, 5, batch=256) == list(range(700, 705))
+    finally:
+        await puller.close()
+
+
+async def test_a_batch_is_never_larger_than_asked(jetstream):
+    nc, js, stream = jetstream
+    await _publish(js, stream, 30)
+    puller = await Puller.open(nc, js, stream, ConsumerConfig(ack_policy=AckPolicy.NONE))
+    try:
+        sizes = []
+        got: list[int] = []
+        while len(got) < 30:
+            batch = await puller.fetch(8, timeout=2.0)
+            sizes.append(len(batch))
+            got += [int(m.data) for m in batch]
+        assert got == list(range(30)) and max(sizes) <= 8
+    finally:
+        await puller.close()
+
+
+async def test_a_consumer_that_is_gone_costs_a_request_per_fetch_not_a_busy_loop(jetstream):
+    nc, js, stream = jetstream
+    requests: dict[str, int] = {"gone": 0, "deleted": 0}
+    publish = nc.publish
+
+    async def counted(subject: str, payload: bytes = b"", **options) -> None:
+        # pull requests counted as the client sends them (a subscriber to
+        # MSG.NEXT would answer for the consumer: no 503 then)
+        if ".CONSUMER.MSG.NEXT." in subject:
+            requests[subject.rsplit(".", 1)[-1]] += 1
+        await publish(subject, payload, **options)
+    nc.publish = counted
+    gone = await Puller.open(nc, js, stream, ConsumerConfig(durable_name="gone", ack_policy=AckPolicy.EXPLICIT))
+    deleted = await Puller.open(nc, js, stream, ConsumerConfig(durable_name="deleted",
+                                                               ack_policy=AckPolicy.EXPLICIT))
+    try:
+        # gone before the pull: the server's error (503, no consumer answers), once per fetch
+        await js.delete_consumer(stream, "gone")
+        for _ in range(3):
+            with pytest.raises(nats.js.errors.ServiceUnavailableError):
+                await gone.fetch(16, timeout=0.5)
+        # deleted while a request waits (409): that fetch waits out its timeout without asking again
+        waiting = asyncio.create_task(deleted.fetch(16, timeout=1.0))
+        await asyncio.sleep(0.2)
+        await js.delete_consumer(stream, "deleted")
+        with pytest.raises(nats.errors.TimeoutError):
+            await waiting
+        await asyncio.sleep(0.1)
+        assert requests == {"gone": 3, "deleted": 1}
+    finally:
+        await gone.close()
+        await deleted.close()
+
+
+async def test_close_hands_unread_messages_back_at_once(jetstream):
+    nc, js, stream = jetstream
+    config = ConsumerConfig(durable_name="group", ack_policy=AckPolicy.EXPLICIT, ack_wait=30.0)
+    await _publish(js, stream, 1)
+    first = await Puller.open(nc, js, stream, config)
+    (msg,) = await first.fetch(16, timeout=2.0)  # its request stays open: later messages come to it
+    await msg.ack()
+    await _publish(js, stream, 2, first=1)
+    await wait_until(lambda: len(first._arrived) == 2, 5, "two deliveries to the open request")
+    await first.close(return_unread=True)
+    second = await Puller.open(nc, js, stream, ConsumerConfig(durable_name="group", ack_policy=AckPolicy.EXPLICIT,
+                                                              ack_wait=30.0))
+    try:  # well within ack_wait: they were handed back, not left to time out
+        assert sorted(await _fetch_all(second, 2, batch=16)) == [1, 2]
+    finally:
+        await second.close()
