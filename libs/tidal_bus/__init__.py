@@ -1,5 +1,6 @@
 """Tidal's event bus: one async interface over NATS JetStream and Kafka."""
 
+from . import _lean_nats  # noqa: F401  (first: nats without aiohttp)
 from .api import Backend, GroupSubscription, RawMessage, StartAt
 from .backends import BUS_BACKENDS, backend_from_url, options_for
 from .bus import Bus
