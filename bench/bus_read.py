@@ -1,0 +1,106 @@
+"""CPU time per event of reading the bus, as the services read it, over the
+embedded NATS server: what each node's sample costs every stage before its
+own work.
+
+- follower: placement's path for a per-node stream. `Bus.catch_up_then_follow`
+  over `score.node` into placement's own cache (`ClusterCache.apply`).
+- group: the path of scoring, oversell and remediation. A `Consumer` in a
+  group over `score.node` with a handler that does nothing, so the figure
+  is the bus's part (fetch, decode, dedupe, metrics, ack).
+
+`--nodes` events are published first (one score per node), then read once;
+only the reading is timed, by the process's CPU clock.
+
+Prints one JSON line per path: {"path": P, "events": N, "cpu_us_per_event": X}
+
+Run: .venv/bin/python bench/bus_read.py [--nodes 5000] [--paths follower group]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+import _common
+from tidal_bus import Bus, Consumer, StartAt
+from tidal_bus.embedded import EmbeddedNats
+from tidal_placement.cache import ClusterCache
+from tidal_schemas import NodeScore
+from tidal_schemas.streams import stream
+
+CLUSTER = "c1"
+
+
+async def follower(bus: Bus, topologies: list, count: int) -> float:
+    cache = ClusterCache(CLUSTER, 30.0, 0.0)
+    for topology in topologies:
+        cache.apply(topology, time.time())
+    caught_up = asyncio.Event()
+
+    async def on_event(envelope) -> None:
+        cache.apply(envelope.payload, time.time())
+
+    async def done() -> None:
+        caught_up.set()
+    started = time.process_time()
+    task = asyncio.create_task(bus.catch_up_then_follow("score.node", on_event, done))
+    await caught_up.wait()
+    spent = time.process_time() - started
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return spent
+
+
+async def group(bus: Bus, topologies: list, count: int) -> float:
+    handled = 0
+
+    async def handler(envelope, delivery) -> None:
+        nonlocal handled
+        handled += 1
+    consumer = Consumer(bus, stream("score.node"), "bench-read", handler, StartAt.earliest())
+    started = time.process_time()
+    task = asyncio.create_task(consumer.run())
+    while handled < count:
+        await asyncio.sleep(0.01)
+    spent = time.process_time() - started
+    consumer.stop()
+    await task
+    return spent
+
+
+PATHS = {"follower": follower, "group": group}
+
+
+async def main(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as data:
+        server = EmbeddedNats(Path(data)).start()
+        try:
+            bus = Bus.from_url(server.url, namespace="benchread", cluster=CLUSTER, source="bench")
+            await bus.backend.connect()
+            await bus.ensure_streams()
+            topologies = list(_common.topologies(args.nodes, np.random.default_rng(args.seed)))
+            now = datetime.now(timezone.utc)
+            await _common.publish_all(bus, [NodeScore(node=t.node, load=0.3, numa_load={0: 0.2, 1: 0.4},
+                                                      sampled_at=now) for t in topologies])
+            for path in args.paths:
+                spent = await PATHS[path](bus, topologies, args.nodes)
+                print(json.dumps({"path": path, "events": args.nodes,
+                                  "cpu_us_per_event": round(spent * 1e6 / args.nodes, 1)}), flush=True)
+            await bus.backend.close()
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--paths", nargs="+", choices=list(PATHS), default=list(PATHS))
+    parser.add_argument("--seed", type=int, default=0)
+    asyncio.run(main(parser.parse_args()))
