@@ -64,7 +64,7 @@ async def group(bus: Bus, topologies: list, count: int) -> float:
     async def handler(envelope, delivery) -> None:
         nonlocal handled
         handled += 1
-    consumer = Consumer(bus, stream("score.node"), "bench-read", handler, StartAt.earliest())
+    consumer = Consumer(bus, stream("score.node"), "bench-read", handler, start=StartAt.earliest())
     started = time.process_time()
     task = asyncio.create_task(consumer.run())
     while handled < count:
