@@ -7,13 +7,15 @@ own work.
 - group: the path of scoring, oversell and remediation. A `Consumer` in a
   group over `score.node` with a handler that does nothing, so the figure
   is the bus's part (fetch, decode, dedupe, metrics, ack).
+- relay: the same with a handler that publishes one event per event read,
+  as scoring and oversell do (a score per sample, an allocatable per score).
 
 `--nodes` events are published first (one score per node), then read once;
 only the reading is timed, by the process's CPU clock.
 
 Prints one JSON line per path: {"path": P, "events": N, "cpu_us_per_event": X}
 
-Run: .venv/bin/python bench/bus_read.py [--nodes 5000] [--paths follower group]
+Run: .venv/bin/python bench/bus_read.py [--nodes 5000] [--paths follower group relay]
 """
 
 from __future__ import annotations
@@ -58,13 +60,15 @@ async def follower(bus: Bus, topologies: list, count: int) -> float:
     return spent
 
 
-async def group(bus: Bus, topologies: list, count: int) -> float:
+async def group(bus: Bus, topologies: list, count: int, relay: bool = False) -> float:
     handled = 0
 
     async def handler(envelope, delivery) -> None:
         nonlocal handled
+        if relay:
+            await bus.publish(envelope.payload.model_copy(update={"load": 0.5}), cause=envelope)
         handled += 1
-    consumer = Consumer(bus, stream("score.node"), "bench-read", handler, start=StartAt.earliest())
+    consumer = Consumer(bus, stream("score.node"), f"bench-read-{relay}", handler, start=StartAt.earliest())
     started = time.process_time()
     task = asyncio.create_task(consumer.run())
     while handled < count:
@@ -75,7 +79,11 @@ async def group(bus: Bus, topologies: list, count: int) -> float:
     return spent
 
 
-PATHS = {"follower": follower, "group": group}
+async def relay(bus: Bus, topologies: list, count: int) -> float:
+    return await group(bus, topologies, count, relay=True)
+
+
+PATHS = {"follower": follower, "group": group, "relay": relay}
 
 
 async def main(args: argparse.Namespace) -> None:
