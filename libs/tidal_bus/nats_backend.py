@@ -60,9 +60,9 @@ class NatsBackend(Backend):
         self.ack_wait_s = ack_wait_s
         self.member_ttl_s = member_ttl_s
         # Messages per pull request. 64, not 256: a pull request's messages keep coming
-        # while the last batch is handled, and at 256 placement peaked 6.5 MiB higher in
-        # bench/burst.py and a group consumer took 115 µs per event against 66-71
-        # (bench/bus_read.py); a request per 64 messages costs nothing measurable.
+        # while the last batch is handled, and at 256 placement's peak was 6.5 MiB higher
+        # in bench/burst.py and a group consumer's read cost more in bench/bus_read.py
+        # (one pair of runs each); a request per 64 messages costs nothing measurable.
         self.fetch_batch = fetch_batch
         self.publish_timeout_s = publish_timeout_s
         self.connect_deadline_s = connect_deadline_s

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .nats_backend import NatsBackend
 
 log = logging.getLogger(__name__)
-FAIR_SHARE = 64  # messages taken from the buffer before yielding to the event loop
+YIELD_EVERY = 64  # messages taken from the buffer before yielding to the event loop
 
 
 class NatsGroupSubscription(GroupSubscription):
@@ -116,7 +116,7 @@ class NatsGroupSubscription(GroupSubscription):
             if not self._queue.empty():  # the usual case under load: no task and timer per message
                 msg = self._queue.get_nowait()
                 taken += 1
-                if taken % FAIR_SHARE == 0:
+                if taken % YIELD_EVERY == 0:
                     await asyncio.sleep(0)  # let the service's other tasks run between long runs
             else:
                 try:
