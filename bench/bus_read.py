@@ -33,7 +33,7 @@ import numpy as np
 import _common
 from tidal_bus import Bus, Consumer, StartAt
 from tidal_bus.embedded import EmbeddedNats
-from tidal_placement.cache import ClusterCache
+from tidal_placement import ClusterCache
 from tidal_schemas import NodeScore
 from tidal_schemas.streams import stream
 

@@ -10,6 +10,7 @@ from tidal_runtime.exports import lazy_exports
 # The public entry points (tools on top import these, never the modules).
 PUBLIC = {
     "ClusterState": "cluster_state:ClusterState",
+    "ClusterCache": "cache:ClusterCache",
     "decide_placement": "decide:decide",  # not `decide`: the module of that name would shadow it
     "PodRequest": "pod_request:PodRequest",
     "GPU_STRATEGIES": "gpu_strategies:GPU_STRATEGIES",
