@@ -1,5 +1,7 @@
-"""`bench/bus_read.py` reads every published event on each path and prints
-one figure per path (the figure itself is the benchmark's, not a test's)."""
+"""The per-event benchmarks run and print their figures: `bench/bus_read.py`
+reads every published event on each path, `bench/oversell_sample.py`
+handles every sample (the figures themselves are the benchmarks', not a
+test's)."""
 
 from __future__ import annotations
 
@@ -14,3 +16,10 @@ def test_bus_read_reads_every_event_on_each_path():
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     assert [r["path"] for r in rows] == ["follower", "group", "relay"]
     assert all(r["events"] == 200 and r["cpu_us_per_event"] > 0 for r in rows)
+
+
+def test_oversell_sample_handles_every_sample_with_running_pods_known():
+    done = bench("oversell_sample.py", "--nodes", "50", "--pods", "400", "--samples", "50")
+    assert done.returncode == 0, done.stderr
+    (row,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert (row["nodes"], row["running_pods"], row["samples"]) == (50, 400, 50) and row["cpu_us_per_sample"] > 0

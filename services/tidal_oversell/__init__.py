@@ -2,3 +2,13 @@
 (seed 004), stop-scheduling taints and eviction choice. This package holds
 the pure policy; the service wiring decodes events, calls these functions and
 publishes `node.allocatable` and `node.action`."""
+
+from tidal_runtime.exports import lazy_exports
+
+# The public entry points (tools on top import these, never the modules).
+PUBLIC = {
+    "OversellService": "service:OversellService",
+    "OversellSettings": "settings:OversellSettings",
+}
+__all__ = sorted(PUBLIC)
+__getattr__ = lazy_exports(__name__, PUBLIC)

@@ -13,7 +13,7 @@ from typing import Any
 
 from tidal_bus import Delivery
 from tidal_schemas import (
-    HOLDING_PHASES, ActionResult, Envelope, NodeAction, NodeMetrics, NodeScore, NodeTopology, PodLifecycle, derived_id,
+    ActionResult, Envelope, NodeAction, NodeMetrics, NodeScore, NodeTopology, PodLifecycle, derived_id,
     Resources,
 )
 
@@ -23,6 +23,7 @@ from tidal_runtime.action_log import follow_action_log
 
 from .eviction import candidate_from, plan_evictions
 from .node_state import ActionLog, NodeView, inventory
+from .pods_by_node import PodsByNode
 from .policies import OVERSELL_POLICIES
 from .pool_metrics import OversellMetrics
 from .settings import TAINT_KEY, OversellSettings
@@ -39,7 +40,7 @@ class OversellService(Service):
         super().__init__(settings, **kwargs)
         self.settings: OversellSettings
         self.views: dict[tuple[str, str], NodeView] = {}
-        self.pods: dict[tuple[str, str], PodLifecycle] = {}
+        self.pods = PodsByNode()
         self.log_of_actions = ActionLog()
         self.action_log_ready = asyncio.Event()  # no action before our own log is read back
         self.granted: dict[tuple[str, str], Resources] = {}  # (cluster, node) -> allocatable granted last
@@ -65,13 +66,9 @@ class OversellService(Service):
         async def on_event(envelope: Envelope[Any]) -> None:
             pod = envelope.payload
             if isinstance(pod, PodLifecycle):
-                key = (envelope.cluster, pod.event_key())
-                if pod.phase in HOLDING_PHASES:
-                    self.pods[key] = pod
-                else:
-                    self.pods.pop(key, None)
-                    if pod.phase == "deleted":
-                        self.log_of_actions.pod_gone(envelope.cluster, pod)
+                self.pods.apply(envelope.cluster, pod)
+                if pod.phase == "deleted":
+                    self.log_of_actions.pod_gone(envelope.cluster, pod)
 
         async def done() -> None:
             return None
@@ -94,8 +91,7 @@ class OversellService(Service):
             yield cluster, topology.pool, granted, topology.allocatable
 
     def pods_on(self, cluster: str, node: str) -> list[PodLifecycle]:
-        return sorted((p for (c, _), p in self.pods.items() if c == cluster and p.node == node),
-                      key=lambda p: p.event_key())
+        return self.pods.on(cluster, node)
 
     async def on_metrics(self, envelope: Envelope[NodeMetrics], delivery: Delivery) -> None:
         metrics, cluster = envelope.payload, envelope.cluster

@@ -1,0 +1,28 @@
+"""Oversell's pods by node: the pods holding resources on a node, as pod
+events come (placed, running, moved, ended, in two clusters)."""
+
+from __future__ import annotations
+
+from builders import pod
+from tidal_oversell.pods_by_node import PodsByNode
+
+
+def _names(pods) -> list[str]:
+    return [p.name for p in pods]
+
+
+def test_a_node_lists_the_pods_holding_it_by_key_and_forgets_those_gone():
+    by_node = PodsByNode()
+    by_node.apply("c1", pod("b", phase="running", node="n1"))
+    by_node.apply("c1", pod("a", phase="bound", node="n1"))
+    by_node.apply("c1", pod("pending"))  # holds nothing, on no node
+    by_node.apply("c2", pod("a", phase="running", node="n1"))  # another cluster's n1
+    assert _names(by_node.on("c1", "n1")) == ["a", "b"]
+    assert _names(by_node.on("c2", "n1")) == ["a"] and by_node.on("c1", "n2") == []
+    by_node.apply("c1", pod("a", phase="running", node="n2"))  # the same pod, now on n2
+    assert _names(by_node.on("c1", "n1")) == ["b"] and _names(by_node.on("c1", "n2")) == ["a"]
+    by_node.apply("c1", pod("b", phase="pending"))  # back to pending: a rolled-back bind
+    by_node.apply("c1", pod("a", phase="deleted", node="n2"))
+    assert by_node.on("c1", "n1") == [] and by_node.on("c1", "n2") == []
+    assert len(by_node) == 1  # c2's a
+    assert by_node.on("c1", "n1") is not by_node.on("c1", "n1")  # a copy: the caller may keep it
