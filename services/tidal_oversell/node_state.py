@@ -26,6 +26,7 @@ class NodeView:
 
     topology: NodeTopology | None = None
     peak: PeakEstimate | None = None
+    peak_sampled_at: datetime | None = None  # the sample `peak` was estimated at
     factors: dict[str, float] = field(default_factory=dict)  # per resource, the last one granted
 
 

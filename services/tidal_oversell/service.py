@@ -60,7 +60,11 @@ class OversellService(Service):
         self._view(envelope.cluster, envelope.payload.node).topology = inventory(envelope.payload)
 
     async def on_score(self, envelope: Envelope[NodeScore], delivery: Delivery) -> None:
-        self._view(envelope.cluster, envelope.payload.node).peak = envelope.payload.peak
+        score = envelope.payload
+        view = self._view(envelope.cluster, score.node)
+        if view.peak_sampled_at is not None and score.sampled_at < view.peak_sampled_at:
+            return  # an older sample come late (two scoring replicas at a hand-over): keep the newer peak
+        view.peak, view.peak_sampled_at = score.peak, score.sampled_at
 
     async def follow_pods(self) -> None:
         async def on_event(envelope: Envelope[Any]) -> None:
