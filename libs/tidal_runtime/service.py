@@ -179,7 +179,6 @@ class Service:
         await cancel_until_done([*loop_tasks, *pending])
 
 
-
 def run_service(service_class: type[Service], settings: ServiceSettings | None = None) -> int:
     """Run a service in this process until SIGTERM/SIGINT; the exit code."""
     settings = settings or service_class.settings_class()

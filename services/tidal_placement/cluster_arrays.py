@@ -123,7 +123,7 @@ class ClusterArrays:
         # Padding repeats the all-NUMA figures (free_desc pads with -1).
         # `tidal_policy.numa_walk.prefixes` of this one row, in plain Python: a row has a few
         # NUMA nodes, and numpy's per-call cost is most of the work on arrays this small
-        # (tests/test_placement_numa_prefixes.py keeps them equal).
+        # (tests/test_placement_numa_lookup.py keeps them equal).
         count = int(self.numa_count[r])
         if not count:
             return
