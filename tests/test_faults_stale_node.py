@@ -149,3 +149,25 @@ def test_the_threshold_is_a_setting(monkeypatch):
 
 def test_reason_names_the_threshold():
     assert stale_reason(30.0) == REASON and stale_reason(7.5) == "stale: no metrics for 7.5s"
+
+
+def test_a_stale_node_sampling_again_is_put_back_alone_without_a_pass_over_every_node(monkeypatch):
+    from tidal_placement.cache import ClusterCache
+
+    cache = ClusterCache("c1", permit_timeout_s=30, stale_after_s=30)
+    for name in ("a", "b", "c"):
+        cache.state.upsert_node(make_topology(name, (4,)))
+    for name, sampled in (("a", 0), ("b", 0), ("c", 40)):
+        cache.apply(score(name, sampled), at(40).timestamp())
+    assert cache.check_stale(at(45).timestamp()) == (["a", "b"], [])
+    passes = []
+    real = stale_nodes
+    monkeypatch.setattr("tidal_placement.cache.stale_nodes", lambda *args: passes.append(args) or real(*args))
+    cache.room_changed = False
+    # b's sample from 10 s is read late, at 45 s: still too old, b stays out
+    assert not cache.apply(score("b", 10), at(45).timestamp())
+    # a samples again: a alone is back, at once
+    assert cache.apply(score("a", 44), at(45).timestamp()) and cache.room_changed
+    assert cache.stale == {"b"} and not cache.state.blocked("a") and cache.state.blocked("b") == {REASON}
+    assert passes == []  # 5,000 nodes sample 500 times a second: no sample may cost a pass over all of them
+    assert cache.check_stale(at(46).timestamp()) == ([], []) and len(passes) == 1

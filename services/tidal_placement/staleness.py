@@ -30,10 +30,15 @@ def stale_reason(after_s: float) -> str:
     return f"stale: no metrics for {after_s:g}s"
 
 
+def too_old(sampled_at: datetime, now: datetime, after_s: float) -> bool:
+    """Whether a sample taken at `sampled_at` is more than `after_s` old at `now`."""
+    return after_s > 0 and (now - sampled_at).total_seconds() > after_s
+
+
 def stale_nodes(last_sample: Mapping[str, datetime], now: datetime, after_s: float) -> frozenset[str]:
     """The nodes whose last sample is more than `after_s` old at `now` (see
     the module docstring for when none is)."""
     if after_s <= 0 or not last_sample:
         return frozenset()
-    stale = frozenset(node for node, at in last_sample.items() if (now - at).total_seconds() > after_s)
+    stale = frozenset(node for node, at in last_sample.items() if too_old(at, now, after_s))
     return frozenset() if len(stale) == len(last_sample) else stale
