@@ -174,3 +174,22 @@ def test_placement_decision_event():
     pending = placement_decision(big, decide(state, PodRequest.from_pod(big)), "d2")
     assert (pending.outcome, pending.node, pending.filtered) == ("pending", None, {"cpu": 1})
     assert pending.reason == "0/1 nodes fit: 1 cpu"
+
+
+def test_runners_up_are_the_best_others_equal_values_in_row_order():
+    from tidal_placement.decide import _runners_up
+
+    state = ClusterState()
+    for i in range(8):
+        state.upsert_node(make_topology(f"n{i}", (8,)))
+    rows = np.arange(8)
+    # enough candidates share the least value: the first of them in row order, the chosen one left out
+    values = np.array([3.0, 1.0, 2.0, 1.0, 1.0, 1.0, 1.0, 0.5 + 0.5])
+    least = np.flatnonzero(values <= values.min())
+    assert _runners_up(state, rows, values, least, 3) == (("n1", 1.0), ("n4", 1.0), ("n5", 1.0))
+    # too few share it: the next values, equal ones in row order
+    values = np.array([3.0, 2.0, 2.0, 0.0, 2.0, 2.0, 5.0, 2.0])
+    least = np.flatnonzero(values <= values.min())
+    assert _runners_up(state, rows, values, least, 3) == (("n1", 2.0), ("n2", 2.0), ("n4", 2.0))
+    assert _runners_up(state, rows, values, least, 1) == (("n3", 0.0), ("n2", 2.0), ("n4", 2.0))
+    assert _runners_up(state, rows[:1], values[:1], least[:0], 0) == ()

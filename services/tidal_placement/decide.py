@@ -95,12 +95,12 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
             return exclusive_scores(state, pod.cpu_policy, cpus, sub)
         return shared_numa_scores(state, sub, need_cpus)
 
-    ranking: list[np.ndarray] = []  # _select leaves here the first key it ranked every candidate by
+    ranking: list[np.ndarray] = []  # _select leaves here the first key it ranked every candidate by, and its ties
     i = _select(len(rows), keys, numa_key, rng, None if rank is None else rank[rows], ranking)
     r = int(rows[i])
     # Runners-up are for explanation only: computed when the decision event is
     # built, not here, so they cost nothing on the decision path.
-    runners_up = (lambda: _runners_up(state, rows, ranking[0], i)) if ranking else (lambda: ())
+    runners_up = (lambda: _runners_up(state, rows, *ranking, i)) if ranking else (lambda: ())
     if pod.exclusive_cpus:
         dist = distribute(pod.cpu_policy, cpus, state.numa_free[r:r + 1], state.numa_load[r:r + 1],
                           state.numa_valid[r:r + 1], state.numa_order[r:r + 1])
@@ -119,13 +119,22 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
 RUNNERS_UP = 3
 
 
-def _runners_up(state: ClusterState, rows: np.ndarray, values: np.ndarray, chosen: int) -> tuple[tuple[str, float], ...]:
-    """The best other candidates by the first ranking key (for explain)."""
+def _runners_up(state: ClusterState, rows: np.ndarray, values: np.ndarray, least: np.ndarray,
+                chosen: int) -> tuple[tuple[str, float], ...]:
+    """The best other candidates by the first ranking key, equal values in
+    row order (for explain). `least`: the candidates within rounding of the
+    least value, in row order; when enough of them hold exactly one value
+    they are the answer, without a pass over every candidate."""
     if len(rows) <= 1:
         return ()
     take = min(RUNNERS_UP + 1, len(rows))
-    best = np.argpartition(values, take - 1)[:take]
-    best = best[np.argsort(values[best], kind="stable")]
+    if len(least) >= take and values[least[0]] == values[least].max():
+        best = least[:take]
+    else:
+        edge = np.partition(values, take - 1)[take - 1]  # the take-th least value
+        best = np.flatnonzero(values < edge)
+        best = np.concatenate([best, np.flatnonzero(values == edge)[:take - len(best)]])
+        best = best[np.lexsort((best, values[best]))]
     return tuple((state.names[int(rows[j])], float(values[j])) for j in best if j != chosen)[:RUNNERS_UP]
 
 
@@ -213,10 +222,10 @@ def _select(k: int, keys: list[np.ndarray], numa_key: Callable[[np.ndarray], np.
             values = numa_key(np.arange(k) if idx is None else idx)
         else:
             values = key if idx is None else key[idx]
-        if idx is None and ranking is not None:
-            ranking.append(values)
         best = values.min()
         tied = np.flatnonzero(values <= best + 1e-9 * max(1.0, abs(float(best))))
+        if idx is None and ranking is not None:
+            ranking += [values, tied]
         idx = tied if idx is None else idx[tied]
         if len(idx) == 1:
             return int(idx[0])
