@@ -8,14 +8,17 @@ own work.
   group over `score.node` with a handler that does nothing, so the figure
   is the bus's part (fetch, decode, dedupe, metrics, ack).
 - relay: the same with a handler that publishes one event per event read,
-  as scoring and oversell do (a score per sample, an allocatable per score).
+  each output waited for before the next event (a consumer without a window);
+- relay-window: the same as scoring, oversell and remediation read samples:
+  outputs waited for a window of events at a time (`output_window`, the
+  services' default; tidal_bus.output_window).
 
 `--nodes` events are published first (one score per node), then read once;
 only the reading is timed, by the process's CPU clock.
 
 Prints one JSON line per path: {"path": P, "events": N, "cpu_us_per_event": X}
 
-Run: .venv/bin/python bench/bus_read.py [--nodes 5000] [--paths follower group relay]
+Run: .venv/bin/python bench/bus_read.py [--nodes 5000] [--paths follower group relay relay-window]
 """
 
 from __future__ import annotations
@@ -35,9 +38,11 @@ from tidal_bus import Bus, Consumer, StartAt
 from tidal_bus.embedded import EmbeddedNats
 from tidal_placement import ClusterCache
 from tidal_schemas import NodeScore
+from tidal_runtime import ServiceSettings
 from tidal_schemas.streams import stream
 
 CLUSTER = "c1"
+OUTPUT_WINDOW = ServiceSettings.model_fields["output_window"].default
 
 
 async def follower(bus: Bus, topologies: list, count: int) -> float:
@@ -60,7 +65,7 @@ async def follower(bus: Bus, topologies: list, count: int) -> float:
     return spent
 
 
-async def group(bus: Bus, topologies: list, count: int, relay: bool = False) -> float:
+async def group(bus: Bus, topologies: list, count: int, relay: bool = False, window: int = 1) -> float:
     handled = 0
 
     async def handler(envelope, delivery) -> None:
@@ -68,7 +73,8 @@ async def group(bus: Bus, topologies: list, count: int, relay: bool = False) -> 
         if relay:
             await bus.publish(envelope.payload.model_copy(update={"load": 0.5}), cause=envelope)
         handled += 1
-    consumer = Consumer(bus, stream("score.node"), f"bench-read-{relay}", handler, start=StartAt.earliest())
+    consumer = Consumer(bus, stream("score.node"), f"bench-read-{relay}-{window}", handler,
+                        start=StartAt.earliest(), window=window)
     started = time.process_time()
     task = asyncio.create_task(consumer.run())
     while handled < count:
@@ -83,7 +89,11 @@ async def relay(bus: Bus, topologies: list, count: int) -> float:
     return await group(bus, topologies, count, relay=True)
 
 
-PATHS = {"follower": follower, "group": group, "relay": relay}
+async def relay_window(bus: Bus, topologies: list, count: int) -> float:
+    return await group(bus, topologies, count, relay=True, window=OUTPUT_WINDOW)
+
+
+PATHS = {"follower": follower, "group": group, "relay": relay, "relay-window": relay_window}
 
 
 async def main(args: argparse.Namespace) -> None:

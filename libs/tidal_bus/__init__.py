@@ -4,7 +4,8 @@ from . import _lean_nats  # noqa: F401  (first: nats without aiohttp)
 from .api import Backend, GroupSubscription, RawMessage, StartAt
 from .backends import BUS_BACKENDS, backend_from_url, options_for
 from .bus import Bus
-from .consumer import Consumer, Delivery, Handler, RetryPolicy, SeenIds
+from .consumer import Consumer, Delivery, Handler, RetryPolicy
+from .seen_ids import SeenIds
 from .errors import BusConfigError, BusError, HandlerError
 from .intake import MAX_EVENT_BYTES, EventTooLarge
 

@@ -143,6 +143,11 @@ AssignmentListener = Callable[["GroupSubscription", frozenset[int], frozenset[in
 """Called with (subscription, gained, lost) before messages of gained partitions flow."""
 
 
+async def known(position: int) -> int:
+    """An awaitable of a position already known."""
+    return position
+
+
 class Backend(abc.ABC):
     """A message broker holding Tidal's streams."""
 
@@ -161,6 +166,15 @@ class Backend(abc.ABC):
                       trace: TraceContext | None = None) -> int:
         """Append one message, with `trace` in its headers; return its
         position. Waits for the broker's ack."""
+
+    async def send(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
+                   trace: TraceContext | None = None) -> Awaitable[int]:
+        """Hand one message to the broker behind every message handed before
+        it, and return an awaitable of its position (the broker's ack):
+        messages sent so keep their order however their acks are waited
+        for. This default waits for the ack here."""
+        position = await self.publish(spec, cluster, key, data, msg_id, trace)
+        return known(position)
 
     @abc.abstractmethod
     async def subscribe(

@@ -7,10 +7,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import ExitStack
 from typing import Any
 
 from tidal_schemas import DeadLetter, Envelope, Payload, SchemaError, encode, make_envelope
@@ -19,7 +21,9 @@ from tidal_schemas.streams import STREAMS, StreamSpec, stream
 
 from .api import Backend, RawMessage, StartAt
 from .backends import backend_from_url
-from .consumer import Consumer, Handler, SeenIds
+from .consumer import Consumer, Handler
+from .output_window import deferred_outputs
+from .seen_ids import SeenIds
 from .intake import MAX_EVENT_BYTES, accept, check_size, dedupe_key
 from .subjects import check_namespace
 from .trace_context import TraceContext
@@ -77,18 +81,40 @@ class Bus:
             discriminator=discriminator,
         )
         parent = trace or (trace_of(cause) if cause is not None else None)
-        with publishing(self.source, envelope, parent) as sent:
-            await self.publish_envelope(envelope, trace=sent)
+        outputs = deferred_outputs()
+        if outputs is None:
+            with publishing(self.source, envelope, parent) as sent:
+                await self.publish_envelope(envelope, trace=sent)
+        else:  # the consumer handling `cause` waits for the ack (output_window.py)
+            outputs.append(asyncio.ensure_future(await self._hand_over(envelope, parent)))
         return envelope
+
+    async def _hand_over(self, envelope: Envelope[Any], parent: TraceContext | None) -> Awaitable[None]:
+        """Send `envelope` behind what was sent before it; the awaitable
+        returned waits for its ack (and ends its publish span then)."""
+        with ExitStack() as stack:
+            sent = stack.enter_context(publishing(self.source, envelope, parent))
+            stored = await self.backend.send(stream(envelope.type), envelope.cluster, envelope.key,
+                                             self._encoded(envelope), envelope.id, sent)
+            span = stack.pop_all()
+
+        async def acked() -> None:
+            with span:
+                await stored
+        return acked()
 
     async def publish_envelope(self, envelope: Envelope[Any], *, trace: TraceContext | None = None) -> int:
         """Publish an envelope as it is, in `trace` (None: no trace
         headers); returns its stream position. EventTooLarge (not
         retriable) above MAX_EVENT_BYTES."""
+        return await self.backend.publish(stream(envelope.type), envelope.cluster, envelope.key,
+                                          self._encoded(envelope), envelope.id, trace)
+
+    @staticmethod
+    def _encoded(envelope: Envelope[Any]) -> bytes:
         data = encode(envelope)
         check_size(len(data), f"{envelope.type} event {envelope.id}")
-        return await self.backend.publish(stream(envelope.type), envelope.cluster, envelope.key, data, envelope.id,
-                                          trace)
+        return data
 
     async def publish_raw(self, stream_name: str, key: str, data: bytes, *, cluster: str | None = None) -> int:
         """Publish bytes that are not (necessarily) an event: tests and tools.

@@ -11,6 +11,9 @@ key's events keep their order; by nak-with-delay otherwise) until
 Each invocation continues the trace the message came in (tracing.py), in
 a span of its own when spans are on.
 
+With `window` > 1 a handler's outputs are waited for a window of events
+at a time, each event acked once its outputs are stored (output_window.py).
+
 When the group hands this member a partition it already has history in,
 the partition is first replayed up to the group's committed position with
 `replaying=True`, so the handler rebuilds its state without repeating
@@ -24,7 +27,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from hashlib import blake2b
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tidal_schemas import Envelope, SchemaError
@@ -33,6 +35,8 @@ from tidal_schemas.streams import StreamSpec
 from .api import GroupSubscription, RawMessage, StartAt
 from .errors import is_retriable
 from .intake import accept, dedupe_key
+from .output_window import Handled, OutputWindow
+from .seen_ids import SeenIds
 from .trace_context import TraceContext
 from .tracing import handler_span
 
@@ -55,7 +59,6 @@ class Delivery:
 
 Handler = Callable[[Envelope[Any], Delivery], Awaitable[None]]
 
-
 class ConsumerObserver(Protocol):
     """Hooks for metrics; the runtime plugs Prometheus in here."""
 
@@ -74,56 +77,6 @@ class _NoObserver:
 
 def _seen_as(envelope: Envelope[Any]) -> str:
     return dedupe_key(envelope.cluster, envelope.key, envelope.id)
-
-
-class SeenIds:
-    """The events handled lately, by `intake.dedupe_key`: a duplicate (a
-    redelivery after a lost ack, `ack_wait_s` 30 s; an event a retried
-    publish stored twice) comes within seconds of the first.
-
-    Ids are kept in two generations, the current one and the one before,
-    swapped every `horizon_s / 2` seconds of this reader's clock or when the
-    current one holds `capacity / 2`: an id is remembered for at least
-    `horizon_s / 2` seconds unless the reader handles more than `capacity / 2`
-    events in that time, and never more than `capacity` are kept. A count
-    alone kept 200,000 per consumer, reached within minutes at 5,000 nodes'
-    samples (about 40 MB for each per-node stream a service reads, the keys
-    in an ordered dict); at 500 samples a second this keeps 30,000 to
-    60,000, about 150 bytes each. An id is kept as a 96-bit digest of its
-    key (a 48-byte object where 16 bytes took 64): two of 200,000 keys
-    sharing one, which would drop an event, has odds below 1 in 10^18."""
-
-    def __init__(self, capacity: int = 200_000, horizon_s: float = 120.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._current: set[bytes] = set()
-        self._previous: set[bytes] = set()
-        self._capacity, self._horizon_s, self._clock = capacity, horizon_s, clock
-        self._swapped = clock()
-
-    @staticmethod
-    def _digest(event_id: str) -> bytes:
-        return blake2b(event_id.encode(), digest_size=12).digest()
-
-    def _age(self) -> None:
-        now = self._clock()
-        if now - self._swapped >= self._horizon_s:
-            self._previous, self._current, self._swapped = set(), set(), now
-        elif now - self._swapped >= self._horizon_s / 2 or 2 * len(self._current) >= self._capacity:
-            self._previous, self._current, self._swapped = self._current, set(), now
-
-    def __contains__(self, event_id: str) -> bool:
-        self._age()
-        digest = self._digest(event_id)
-        return digest in self._current or digest in self._previous
-
-    def __len__(self) -> int:
-        return len(self._current) + len(self._previous)
-
-    def add(self, event_id: str) -> None:
-        self._age()
-        digest = self._digest(event_id)
-        if digest not in self._previous:
-            self._current.add(digest)
 
 
 @dataclass
@@ -155,6 +108,7 @@ class Consumer:
         seen: SeenIds | None = None,
         on_assign: Callable[[frozenset[int], frozenset[int]], Awaitable[None]] | None = None,
         observer: ConsumerObserver | None = None,
+        window: int = 1,
     ) -> None:
         self.bus = bus
         self.spec = spec
@@ -168,6 +122,7 @@ class Consumer:
         self.seen = seen or SeenIds()
         self._on_assign_hook = on_assign
         self.observer: ConsumerObserver = observer or _NoObserver()
+        self.window = OutputWindow(window, self._finish, f"{group}:{spec.name}")
         self.subscription: GroupSubscription | None = None
         self.ready = asyncio.Event()
         self._stop_requested = False
@@ -185,6 +140,10 @@ class Consumer:
         try:
             async for raw in self.subscription.messages():
                 await self._handle(raw)
+            await self.window.drain()
+        except BaseException:
+            self.window.abandon()  # abrupt: like a crash, the events not acked come back
+            raise
         finally:
             await asyncio.shield(self.subscription.close())
 
@@ -235,25 +194,30 @@ class Consumer:
             await self._dead_letter(raw, str(exc), retriable=False)
             return
         if not self._wanted(envelope):
-            await raw.ack()
+            await self._ack_in_turn(raw)
             return
         seen_as = _seen_as(envelope)
         if seen_as in self.seen:
             self.observer.duplicate(self.spec.name)
-            await raw.ack()
+            await self._ack_in_turn(raw)
             return
         attempt = raw.deliveries
         while True:
             started = time.perf_counter()
             span = handler_span(self.bus.source, self.group, envelope, raw.trace)
+            outputs: list[asyncio.Future[Any]] = []
             try:
                 delivery = Delivery(self.spec.name, raw.partition, raw.position, attempt, replaying=False)
-                with span.current():
+                with span.current(), self.window.collecting(outputs if self.window.size > 1 else None):
                     await self.handler(envelope, delivery)
             except asyncio.CancelledError as exc:
                 span.end("cancelled", exc)
+                for output in outputs:
+                    output.cancel()
                 raise
             except Exception as exc:
+                if outputs:  # what it sent before failing is sent again by the next attempt (same ids)
+                    await asyncio.gather(*outputs, return_exceptions=True)
                 retriable = is_retriable(exc)
                 if not retriable or attempt >= self.retry.max_attempts:
                     span.end("dead-lettered", exc)
@@ -266,6 +230,7 @@ class Consumer:
                 log.warning("%s/%s: event %s attempt %d failed, retrying: %r",
                             self.group, self.spec.name, envelope.id, attempt, exc)
                 if not self.ordered:
+                    await self.window.drain()  # the events handled before it are acked first
                     await raw.nak(self.retry.delay(attempt))
                     return
                 await asyncio.sleep(self.retry.delay(attempt))
@@ -273,12 +238,42 @@ class Consumer:
                 continue
             span.end("ok")
             self.observer.handled(self.spec.name, time.perf_counter() - started, raw.partition)
-            self.seen.add(seen_as)
-            await raw.ack()
+            if self.window.size == 1:
+                self.seen.add(seen_as)
+                await raw.ack()
+                return
+            await self.window.add(Handled(raw, seen_as, envelope, outputs, span.context))
             return
+
+    async def _ack_in_turn(self, raw: RawMessage) -> None:
+        """Ack an event skipped, after the events handled before it (a
+        Kafka commit covers every offset below the one acked)."""
+        if len(self.window):
+            await self.window.add(Handled(raw, None))
+        else:
+            await raw.ack()
+
+    async def _finish(self, handled: Handled) -> None:
+        """An event of the window whose outputs are done: acked, or
+        dead-lettered when one was not stored."""
+        failed = handled.failure()
+        if failed is None:
+            if handled.seen_as is not None:
+                self.seen.add(handled.seen_as)
+            await handled.raw.ack()
+            return
+        log.error("%s/%s: an output of event %s was not published: %r",
+                  self.group, self.spec.name, handled.envelope.id, failed)
+        await self._letter(handled.raw, f"output not published: {failed!r}", retriable=is_retriable(failed),
+                           envelope=handled.envelope, trace=handled.trace)
 
     async def _dead_letter(self, raw: RawMessage, reason: str, *, retriable: bool, attempts: int | None = None,
                            envelope: Envelope[Any] | None = None, trace: TraceContext | None = None) -> None:
+        await self.window.drain()  # the events handled before it are acked first
+        await self._letter(raw, reason, retriable=retriable, attempts=attempts, envelope=envelope, trace=trace)
+
+    async def _letter(self, raw: RawMessage, reason: str, *, retriable: bool, attempts: int | None = None,
+                      envelope: Envelope[Any] | None = None, trace: TraceContext | None = None) -> None:
         await self.bus.dead_letter(
             raw.data, stream=self.spec.name, key=raw.key, consumer=self.group, reason=reason,
             retriable=retriable, deliveries=attempts or raw.deliveries, cause=envelope, trace=trace or raw.trace,

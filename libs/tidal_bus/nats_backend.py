@@ -13,7 +13,7 @@ import asyncio
 import logging
 import ssl
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 import nats
 import nats.errors
@@ -25,7 +25,7 @@ from nats.js.errors import NotFoundError
 
 from tidal_schemas.streams import StreamSpec, partition_for
 
-from .api import AssignmentListener, Backend, GroupSubscription, RawMessage, StartAt
+from .api import AssignmentListener, Backend, GroupSubscription, RawMessage, StartAt, known
 from .auth import BusAuth, BusPermissionError, redact_url
 from .errors import BusConfigError, BusError
 from .intake import EventTooLarge, check_size, dedupe_key
@@ -33,11 +33,12 @@ from .nats_group import NatsGroupSubscription
 from .nats_pull import Puller
 from .nats_reader import read_stream
 from .nats_refusals import AUTH_FAILURE, Refusals, credentials_hint
-from .nats_streams import same_stream_config, stream_config
+from .nats_streams import create_stream
 from .subjects import decode_token, nats_stream_name, nats_subject
 from .trace_context import TraceContext, carried
 
 log = logging.getLogger(__name__)
+PUBLISH_ACK_WAIT_S = 2.0  # one try of a publish: how long the server's ack is waited for
 
 class NatsBackend(Backend):
     def __init__(
@@ -70,6 +71,7 @@ class NatsBackend(Backend):
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._known_streams: set[str] = set()
+        self._creating = asyncio.Lock()
         self._closing = False
         self._refusals = Refusals()
         self._connect_failure: asyncio.Future[str] | None = None
@@ -164,29 +166,11 @@ class NatsBackend(Backend):
         name = nats_stream_name(self.namespace, spec)
         if name in self._known_streams:
             return
-        config = stream_config(self.namespace, spec)
-        api = f"$JS.API.STREAM.%s.{name}"
-        try:
-            info = await self.js.stream_info(name)
-        except NotFoundError:
-            info = None
-        except (nats.errors.Error, asyncio.TimeoutError) as exc:
-            raise self.refused(api % "INFO") or exc
-        try:
-            if info is None:
-                await self.js.add_stream(config)
-            elif not same_stream_config(info.config, config):
-                await self.js.update_stream(config)
-        except (nats.errors.Error, asyncio.TimeoutError):
-            denied = self.refused(api % "CREATE", api % "UPDATE")
-            if denied is None:
-                raise
-            if info is None:
-                raise denied from None
-            # Services may create missing streams but not change existing ones:
-            # keep using the stream as it is and leave the change to the admin.
-            log.warning("stream %s differs from the catalogue but %s; using it as it is", name, denied)
-        self._known_streams.add(name)
+        # one creation at a time: publishes that waited for it go on in the order they came
+        async with self._creating:
+            if name not in self._known_streams:
+                await create_stream(self.js, self.namespace, spec, self.refused)
+                self._known_streams.add(name)
 
     async def delete_stream(self, spec: StreamSpec) -> None:
         name = nats_stream_name(self.namespace, spec)
@@ -199,6 +183,49 @@ class NatsBackend(Backend):
     async def publish(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
                       trace: TraceContext | None = None) -> int:
         await self.ensure_stream(spec)
+        subject, headers = self._addressed(spec, cluster, key, data, msg_id, trace)
+        # The broker may be restarting: retry within a bound. Retrying is safe:
+        # the message id makes the server drop a second copy, and where there is
+        # none, consumers drop it by event id.
+        deadline = asyncio.get_running_loop().time() + self.publish_timeout_s
+        delay = 0.1
+        while True:
+            try:
+                ack = await self.js.publish(subject, data, timeout=PUBLISH_ACK_WAIT_S, headers=headers)
+                return ack.seq
+            except nats.errors.MaxPayloadError as exc:
+                raise EventTooLarge(f"message to {subject}: {len(data)} bytes, refused by NATS: {exc}") from None
+            except (nats.errors.Error, asyncio.TimeoutError) as exc:
+                denied = self.refused(subject)
+                if denied is not None:  # retrying cannot help
+                    raise denied from None
+                if asyncio.get_running_loop().time() + delay > deadline:
+                    raise BusError(f"publish to {subject} failed for {self.publish_timeout_s}s: {exc!r}") from exc
+                log.info("publish to %s: %r; retrying", subject, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def send(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
+                   trace: TraceContext | None = None) -> Awaitable[int]:
+        await self.ensure_stream(spec)
+        subject, headers = self._addressed(spec, cluster, key, data, msg_id, trace)
+        try:
+            acked = await self.js.publish_async(subject, data, headers=headers)
+        except nats.errors.Error:  # not even handed over (reconnecting…): wait, with publish's retries
+            return known(await self.publish(spec, cluster, key, data, msg_id, trace))
+
+        async def position() -> int:
+            try:
+                return (await asyncio.wait_for(acked, PUBLISH_ACK_WAIT_S)).seq
+            except (nats.errors.Error, asyncio.TimeoutError) as exc:
+                # lost or refused: sent again, waiting (the server stores an id once)
+                log.info("publish to %s: %r; sending it again", subject, exc)
+                return await self.publish(spec, cluster, key, data, msg_id, trace)
+        return position()
+
+    def _addressed(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
+                   trace: TraceContext | None) -> tuple[str, dict[str, str] | None]:
+        """The subject and headers of a message; EventTooLarge over the server's limit."""
         subject = nats_subject(self.namespace, spec, cluster, partition_for(key, spec.partitions), key)
         # The server drops a second message with the same id within its window
         # (so a retried publish appends once); ids are scoped to the key, and
@@ -212,26 +239,7 @@ class NatsBackend(Backend):
             # and every retry would close it again: refuse the message here.
             header_bytes = 12 + sum(len(k) + len(v) + 4 for k, v in headers.items()) if headers else 0
             check_size(len(data) + header_bytes, f"message to {subject}", self._nc.max_payload)
-        # The broker may be restarting: retry within a bound. Retrying is safe:
-        # the message id makes the server drop a second copy, and where there is
-        # none, consumers drop it by event id.
-        deadline = asyncio.get_running_loop().time() + self.publish_timeout_s
-        delay = 0.1
-        while True:
-            try:
-                ack = await self.js.publish(subject, data, timeout=2.0, headers=headers)
-                return ack.seq
-            except nats.errors.MaxPayloadError as exc:
-                raise EventTooLarge(f"message to {subject}: {len(data)} bytes, refused by NATS: {exc}") from None
-            except (nats.errors.Error, asyncio.TimeoutError) as exc:
-                denied = self.refused(subject)
-                if denied is not None:  # retrying cannot help
-                    raise denied from None
-                if asyncio.get_running_loop().time() + delay > deadline:
-                    raise BusError(f"publish to {subject} failed for {self.publish_timeout_s}s: {exc!r}") from exc
-                log.info("publish to %s: %r; retrying", subject, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        return subject, headers
 
     # -- consuming -----------------------------------------------------------
     async def subscribe(

@@ -3,9 +3,15 @@ Tidal stream, its retention and duplicate window; where a consumer starts."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Callable
 from datetime import timezone
 
+import nats.errors
+from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import NotFoundError
 
 from tidal_schemas.streams import StreamSpec
 
@@ -13,6 +19,38 @@ from .api import StartAt
 from .subjects import nats_partition_filter, nats_stream_name
 
 DUPLICATE_WINDOW_S = 120.0
+
+log = logging.getLogger(__name__)
+
+
+async def create_stream(js: JetStreamContext, namespace: str, spec: StreamSpec,
+                        refused: Callable[..., Exception | None]) -> None:
+    """Create the stream of `spec`, or bring it to the catalogue's
+    configuration; `refused(*api_subjects)` is the permission error the
+    server reported for one of them, if any."""
+    name = nats_stream_name(namespace, spec)
+    config = stream_config(namespace, spec)
+    api = f"$JS.API.STREAM.%s.{name}"
+    try:
+        info = await js.stream_info(name)
+    except NotFoundError:
+        info = None
+    except (nats.errors.Error, asyncio.TimeoutError) as exc:
+        raise refused(api % "INFO") or exc
+    try:
+        if info is None:
+            await js.add_stream(config)
+        elif not same_stream_config(info.config, config):
+            await js.update_stream(config)
+    except (nats.errors.Error, asyncio.TimeoutError):
+        denied = refused(api % "CREATE", api % "UPDATE")
+        if denied is None:
+            raise
+        if info is None:
+            raise denied from None
+        # Services may create missing streams but not change existing ones:
+        # keep using the stream as it is and leave the change to the admin.
+        log.warning("stream %s differs from the catalogue but %s; using it as it is", name, denied)
 
 
 def stream_config(namespace: str, spec: StreamSpec) -> StreamConfig:

@@ -41,6 +41,9 @@ class Subscription:
     ordered: bool = True
     on_assign: Callable[[frozenset[int], frozenset[int]], Awaitable[None]] | None = None
     """Told (gained, lost) partitions before gained ones are replayed."""
+    windowed: bool = False
+    """Outputs are waited for `settings.output_window` events at a time
+    (the per-sample stages: an output per event, 500 events a second)."""
 
 
 class Service:
@@ -127,6 +130,7 @@ class Service:
                     sub.stream, sub.group or self.default_group(), sub.handler, start=sub.start,
                     clusters=self.settings.handled_clusters(), ordered=sub.ordered,
                     replay_on_assign=sub.replay_on_assign, on_assign=sub.on_assign, observer=self.metrics,
+                    window=self.settings.output_window if sub.windowed else 1,
                 )
                 for sub in self.subscriptions()
             ]

@@ -38,6 +38,9 @@ class ServiceSettings(BaseSettings):
     )
     all_clusters: bool = Field(False, description="handle events of every cluster on the bus")
     drain_timeout_s: float = Field(20.0, gt=0)
+    output_window: int = Field(64, ge=1, description="a stage publishing per event (a score per sample…): events "
+                               "handled before their outputs are waited for, acked in order once stored "
+                               "(tidal_bus.output_window; 1: one at a time)")
     lag_interval_s: float = Field(5.0, gt=0, description="how often consumer lag is asked of the broker "
                                   "(tidal_consumer_lag on /metrics)")
     bus_ack_wait_s: float = Field(30.0, gt=0, validation_alias=AliasChoices("TIDAL_BUS_ACK_WAIT_S", "bus_ack_wait_s"),

@@ -1,0 +1,206 @@
+"""A consumer with an output window (`Consumer(window=…)`): a handler's
+outputs are not waited for one by one, yet an event is acked only once its
+outputs are stored, events are acked in the order they came, and an output
+the bus cannot store dead-letters its event. Over a real NATS server and a
+real Kafka-protocol broker; acks are watched at the subscription."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from builders import T0, metrics
+from conftest import make_bus, wait_until
+from tidal_bus import BusError, StartAt
+from tidal_schemas import NodeScore
+
+KEYS = [f"node-{i}" for i in range(4)]
+
+
+def score_of(envelope) -> NodeScore:
+    m = envelope.payload
+    return NodeScore(node=m.node, load=m.node_cpu_util, numa_load={0: m.node_cpu_util}, sampled_at=T0)
+
+
+def watch_acks(bus, acked: list[str]) -> None:
+    """Record the key and load of every message the consumer acks, in order."""
+    subscribe = bus.backend.subscribe
+
+    async def watched(*args, **kwargs):
+        sub = await subscribe(*args, **kwargs)
+        messages = sub.messages
+
+        async def wrapped():
+            async for raw in messages():
+                ack = raw.ack
+
+                async def recorded(raw=raw, ack=ack):
+                    acked.append(raw.data)
+                    await ack()
+                raw.ack = recorded
+                yield raw
+        sub.messages = wrapped
+        return sub
+    bus.backend.subscribe = watched
+
+
+async def stored(bus, stream_name: str) -> list:
+    return [e.payload async for _, e in bus.read(stream_name, StartAt.earliest())]
+
+
+async def run_until(consumer, done) -> None:
+    task = asyncio.create_task(consumer.run())
+    await wait_until(done, timeout=30, what="the events handled")
+    consumer.stop()
+    await asyncio.wait_for(task, 30)
+
+
+class WindowContract:
+    @pytest.fixture
+    def bus_url(self) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    async def test_outputs_are_stored_in_order_and_every_event_acked_in_order(self, bus_url, namespace):
+        async with make_bus(bus_url, namespace) as bus:
+            sent = [await bus.publish(metrics(KEYS[i % 4], load=i / 100)) for i in range(40)]
+            handled, acked = [], []
+            watch_acks(bus, acked)
+
+            async def handler(envelope, delivery):
+                await bus.publish(score_of(envelope), cause=envelope)
+                handled.append(envelope.id)
+
+            consumer = bus.consumer("node.metrics", "g", handler, window=8)
+            await run_until(consumer, lambda: len(handled) == 40)
+            assert len(acked) == 40  # the last window too, on the graceful stop
+            by_data = {e.id: e for e in sent}
+            scores = await stored(bus, "score.node")
+            for key in KEYS:  # every output stored, a key's in the order of its events
+                assert [s.load for s in scores if s.node == key] == \
+                    [e.payload.node_cpu_util for e in by_data.values() if e.payload.node == key]
+            # a partition's events acked in the order they came
+            order = {raw: i for i, raw in enumerate(acked)}
+            raws = [r async for r, _ in bus.read("node.metrics", StartAt.earliest())]  # sent one by one
+            assert len(raws) == 40
+            for partition in {r.partition for r in raws}:
+                mine = [r for r in raws if r.partition == partition]
+                assert [order[r.data] for r in mine] == sorted(order[r.data] for r in mine)
+            # and committed: the group has nothing left for a new member
+            again = []
+
+            async def count(envelope, delivery):
+                again.append(envelope.id)
+            late = bus.consumer("node.metrics", "g", count)
+            task = asyncio.create_task(late.run())
+            await asyncio.sleep(3)
+            late.stop()
+            await asyncio.wait_for(task, 30)
+            assert again == []
+
+    async def test_outputs_keep_their_order_when_handing_them_over_takes_a_while(self, bus_url, namespace):
+        async with make_bus(bus_url, namespace) as bus:
+            for i in range(20):
+                await bus.publish(metrics("node-a", load=i / 100))
+            send, handled = bus.backend.send, []
+            delays = iter([0.05, 0.0, 0.02, 0.0] * 5)
+
+            async def slow_at_times(*args, **kwargs):  # a broker connection busy now and then
+                await asyncio.sleep(next(delays))
+                return await send(*args, **kwargs)
+            bus.backend.send = slow_at_times
+
+            async def handler(envelope, delivery):
+                await bus.publish(score_of(envelope), cause=envelope)
+                handled.append(envelope.id)
+
+            await run_until(bus.consumer("node.metrics", "g", handler, window=8), lambda: len(handled) == 20)
+            assert [s.load for s in await stored(bus, "score.node")] == [i / 100 for i in range(20)]
+
+    async def test_an_event_is_acked_only_once_its_outputs_are_stored(self, bus_url, namespace):
+        async with make_bus(bus_url, namespace) as bus:
+            for i in range(12):
+                await bus.publish(metrics("node-a", load=i / 100))
+            release, handled, acked = asyncio.Event(), [], []
+            watch_acks(bus, acked)
+            send = bus.backend.send
+
+            async def ack_held_for_the_fourth(spec, cluster, key, data, msg_id, trace=None):
+                stored = await send(spec, cluster, key, data, msg_id, trace)
+                if spec.name != "score.node" or b'"load":0.03' not in data:
+                    return stored
+
+                async def held():
+                    await release.wait()
+                    return await stored
+                return held()
+            bus.backend.send = ack_held_for_the_fourth
+
+            async def handler(envelope, delivery):
+                await bus.publish(score_of(envelope), cause=envelope)
+                handled.append(envelope.payload.node_cpu_util)
+
+            consumer = bus.consumer("node.metrics", "g", handler, window=6)
+            task = asyncio.create_task(consumer.run())
+            # the handler goes on past the held output, up to a full window…
+            await wait_until(lambda: len(handled) == 9, timeout=30, what="a window past the held output")
+            await asyncio.sleep(0.5)
+            assert len(handled) == 9, "no more than the window waits"
+            # …but nothing from the held event on is acked
+            assert len(acked) == 3
+            release.set()
+            await wait_until(lambda: len(acked) == 12, timeout=30, what="every event acked")
+            consumer.stop()
+            await asyncio.wait_for(task, 30)
+            assert handled == [i / 100 for i in range(12)]
+
+    async def test_an_output_not_stored_dead_letters_its_event_and_the_rest_go_on(self, bus_url, namespace):
+        async with make_bus(bus_url, namespace) as bus:
+            for i in range(6):
+                await bus.publish(metrics("node-a", load=i / 100))
+            handled, acked = [], []
+            watch_acks(bus, acked)
+            send = bus.backend.send
+
+            async def third_not_stored(spec, cluster, key, data, msg_id, trace=None):
+                stored = await send(spec, cluster, key, data, msg_id, trace)
+                if spec.name != "score.node" or b'"load":0.02' not in data:
+                    return stored
+
+                async def refused():
+                    await stored  # sent, but its ack says the bus gave up on it
+                    raise BusError("broker away for longer than the publish timeout")
+                return refused()
+            bus.backend.send = third_not_stored
+
+            async def handler(envelope, delivery):
+                await bus.publish(score_of(envelope), cause=envelope)
+                handled.append(envelope.payload.node_cpu_util)
+
+            consumer = bus.consumer("node.metrics", "g", handler, window=4)
+            await run_until(consumer, lambda: len(acked) == 6)
+            letters = await stored(bus, "dead.letter")
+            assert [(letter.stream, letter.retriable) for letter in letters] == [("node.metrics", True)]
+            assert "output not published" in letters[0].reason and "publish timeout" in letters[0].reason
+            # the others' outputs are all stored (the refused one was sent, its ack said otherwise)
+            assert {0.0, 0.01, 0.03, 0.04, 0.05} <= {s.load for s in await stored(bus, "score.node")}
+
+
+class TestNatsWindow(WindowContract):
+    @pytest.fixture
+    def bus_url(self, nats_server) -> str:
+        return nats_server.url
+
+
+class TestKafkaWindow(WindowContract):
+    @pytest.fixture
+    def bus_url(self, kafka_server) -> str:
+        return kafka_server.url
+
+
+def test_a_window_holds_at_least_one_event():
+    from tidal_bus import Consumer
+    from tidal_schemas.streams import stream
+
+    with pytest.raises(ValueError, match="at least 1"):
+        Consumer(None, stream("node.metrics"), "g", lambda e, d: None, start=StartAt.earliest(), window=0)
