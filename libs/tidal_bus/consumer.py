@@ -59,6 +59,7 @@ class Delivery:
 
 Handler = Callable[[Envelope[Any], Delivery], Awaitable[None]]
 
+
 class ConsumerObserver(Protocol):
     """Hooks for metrics; the runtime plugs Prometheus in here."""
 

@@ -71,8 +71,9 @@ class OutputWindow:
         return len(self._waiting)
 
     @contextmanager
-    def collecting(self, outputs: list[asyncio.Future[Any]]) -> Iterator[None]:
-        """While the handler runs: its outputs' acks go to `outputs`."""
+    def collecting(self, outputs: list[asyncio.Future[Any]] | None) -> Iterator[None]:
+        """While the handler runs: its outputs' acks go to `outputs` (None:
+        the publisher waits for each itself)."""
         token = _OUTPUTS.set(outputs)
         try:
             yield
