@@ -45,6 +45,16 @@ def watch_acks(bus, acked: list[str]) -> None:
     bus.backend.subscribe = watched
 
 
+def on_ack_of(bus, marker: bytes, instead) -> None:
+    """The ack of the score whose bytes hold `marker` becomes `instead(its ack)`."""
+    send = bus.backend.send
+
+    async def altered(spec, cluster, key, data, msg_id, trace=None):
+        stored = await send(spec, cluster, key, data, msg_id, trace)
+        return instead(stored) if spec.name == "score.node" and marker in data else stored
+    bus.backend.send = altered
+
+
 async def stored(bus, stream_name: str) -> list:
     return [e.payload async for _, e in bus.read(stream_name, StartAt.earliest())]
 
@@ -123,18 +133,11 @@ class WindowContract:
                 await bus.publish(metrics("node-a", load=i / 100))
             release, handled, acked = asyncio.Event(), [], []
             watch_acks(bus, acked)
-            send = bus.backend.send
 
-            async def ack_held_for_the_fourth(spec, cluster, key, data, msg_id, trace=None):
-                stored = await send(spec, cluster, key, data, msg_id, trace)
-                if spec.name != "score.node" or b'"load":0.03' not in data:
-                    return stored
-
-                async def held():
-                    await release.wait()
-                    return await stored
-                return held()
-            bus.backend.send = ack_held_for_the_fourth
+            async def held(stored):
+                await release.wait()
+                return await stored
+            on_ack_of(bus, b'"load":0.03', held)
 
             async def handler(envelope, delivery):
                 await bus.publish(score_of(envelope), cause=envelope)
@@ -160,18 +163,11 @@ class WindowContract:
                 await bus.publish(metrics("node-a", load=i / 100))
             handled, acked = [], []
             watch_acks(bus, acked)
-            send = bus.backend.send
 
-            async def third_not_stored(spec, cluster, key, data, msg_id, trace=None):
-                stored = await send(spec, cluster, key, data, msg_id, trace)
-                if spec.name != "score.node" or b'"load":0.02' not in data:
-                    return stored
-
-                async def refused():
-                    await stored  # sent, but its ack says the bus gave up on it
-                    raise BusError("broker away for longer than the publish timeout")
-                return refused()
-            bus.backend.send = third_not_stored
+            async def refused(stored):
+                await stored  # sent, but its ack says the bus gave up on it
+                raise BusError("broker away for longer than the publish timeout")
+            on_ack_of(bus, b'"load":0.02', refused)
 
             async def handler(envelope, delivery):
                 await bus.publish(score_of(envelope), cause=envelope)
