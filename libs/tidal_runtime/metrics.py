@@ -4,6 +4,7 @@ letters and duplicates per stream; consumer lag per stream and partition."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -32,12 +33,24 @@ class ServiceMetrics:
         self.handled_by_partition = Counter("tidal_partition_events_handled_total",
                                             "Events handled per partition (shows how replicas split the keys)",
                                             [*labels, "partition"], registry=self.registry)
+        self._children: dict[tuple, Any] = {}
+
+    def _of(self, metric: Any, *values: str) -> Any:
+        """`metric.labels(*values)`, kept: labels() takes a lock and checks
+        its values at every call, and an event read and relayed counts on
+        four metrics (8.4 µs an event with labels(), 4.8 kept, one run on
+        this machine). Only for metrics whose children are never removed."""
+        key = (id(metric), *values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     # ConsumerObserver
     def received(self, stream: str, pending: int | None) -> None:
         # `pending` counts only what the broker has not handed out yet; the lag
         # gauge comes from `lag_measured`, which also counts what is in hand.
-        self.events_in.labels(self.service, stream).inc()
+        self._of(self.events_in, self.service, stream).inc()
 
     def lag_measured(self, stream: str, lags: Mapping[int, int]) -> None:
         """Set the lag of each partition of `stream` this member owns (from
@@ -50,9 +63,9 @@ class ServiceMetrics:
         self._lag_partitions[stream] = owned
 
     def handled(self, stream: str, seconds: float, partition: int | None = None) -> None:
-        self.handler_seconds.labels(self.service, stream).observe(seconds)
+        self._of(self.handler_seconds, self.service, stream).observe(seconds)
         if partition is not None:
-            self.handled_by_partition.labels(self.service, stream, str(partition)).inc()
+            self._of(self.handled_by_partition, self.service, stream, str(partition)).inc()
 
     def dead_lettered(self, stream: str) -> None:
         self.dead_letters.labels(self.service, stream).inc()
@@ -61,7 +74,7 @@ class ServiceMetrics:
         self.duplicates.labels(self.service, stream).inc()
 
     def published(self, stream: str) -> None:
-        self.events_out.labels(self.service, stream).inc()
+        self._of(self.events_out, self.service, stream).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
