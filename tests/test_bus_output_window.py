@@ -200,3 +200,42 @@ def test_a_window_holds_at_least_one_event():
 
     with pytest.raises(ValueError, match="at least 1"):
         Consumer(None, stream("node.metrics"), "g", lambda e, d: None, start=StartAt.earliest(), window=0)
+
+
+async def test_a_task_a_handler_started_waits_for_its_own_publishes(nats_server, namespace):
+    # the event's outputs are closed when its handler returns: a publish from a
+    # task it left running waits for its own ack, as outside any handler
+    async with make_bus(nats_server.url, namespace) as bus:
+        await bus.publish(metrics("node-a", load=0.5))
+        later, release, done = asyncio.Event(), asyncio.Event(), []
+
+        async def held(stored):
+            await release.wait()
+            return await stored
+        on_ack_of(bus, b'"load":0.5', held)  # the ack, when handed over to wait for later
+        publish = bus.backend.publish
+
+        async def held_publish(spec, cluster, key, data, msg_id, trace=None):  # … or waited for at once
+            if spec.name == "score.node":
+                await release.wait()
+            return await publish(spec, cluster, key, data, msg_id, trace)
+        bus.backend.publish = held_publish
+
+        async def publish_later(envelope):
+            await later.wait()
+            await bus.publish(score_of(envelope), cause=envelope)
+            done.append(envelope.id)
+
+        async def handler(envelope, delivery):
+            asyncio.get_running_loop().create_task(publish_later(envelope))
+
+        consumer = bus.consumer("node.metrics", "g", handler, window=4)
+        task = asyncio.create_task(consumer.run())
+        await wait_until(lambda: len(consumer.seen) == 1, timeout=30, what="the event acked")
+        later.set()
+        await asyncio.sleep(0.3)
+        assert done == [], "the late publish returned before its ack"
+        release.set()
+        await wait_until(lambda: done, timeout=30, what="the late publish")
+        consumer.stop()
+        await asyncio.wait_for(task, 30)

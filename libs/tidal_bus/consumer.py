@@ -209,7 +209,7 @@ class Consumer:
             outputs: list[asyncio.Future[Any]] = []
             try:
                 delivery = Delivery(self.spec.name, raw.partition, raw.position, attempt, replaying=False)
-                with span.current(), self.window.collecting(outputs if self.window.size > 1 else None):
+                with span.current(), self.window.collecting() as outputs:
                     await self.handler(envelope, delivery)
             except asyncio.CancelledError as exc:
                 span.end("cancelled", exc)

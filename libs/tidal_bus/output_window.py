@@ -29,15 +29,23 @@ from tidal_schemas import Envelope
 from .api import RawMessage
 from .trace_context import TraceContext
 
+class _Outputs(list):
+    """The acks of one event's outputs; closed when its handler returns (a
+    task it started and that publishes later waits for its own acks)."""
+
+    open = True
+
+
 # the outputs of the event being handled, when its consumer has a window
-_OUTPUTS: ContextVar[list[asyncio.Future[Any]] | None] = ContextVar("tidal_bus_outputs", default=None)
+_OUTPUTS: ContextVar[_Outputs | None] = ContextVar("tidal_bus_outputs", default=None)
 
 
 def deferred_outputs() -> list[asyncio.Future[Any]] | None:
     """Where `Bus.publish` leaves the acks of the event being handled for
     its consumer to wait for; None when that consumer has no window (the
     publisher waits itself)."""
-    return _OUTPUTS.get()
+    outputs = _OUTPUTS.get()
+    return outputs if outputs is not None and outputs.open else None
 
 
 @dataclass
@@ -71,13 +79,15 @@ class OutputWindow:
         return len(self._waiting)
 
     @contextmanager
-    def collecting(self, outputs: list[asyncio.Future[Any]] | None) -> Iterator[None]:
-        """While the handler runs: its outputs' acks go to `outputs` (None:
-        the publisher waits for each itself)."""
-        token = _OUTPUTS.set(outputs)
+    def collecting(self) -> Iterator[list[asyncio.Future[Any]]]:
+        """While the handler runs: its outputs' acks go to the list given
+        (with a window of 1, nowhere: the publisher waits for each itself)."""
+        outputs = _Outputs()
+        token = _OUTPUTS.set(outputs if self.size > 1 else None)
         try:
-            yield
+            yield outputs
         finally:
+            outputs.open = False
             _OUTPUTS.reset(token)
 
     async def add(self, handled: Handled) -> None:
