@@ -22,9 +22,9 @@ from tidal_schemas.streams import STREAMS, StreamSpec, stream
 from .api import Backend, RawMessage, StartAt
 from .backends import backend_from_url
 from .consumer import Consumer, Handler
+from .intake import MAX_EVENT_BYTES, accept, check_size, dedupe_key
 from .output_window import deferred_outputs
 from .seen_ids import SeenIds
-from .intake import MAX_EVENT_BYTES, accept, check_size, dedupe_key
 from .subjects import check_namespace
 from .trace_context import TraceContext
 from .tracing import handler_span, publishing, trace_of

@@ -31,6 +31,10 @@ from .membership import raise_if_cancelling
 from .subjects import kafka_topic
 from .trace_context import TraceContext
 
+log = logging.getLogger(__name__)
+PAST_END_WAIT_MS = 100  # a read to the end, at the reported ends: how long a fetch may take to bring the rest
+
+
 @contextmanager
 def _as_bus_errors(spec: StreamSpec, data: bytes) -> Iterator[None]:
     """The producer's errors as the bus's, whichever backend."""
@@ -40,11 +44,6 @@ def _as_bus_errors(spec: StreamSpec, data: bytes) -> Iterator[None]:
         raise EventTooLarge(f"message to {spec.name}: {len(data)} bytes, refused by Kafka: {exc}") from None
     except KafkaError as exc:
         raise BusError(f"publish to {spec.name} failed: {exc}") from exc
-
-
-PAST_END_WAIT_MS = 100  # a read to the end, at the reported ends: how long a fetch may take to bring the rest
-
-log = logging.getLogger(__name__)
 
 
 class KafkaBackend(Backend):

@@ -15,8 +15,7 @@ import ssl
 import uuid
 from collections.abc import AsyncIterator, Awaitable
 
-import nats
-import nats.errors
+import nats.errors  # binds `nats` too
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -39,6 +38,7 @@ from .trace_context import TraceContext, carried
 
 log = logging.getLogger(__name__)
 PUBLISH_ACK_WAIT_S = 2.0  # one try of a publish: how long the server's ack is waited for
+
 
 class NatsBackend(Backend):
     def __init__(
