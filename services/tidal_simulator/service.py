@@ -132,10 +132,12 @@ class SimulatorService(Service):
         s = self.settings
         await read_fences(self)
         await self.api.start(s.kube_api_host, s.kube_api_port)
+        for node in self.model.nodes.values():
+            self.api.create_node(node_manifest(node.topology))
+        # the kubeconfig says the cluster is there: written once it has its nodes
         write_kubeconfig(self.kubeconfig, self.api.url, f"simulator-{s.cluster}")
         self.log.info("API server at %s (kubeconfig %s)", self.api.url, self.kubeconfig)
         for node in self.model.nodes.values():
-            self.api.create_node(node_manifest(node.topology))
             await self.emit(node.topology)
         for tenant in self.workload.tenants:
             await self.emit(tenant)
