@@ -62,13 +62,16 @@ def node_gpu_figures(used: np.ndarray, valid: np.ndarray, root: np.ndarray,
     """One node's free(d) per device and its summaries: idle milli (Σ over
     physical GPUs: a slice's milli is its parent's), whole GPUs (physical
     GPUs with a fully free device) and the most milli one device has."""
+    roots = root.tolist()
+    if all(r < 0 or r == j for j, r in enumerate(roots)):
+        # No slices (the common node, once per decision): a device is a physical GPU.
+        # Plain Python: numpy's per-call cost was most of the work on a node's few devices.
+        free_list = [max(GPU_MILLI - u, 0) if ok else 0 for u, ok in zip(used.tolist(), valid.tolist())]
+        return (np.array(free_list, dtype=np.int64), sum(free_list), free_list.count(GPU_MILLI),
+                max(free_list, default=0))
     free = device_free(used, valid, root, weight)
-    cols = np.arange(free.size)
-    is_root = (root < 0) | (root == cols)
-    if is_root.all():  # no slices (the common node, once per decision): a device is a physical GPU
-        idle, whole = int(free.sum()), int(np.count_nonzero(free == GPU_MILLI))
-    else:
-        idle, whole = int(free[is_root].sum()), int(distinct_roots((free == GPU_MILLI)[None, :], root[None, :])[0])
+    is_root = (root < 0) | (root == np.arange(free.size))
+    idle, whole = int(free[is_root].sum()), int(distinct_roots((free == GPU_MILLI)[None, :], root[None, :])[0])
     return free, idle, whole, int(free.max()) if free.size else 0
 
 
