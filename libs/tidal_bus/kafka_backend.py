@@ -174,21 +174,25 @@ class KafkaBackend(Backend):
             # the rest of a batch of several sends. Past it, records stored before the
             # read began are read too, until one stored after it or nothing more comes.
             past_end = until is None and not follow
-            done = {p for p, end in stop.items() if not follow and not past_end
-                    and await position_of(consumer, tps, p) >= end}
+            at = {} if follow else {p: await position_of(consumer, tps, p) for p in stop}  # as records are read
+            done = {p for p, end in stop.items() if not follow and not past_end and at[p] >= end}
             while follow or len(done) < len(tps):
                 raise_if_cancelling()
-                reading = [p for p in stop if p not in done]
-                positions = [] if follow else [await position_of(consumer, tps, p) for p in reading]
-                reached = not follow and all(position >= stop[p] for position, p in zip(positions, reading))
                 # at the ends already, only what a fetch has in hand is waited for
-                batch = await consumer.getmany(timeout_ms=PAST_END_WAIT_MS if reached else 500,
+                at_ends = not follow and all(at[p] >= stop[p] for p in stop if p not in done)
+                batch = await consumer.getmany(timeout_ms=PAST_END_WAIT_MS if at_ends else 500,
                                                max_records=self.fetch_batch)
-                if not batch and reached:
-                    return  # nothing more arrives: the ends were reached
+                if not batch and not follow:
+                    # nothing more arrives: done when the consumer's positions (past any gap
+                    # in the offsets) reached the ends (a list first: `await` inside all()'s
+                    # generator would make it an async generator)
+                    reading = [p for p in stop if p not in done]
+                    positions = [await position_of(consumer, tps, p) for p in reading]
+                    if all(position >= stop[p] for position, p in zip(positions, reading)):
+                        return
                 for tp, records in batch.items():
                     for record in records:
-                        position = record.offset + 1
+                        position = at[tp.partition] = record.offset + 1
                         if not follow and position > stop[tp.partition] and (
                                 not past_end or record.timestamp > began_ms):
                             done.add(tp.partition)

@@ -97,8 +97,9 @@ class OutputWindow:
         if self._finisher is None or self._finisher.done():
             self._finisher = asyncio.create_task(self._finish_in_order(), name=f"{self._name}:acks")
         finisher = self._finisher
-        async with self._finished:
-            await self._finished.wait_for(lambda: len(self._waiting) < self.size or finisher.done())
+        if len(self._waiting) >= self.size:  # full: wait for the oldest to be finished
+            async with self._finished:
+                await self._finished.wait_for(lambda: len(self._waiting) < self.size or finisher.done())
         if finisher.done() and not finisher.cancelled() and finisher.exception() is not None:
             raise finisher.exception()  # an ack failed: the consumer stops, the events come back
 
