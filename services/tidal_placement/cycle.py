@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tidal_schemas import PlacementDecision, derived_id
-from tidal_schemas.placement import GpuShare
 
 from .cache import ClusterCache
 from .decide import decide
@@ -90,9 +89,9 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
             entry.announced, entry.said = now, (WAIT, held_back)
             decision_id = derived_id(f"placement/{fence.epoch}/{fence.leader}", PlacementDecision.TYPE, entry.key,
                                      f"{cache.tries(entry.key)}/{entry.attempts}/held-back")
-            yield placement_decision(entry.pod, Placement(False, reason=held_back), decision_id).model_copy(
-                update=dict(epoch=fence.epoch, leader=fence.leader, queue_position=position,
-                            fair_share_score=entry.score, nodes=nodes))
+            yield placement_decision(entry.pod, Placement(False, reason=held_back), decision_id,
+                                     epoch=fence.epoch, leader=fence.leader, queue_position=position,
+                                     fair_share_score=entry.score, nodes=nodes)
             continue
         if not queue.due(entry, now):
             continue
@@ -108,9 +107,9 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
             if not outcome.ok:  # ERROR: the policy chose what the cache refuses; next cycle tries again
                 log.error("assume of %s failed: %s", entry.key, outcome.reason)
                 continue
-            extra["gpus"] = [GpuShare(gpu=gpu, milli=milli, model=cache.gpu_model.get(gpu, ""))
+            extra["gpus"] = [dict(gpu=gpu, milli=milli, model=cache.gpu_model.get(gpu, ""))
                              for gpu, milli in placement.allocation.gpus]
-            charge(usage.setdefault(pod.tenant, {}), pod, ((g.model, g.milli) for g in extra["gpus"]))
+            charge(usage.setdefault(pod.tenant, {}), pod, ((g["model"], g["milli"]) for g in extra["gpus"]))
         else:
             attempted(placement.code)
             said = gist(placement)
@@ -124,7 +123,7 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
                 continue  # the same reasons: said already, and not long ago
             entry.announced, entry.said = now, said
             extra["nodes"] = nodes
-        decision = placement_decision(pod, placement, decision_id).model_copy(update=extra)
+        decision = placement_decision(pod, placement, decision_id, **extra)
         if placement.code == PLACED:
             cache.placed(decision, pod, now)
         yield decision
