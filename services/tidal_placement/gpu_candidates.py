@@ -6,6 +6,10 @@ A strategy is an object with `name`, `scores_cpu_pods` and
 candidate, `device` the device a GPU-share pod would take on each
 candidate (None: the fullest device that fits, chosen after the node),
 `tiebreaks` further keys, compared in order when costs are equal.
+A row-local strategy may also have `score_few(candidates, shape) ->
+Scored | None`: the same scores for a few candidates, computed faster, or
+None to leave them to `score` (`gpu_score_cache` asks it for the few node
+states it has not scored yet).
 """
 
 from __future__ import annotations

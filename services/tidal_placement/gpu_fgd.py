@@ -17,11 +17,12 @@ uniformly at random (see gpu_fgd_cpu).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .gpu_candidates import Candidates, Scored, is_share, share_options, sigmoid_score
+from .gpu_fgd_few import PlainFrag
 from .gpu_frag import FragModel
 from .gpu_workload import Shape, TargetWorkload
 
@@ -47,6 +48,7 @@ class Fgd:
     frag: FragModel
     name: str = NAME
     scores_cpu_pods: bool = True
+    _plain: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def score(self, c: Candidates, shape: Shape) -> Scored:
         """Cost = −FGD score per node; for shares the device chosen."""
@@ -56,6 +58,15 @@ class Fgd:
         score = np.where(np.isfinite(delta), sigmoid_score(delta), -1.0)
         device = np.argmax(score, axis=1)  # first device among equal scores, as the plugin's strict '>'
         return Scored(cost=-score[np.arange(len(device)), device], device=device)
+
+    def score_few(self, c: Candidates, shape: Shape) -> Scored | None:
+        """`score` of a few candidates in plain Python (`gpu_fgd_few`); None
+        when `score` itself must answer."""
+        scored = PlainFrag.of(self.frag, c.models, self._plain).scores(c, shape, fullest_on_ties=False)
+        if scored is None:
+            return None
+        cost = np.array([-score for score, _ in scored])
+        return Scored(cost=cost, device=np.array([device for _, device in scored]) if is_share(shape) else None)
 
 
 def new(workload: TargetWorkload | None = None, **options) -> Fgd:

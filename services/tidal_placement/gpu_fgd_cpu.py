@@ -56,12 +56,13 @@ state (gpu_score_cache).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .gpu_candidates import Candidates, Scored, sigmoid_score
+from .gpu_candidates import Candidates, Scored, is_share, sigmoid_score
 from .gpu_fgd import frag_deltas
+from .gpu_fgd_few import PlainFrag
 from .gpu_frag import FragModel
 from .gpu_workload import Shape, TargetWorkload, by_model
 
@@ -87,6 +88,7 @@ class FgdCpu:
     # `fgd-cpu:packing=true`…); the defaults are the measured choice
     cpu_pods_by_idle: bool = True
     packing: bool = False
+    _plain: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def score(self, c: Candidates, shape: Shape) -> Scored:
         """FGD score per node, then the tiebreaks (see the module docstring)."""
@@ -111,6 +113,25 @@ class FgdCpu:
         if self.packing:  # the node left fullest (8 GPUs, 128 CPUs as units), as best fit
             keys = (*keys, idle_after / 8000.0 + 0.5 * cpu_after / 128_000.0)
         return Scored(cost=-score, device=device, tiebreaks=keys)
+
+    def score_few(self, c: Candidates, shape: Shape) -> Scored | None:
+        """`score` of a few candidates in plain Python (`gpu_fgd_few`); None
+        when `score` itself must answer."""
+        if self.packing:
+            return None
+        scored = PlainFrag.of(self.frag, c.models, self._plain).scores(c, shape, fullest_on_ties=True)
+        if scored is None:
+            return None
+        deficits, idles = [], c.gpu_idle.tolist()
+        for idle, cpu in zip(idles, c.cpu_free.tolist()):  # as `score`, operation for operation
+            before = max(self.rho * idle - cpu, 0.0)
+            after = max(self.rho * (idle - shape.gpu_total) - (cpu - shape.cpu_milli), 0.0)
+            deficits.append(float(round((after - before) / self.deficit_unit)))
+        keys: tuple[np.ndarray, ...] = (np.array(deficits),)
+        if not shape.gpu_count and self.cpu_pods_by_idle:
+            keys = (np.array(idles, dtype=np.float64), *keys)
+        device = np.array([device for _, device in scored]) if is_share(shape) else None
+        return Scored(cost=np.array([-score for score, _ in scored]), device=device, tiebreaks=keys)
 
 
 def new(workload: TargetWorkload | None = None, *, rho: float | None = None, rho_scale: float = 1.0,

@@ -41,6 +41,9 @@ MAX_STATES = 1 << 17  # states remembered before starting afresh, at most
 # its rows have left. Starting afresh past a few per row costs each shape one
 # scoring of the current states, and keeps the per-shape arrays small.
 STATES_PER_ROW, MIN_STATES = 3, 4096
+# New states scored by the strategy's `score_few` (plain Python, per state)
+# when it has one, up to this many; past it, its vectorised `score`.
+FEW_STATES = 8
 
 
 class _States:
@@ -133,6 +136,7 @@ class ScoreCache:
     def __init__(self, inner: GpuStrategy, max_shapes: int = MAX_SHAPES, max_states: int = MAX_STATES):
         self.inner, self.max_shapes, self.max_states = inner, max_shapes, max_states
         self.name, self.scores_cpu_pods = inner.name, inner.scores_cpu_pods
+        self._score_few = getattr(inner, "score_few", None)  # optional: see gpu_candidates.GpuStrategy
         self._states: _States | None = None
         self._entries: OrderedDict[Shape, _Entry] = OrderedDict()
 
@@ -149,7 +153,9 @@ class ScoreCache:
             unscored = np.zeros(len(states), dtype=bool)  # the distinct states, without np.unique's sort
             unscored[sids[missing]] = True
             new = np.flatnonzero(unscored)
-            entry.store(new, self.inner.score(Candidates(states, new), shape))  # type: ignore[arg-type]
+            fresh = Candidates(states, new)  # type: ignore[arg-type]
+            scored = self._score_few(fresh, shape) if self._score_few and len(new) <= FEW_STATES else None
+            entry.store(new, scored if scored is not None else self.inner.score(fresh, shape))
             cost[missing] = entry.cost[sids[missing]]
         return Scored(cost=cost, device=None if entry.device is None else entry.device[sids],
                       tiebreaks=tuple(t[sids] for t in entry.tiebreaks))

@@ -1,0 +1,141 @@
+"""FGD's fragmentation deltas for a few node states, in plain Python.
+
+After nearly every decision the score cache (`gpu_score_cache`) meets one
+to a few node states it has not scored for the pod's shape: the node the
+last decision moved, the nodes pods left. Scoring them with the vectorised
+`gpu_frag` costs some sixty numpy calls on arrays of two or three rows, and
+that per-call cost was a third of a decision. Here the same formulas run on
+Python numbers, one state at a time.
+
+`gpu_frag` stays the reference and the home of the measure: this module
+reads its tables and repeats its formulas term for term (see `FragModel`:
+`frag_of`, `whole_after`, `share_after`). The sums here may round in
+another order than numpy's, so a delta can differ from the reference's in
+its last bits. A node's FGD score is a whole step of that delta
+(`sigmoid_score`), so `step` returns None for a delta within `MARGIN` of a
+step, and the caller then scores the states with the vectorised strategy:
+the scores, and so the decisions, are the reference's
+(`tests/test_placement_fgd_few.py`).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+
+from .gpu_candidates import EXP_CAP, GPU_MILLI, Candidates, is_share
+from .gpu_frag import FragModel
+from .gpu_workload import Shape
+
+# A score point is 1. Summing in another order moves a delta by at most a
+# few ulps of the node's idle milli-GPU, a score by under 1e-9 of a point
+# for nodes with up to a million milli-GPU idle: the margin is far above
+# that and far below a point.
+MARGIN = 1e-6
+REMEMBERED = 1 << 16  # distinct per-device figures kept, at most (a node's GPUs change only by its pods)
+
+
+class PlainFrag:
+    """A FragModel's tables for one list of GPU models, as Python lists."""
+
+    @staticmethod
+    def of(frag: FragModel, models: tuple[str, ...], memo: dict) -> "PlainFrag":
+        """The PlainFrag of `frag` for `models`, made once per `memo`."""
+        plain = memo.get(models)
+        if plain is None:
+            plain = memo[models] = PlainFrag(frag, models)
+        return plain
+
+    def __init__(self, frag: FragModel, models: tuple[str, ...]):
+        table, idle_weight = frag.tables(models)
+        self.table, self.idle_weight = table.tolist(), idle_weight.tolist()
+        self.milli, self.count = frag.milli.tolist(), frag.count.tolist()
+        self.thresholds, self.no_model = frag.thresholds.tolist(), len(models)
+        self.width = len(self.thresholds) + 1
+        self._by_gpus: dict[tuple[int, ...], tuple[int, list[int], list[int]]] = {}
+
+    def scores(self, c: Candidates, shape: Shape, *, fullest_on_ties: bool) -> list[tuple[float, int]] | None:
+        """FGD's score per candidate and, for a GPU share, the device it
+        takes (−1 otherwise): the best device's score, ties to the fullest
+        device (`fullest_on_ties`, as fgd-cpu) or the first (as fgd). None
+        when some delta lies within MARGIN of a step."""
+        share, out = is_share(shape), []
+        for left, ok, model, cpu in zip(c.gpu_free.tolist(), c.eligible.tolist(), c.model.tolist(),
+                                        c.cpu_free.tolist()):
+            k = self.no_model if model < 0 else model
+            idle, can, small = self._gpu_figures(left)
+            row, after_row = self._row(k, cpu), self._row(k, cpu - shape.cpu_milli)
+            before = self._frag(row, k, idle, can, small)
+            if share:
+                milli, by_free = shape.gpu_milli, {}  # devices with as much left score alike
+                per_device = []
+                for usable, free in zip(ok, left):
+                    if not usable or free < milli:
+                        per_device.append(-1.0)
+                        continue
+                    if free not in by_free:
+                        by_free[free] = step(before - self._share(after_row, k, idle, can, small, free, milli))
+                    per_device.append(by_free[free])
+                if None in by_free.values():
+                    return None
+                top = max(per_device)
+                if fullest_on_ties:
+                    device = min((free, g) for g, (score, free) in enumerate(zip(per_device, left)) if score == top)[1]
+                else:
+                    device = per_device.index(top)
+                out.append((top, device))
+                continue
+            if shape.gpu_count:
+                gpus = shape.gpu_count
+                score = step(before - self._frag(after_row, k, idle - GPU_MILLI * gpus, [n - gpus for n in can], small))
+            elif after_row == row:
+                # the reference computes both figures from the same numbers: Δ is 0 exactly,
+                # a step (50) that no rounding margin could settle
+                score = 50.0
+            else:
+                score = step(before - self._frag(after_row, k, idle, can, small))
+            if score is None:
+                return None
+            out.append((score, -1))
+        return out
+
+    def _gpu_figures(self, left: list[int]) -> tuple[int, list[int], list[int]]:
+        # idle, and per demand the devices able to host it and the milli left on
+        # the others (FragModel.figures): the same for every shape, CPU and model
+        key = tuple(left)
+        figures = self._by_gpus.get(key)
+        if figures is None:
+            if len(self._by_gpus) >= REMEMBERED:
+                self._by_gpus.clear()
+            figures = self._by_gpus[key] = (sum(left), [sum(1 for x in left if x >= m) for m in self.milli],
+                                            [sum(x for x in left if x < m) for m in self.milli])
+        return figures
+
+    def _row(self, k: int, cpu: int) -> int:
+        # W's row for a node of model k with `cpu` milli-CPU left (FragModel.q3_weight)
+        return k * self.width + bisect_right(self.thresholds, cpu)
+
+    def _frag(self, row: int, k: int, idle: int, can: list[int], small: list[int]) -> float:
+        # F = idle·w − Σ_d q3_d·[can_d ≥ count_d]·(idle − small_d)   (FragModel.frag_of, whole_after)
+        q3 = self.table[row]
+        taken = 0.0
+        for weight, n, need, s in zip(q3, can, self.count, small):
+            if n >= need:
+                taken += weight * (idle - s)
+        return idle * self.idle_weight[k] - taken
+
+    def _share(self, row: int, k: int, idle: int, can: list[int], small: list[int], free: int, milli: int) -> float:
+        # the node after `milli` on a device with `free` left (FragModel.share_after)
+        after = free - milli
+        can2 = [n + (after >= m) - (free >= m) for n, m in zip(can, self.milli)]
+        small2 = [s + (after if after < m else 0) - (free if free < m else 0) for s, m in zip(small, self.milli)]
+        return self._frag(row, k, idle - milli, can2, small2)
+
+
+def step(delta: float) -> float | None:
+    """`sigmoid_score` of one delta, or None when it lies within MARGIN of a step."""
+    x = 100.0 / (1.0 + math.exp(min(delta / -1000.0, EXP_CAP)))
+    floor = math.floor(x)
+    if x - floor < MARGIN or floor + 1 - x < MARGIN:
+        return None
+    return float(floor)
