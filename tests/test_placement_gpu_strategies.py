@@ -225,3 +225,22 @@ def test_the_typical_workload_is_relearnt_doubling_then_every_n_pods():
     from tidal_placement.learning import refresh_due
     assert [k for k in range(1, 1600) if refresh_due(k, 500)] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 501, 1001, 1501]
     assert [k for k in range(1, 6) if refresh_due(k, 1)] == [1, 2, 3, 4, 5]
+
+
+def test_a_relearnt_strategy_starts_from_the_node_states_its_predecessor_knew():
+    from types import SimpleNamespace
+
+    from tidal_placement.learning import StrategyLearner
+    from tidal_schemas import GpuAsk, Resources
+    learner = StrategyLearner("fgd-cpu", every=500)
+    pod = SimpleNamespace(namespace="ns", name="p", requests=Resources(cpu_milli=1000, memory_mib=1024),
+                          exclusive_cpus=False, cpu_policy=None, gpu=GpuAsk(count=1, milli=500))
+    learner.observe(pod)  # the first pod: fgd-cpu over its shape
+    first = learner.strategy
+    state = cluster(("n1", 8, [1000]), ("n2", 8, [500, 1000]))
+    first.score(candidates(state), Shape(1000, 500, 1))  # the cache has met the nodes
+    learner.observe(pod)  # the second pod: relearnt
+    assert learner.strategy is not first and learner.strategy._states is first._states
+    scored = learner.strategy.score(candidates(state), Shape(1000, 500, 1))
+    plain = make_strategy("fgd-cpu", typical_workload([Shape(1000, 500, 1)] * 2), reference=True)
+    assert scored.cost.tolist() == plain.score(candidates(state), Shape(1000, 500, 1)).cost.tolist()

@@ -201,3 +201,32 @@ def test_the_rows_touched_after_a_version_are_the_rows_whose_version_moved(ops, 
                 assert moved <= set(touched) <= moved | {r for r, name in enumerate(state.names) if name is None}
     finally:
         arrays.TOUCHED_REMEMBERED = old
+
+
+def test_a_cache_that_succeeds_another_keeps_its_node_states_and_decides_as_the_new_reference():
+    # the placement service rebuilds its strategy as it learns the workload: the
+    # new cache starts from the old one's node states, never from its scores
+    sequence = arrival_sequence(BASE, seed=4, capacity_milli=1000 * sum(n.gpus for n in NODES))[:300]
+    early = typical_workload([p.shape for p in sequence[:20]])
+    later = typical_workload([p.shape for p in sequence[:200]])
+    rank = np.random.default_rng([4, 7]).permutation(len(NODES))
+
+    def run(first, then) -> list[tuple]:
+        state, out, strategy = load_cluster(NODES), [], first
+        for i, pod in enumerate(sequence):
+            if i == 150:
+                previous, strategy = strategy, then
+                if isinstance(strategy, ScoreCache):
+                    strategy.succeed(previous)
+                    assert strategy._states is previous._states
+            request = pod_request(pod, key=f"{i}")
+            choice = decide(state, request, strategy, rank=rank)
+            out.append((choice.ok, choice.node, choice.allocation.gpus if choice.ok else None, choice.cost))
+            if choice.ok:
+                state.assume(request.key, choice.allocation)
+        return out
+
+    reference = run(make_strategy("fgd-cpu", early, reference=True), make_strategy("fgd-cpu", later, reference=True))
+    cached = run(make_strategy("fgd-cpu", early), make_strategy("fgd-cpu", later))
+    assert sum(ok for ok, *_ in reference) > 250
+    assert [i for i, (a, b) in enumerate(zip(reference, cached)) if a != b] == []

@@ -140,6 +140,14 @@ class ScoreCache:
         self._states: _States | None = None
         self._entries: OrderedDict[Shape, _Entry] = OrderedDict()
 
+    def succeed(self, previous: GpuStrategy) -> None:
+        """Start from the node states `previous` (a strategy this one
+        replaces) knows, when it is a score cache too: a new target workload
+        changes every score, not which nodes are alike, and telling the
+        nodes apart again costs a pass over every row."""
+        if isinstance(previous, ScoreCache) and previous._states is not None:
+            self._states = previous._states
+
     def score(self, c: Candidates, shape: Shape) -> Scored:
         """The inner strategy's scores for `c`, computed only for new states."""
         if c.own_eligible:

@@ -7,6 +7,7 @@ import logging
 from collections import deque
 
 
+from .gpu_score_cache import ScoreCache
 from .gpu_strategies import make_strategy
 from .gpu_workload import typical_workload
 from .kept import PodLike
@@ -42,6 +43,10 @@ class StrategyLearner:
         self.seen += 1
         if refresh_due(self.seen, self.every):
             try:
-                self.strategy = make_strategy(self.name, typical_workload(list(self.shapes)))
+                strategy = make_strategy(self.name, typical_workload(list(self.shapes)))
             except ValueError as exc:
                 log.warning("GPU strategy %s unavailable (%s); using best-fit", self.name, exc)
+                return
+            if isinstance(strategy, ScoreCache):
+                strategy.succeed(self.strategy)
+            self.strategy = strategy
