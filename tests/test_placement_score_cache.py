@@ -217,8 +217,14 @@ def test_a_cache_that_succeeds_another_keeps_its_node_states_and_decides_as_the_
             if i == 150:
                 previous, strategy = strategy, then
                 if isinstance(strategy, ScoreCache):
+                    known = len(previous._states)
                     strategy.succeed(previous)
-                    assert strategy._states is previous._states
+                    states = strategy._states
+                    assert states is previous._states
+                    in_use = states.row_state[:state.size]
+                    # only the states some node is in now are kept, numbered afresh
+                    assert len(states) == len(set(in_use.tolist()) - {-1}) < known
+                    assert sorted(states.ids.values()) == list(range(len(states)))
             request = pod_request(pod, key=f"{i}")
             choice = decide(state, request, strategy, rank=rank)
             out.append((choice.ok, choice.node, choice.allocation.gpus if choice.ok else None, choice.cost))

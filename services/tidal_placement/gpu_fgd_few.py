@@ -32,7 +32,7 @@ from .gpu_workload import Shape
 # for nodes with up to a million milli-GPU idle: the margin is far above
 # that and far below a point.
 MARGIN = 1e-6
-REMEMBERED = 1 << 16  # distinct per-device figures kept, at most (a node's GPUs change only by its pods)
+REMEMBERED = 1 << 14  # distinct per-device figures kept, at most (a node's GPUs change only by its pods)
 
 
 class PlainFrag:

@@ -86,12 +86,28 @@ class _States:
             self.row_state[r] = sid
         self.seen = cluster.stamp
 
+    def compact(self) -> None:
+        """Forget the states no row is in now, renumbering the rest: for a
+        successor, whose per-shape scores (arrays as long as the states
+        known) will be asked only for states rows are in."""
+        self.refresh()
+        rows = self.row_state[:self.cluster.size]
+        occupied = np.zeros(len(self.ids), dtype=bool)
+        occupied[rows[rows >= 0]] = True
+        keep = np.flatnonzero(occupied)
+        renumber = np.full(len(self.ids), -1, dtype=np.int64)
+        renumber[keep] = np.arange(len(keep))
+        for name in self.FIGURES:
+            setattr(self, name, getattr(self, name)[keep])
+        self.ids = {key: int(renumber[sid]) for key, sid in self.ids.items() if occupied[sid]}
+        rows[:] = np.where(rows >= 0, renumber[rows], -1)
+
     def _add(self, key: tuple, r: int) -> int:
         sid = len(self.ids)
         if sid == len(self.cpu_free):
             for name in self.FIGURES:
                 old = getattr(self, name)
-                setattr(self, name, np.concatenate([old, np.zeros_like(old)]))
+                setattr(self, name, np.concatenate([old, np.zeros((max(len(old), 1024), *old.shape[1:]), old.dtype)]))
         c = self.cluster
         self.cpu_free[sid], self.gpu_idle[sid], self.gpu_model[sid] = c.cpu_free[r], c.gpu_idle[r], c.gpu_model[r]
         self.gpu_free[sid], self.gpu_valid[sid] = c.gpu_free[r], c.gpu_valid[r]
@@ -144,8 +160,10 @@ class ScoreCache:
         """Start from the node states `previous` (a strategy this one
         replaces) knows, when it is a score cache too: a new target workload
         changes every score, not which nodes are alike, and telling the
-        nodes apart again costs a pass over every row."""
+        nodes apart again costs a pass over every row. The states no node is
+        in are forgotten: every shape's scores are as long as the states known."""
         if isinstance(previous, ScoreCache) and previous._states is not None:
+            previous._states.compact()
             self._states = previous._states
 
     def score(self, c: Candidates, shape: Shape) -> Scored:
