@@ -240,7 +240,9 @@ def test_a_relearnt_strategy_starts_from_the_node_states_its_predecessor_knew():
     state = cluster(("n1", 8, [1000]), ("n2", 8, [500, 1000]))
     first.score(candidates(state), Shape(1000, 500, 1))  # the cache has met the nodes
     learner.observe(pod)  # the second pod: relearnt
-    assert learner.strategy is not first and learner.strategy._states is first._states
+    assert learner.strategy is not first
+    assert learner.strategy._states is not first._states  # a copy: the first may still be deciding
+    assert learner.strategy._states.ids == first._states.ids  # both nodes' states, numbered as before
     scored = learner.strategy.score(candidates(state), Shape(1000, 500, 1))
     plain = make_strategy("fgd-cpu", typical_workload([Shape(1000, 500, 1)] * 2), reference=True)
     assert scored.cost.tolist() == plain.score(candidates(state), Shape(1000, 500, 1)).cost.tolist()

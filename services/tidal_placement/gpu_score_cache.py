@@ -27,6 +27,7 @@ eligibility (a GPU kind, a §B group, a mixed-model node).
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
 
 import numpy as np
@@ -86,21 +87,25 @@ class _States:
             self.row_state[r] = sid
         self.seen = cluster.stamp
 
-    def compact(self) -> None:
-        """Forget the states no row is in now, renumbering the rest: for a
-        successor, whose per-shape scores (arrays as long as the states
-        known) will be asked only for states rows are in."""
+    def compacted(self) -> "_States":
+        """A copy holding only the states some row is in now, renumbered: for
+        a successor, whose per-shape scores (arrays as long as the states
+        known) will be asked only for those. A copy, because the cache these
+        states belong to may still be deciding (a scheduling cycle under way)
+        with scores numbered as they are."""
         self.refresh()
-        rows = self.row_state[:self.cluster.size]
+        rows = self.row_state
         occupied = np.zeros(len(self.ids), dtype=bool)
         occupied[rows[rows >= 0]] = True
         keep = np.flatnonzero(occupied)
         renumber = np.full(len(self.ids), -1, dtype=np.int64)
         renumber[keep] = np.arange(len(keep))
+        fresh = copy.copy(self)
         for name in self.FIGURES:
-            setattr(self, name, getattr(self, name)[keep])
-        self.ids = {key: int(renumber[sid]) for key, sid in self.ids.items() if occupied[sid]}
-        rows[:] = np.where(rows >= 0, renumber[rows], -1)
+            setattr(fresh, name, getattr(self, name)[keep])
+        fresh.ids = {key: int(renumber[sid]) for key, sid in self.ids.items() if occupied[sid]}
+        fresh.row_state = np.where(rows >= 0, renumber[rows], -1)
+        return fresh
 
     def _add(self, key: tuple, r: int) -> int:
         sid = len(self.ids)
@@ -163,8 +168,7 @@ class ScoreCache:
         nodes apart again costs a pass over every row. The states no node is
         in are forgotten: every shape's scores are as long as the states known."""
         if isinstance(previous, ScoreCache) and previous._states is not None:
-            previous._states.compact()
-            self._states = previous._states
+            self._states = previous._states.compacted()
 
     def score(self, c: Candidates, shape: Shape) -> Scored:
         """The inner strategy's scores for `c`, computed only for new states."""
