@@ -16,11 +16,17 @@ speed relative to the first (the same cluster and pods, one process:
 a ratio holds on a shared machine where absolute rates swing).
 
 Run: .venv/bin/python bench/placement_policy.py [--nodes 1000 5000 10000] [--pods 20000]
-     [--strategy S [S …]] [--reference] [--seed 0] [--clock wall|cpu]
+     [--strategy S [S …]] [--reference] [--seed 0] [--clock wall|cpu] [--relearn N]
 
 `--strategy` defaults to the placement service's default GPU strategy
 (`PlacementSettings.gpu_strategy`); `--reference` also runs each cached
-strategy's plain version (the same decisions, slower). `--clock cpu` times
+strategy's plain version (the same decisions, slower). The strategy learns
+its target workload from the pods as the service does (`StrategyLearner`:
+after the 1st, 2nd, 4th… pod, then every `--relearn` pods, by default the
+service's `workload_refresh`; the rebuild itself is not timed, the
+decisions after it are); `--relearn 0`, and the plain references, learn
+it once from the first 2,000 pods (compare a cached strategy with its
+reference with `--relearn 0`: one target for both). `--clock cpu` times
 each pod by the CPU time of the thread instead of the wall clock: on a
 shared machine, time spent preempted then counts nowhere (a loaded 2-core
 machine puts 10–20 ms preemptions into a wall-clock p99).
@@ -37,12 +43,13 @@ import numpy as np
 from tidal_placement import ClusterState
 from tidal_placement import PodRequest, decide_placement as decide
 from tidal_placement import GPU_STRATEGIES, ROW_LOCAL, make_strategy
-from tidal_placement import typical_workload
+from tidal_placement import StrategyLearner, typical_workload
 from tidal_placement import PlacementSettings
 from tidal_simulator.topology_builder import make_topology
 
 MODELS = ("A100", "T4", "V100")
 DEFAULT_STRATEGY = PlacementSettings.model_fields["gpu_strategy"].default
+RELEARN = PlacementSettings.model_fields["workload_refresh"].default
 
 
 def build_cluster(n: int, rng: np.random.Generator) -> ClusterState:
@@ -85,20 +92,25 @@ CLOCKS = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
 
 
 def run(nodes: int, pods: int, strategy_name: str, live_per_node: float, seed: int, reference: bool = False,
-        clock: str = "wall") -> dict:
+        clock: str = "wall", relearn: int = RELEARN) -> dict:
     """Time decide + assume for `pods` pods on a fresh synthetic cluster
-    (`clock`: "wall", or "cpu" for the thread's CPU time)."""
+    (`clock`: "wall", or "cpu" for the thread's CPU time), the strategy
+    relearnt every `relearn` pods as the service does (0: learnt once)."""
     now = CLOCKS[clock]
     rng = np.random.default_rng(seed)
     state = build_cluster(nodes, rng)
     mix = pod_mix(pods, rng)
-    workload = typical_workload([p.shape for p in mix[:2000]])
-    strategy = make_strategy(strategy_name, workload, reference=reference)
+    learner = StrategyLearner(strategy_name, relearn) if relearn and not reference else None
+    if learner is None:
+        strategy = make_strategy(strategy_name, typical_workload([p.shape for p in mix[:2000]]), reference=reference)
     live: list[str] = []
     cap = int(live_per_node * nodes)
     latencies = np.empty(len(mix))
     placed = 0
     for i, pod in enumerate(mix):
+        if learner is not None:
+            learner.observe_shape(pod.shape)  # the service learns as pods arrive, before trying them
+            strategy = learner.strategy
         t0 = now()
         choice = decide(state, pod, strategy)
         if choice.ok and state.assume(pod.key, choice.allocation).ok:
@@ -113,7 +125,7 @@ def run(nodes: int, pods: int, strategy_name: str, live_per_node: float, seed: i
             "pods_per_s": round(len(mix) / total_s, 1),
             "p50_ms": round(float(np.percentile(latencies, 50)) / 1e6, 4),
             "p99_ms": round(float(np.percentile(latencies, 99)) / 1e6, 4),
-            "pods": len(mix), "placed": placed, "clock": clock,
+            "pods": len(mix), "placed": placed, "clock": clock, "relearn": relearn if learner else 0,
             "score_cache_states": states, "score_cache_mib": round(score_bytes / 2**20, 1)}
 
 
@@ -126,6 +138,9 @@ def main() -> None:
     parser.add_argument("--reference", action="store_true", help="also the plain strategy, without the score cache")
     parser.add_argument("--live", type=float, default=3.0, help="live pods per node before departures start")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--relearn", type=int, default=RELEARN,
+                        help=f"relearn the target workload every N pods as the service does (default {RELEARN}; "
+                             "0: once, from the first 2,000 pods)")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="time each pod by the wall clock or by the thread's CPU time (shared machines)")
     args = parser.parse_args()
@@ -134,7 +149,8 @@ def main() -> None:
         parser.error(f"unknown strategy {unknown[0]!r}; known: {', '.join(sorted(GPU_STRATEGIES))}")
     runs = [(s, False) for s in args.strategy] + [(s, True) for s in args.strategy if args.reference and s in ROW_LOCAL]
     for n in args.nodes:
-        rows = [run(n, args.pods, name, args.live, args.seed, reference, args.clock) for name, reference in runs]
+        rows = [run(n, args.pods, name, args.live, args.seed, reference, args.clock, args.relearn)
+                for name, reference in runs]
         for row in rows:
             print(json.dumps(row), flush=True)
         if len(rows) > 1:

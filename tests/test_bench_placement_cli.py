@@ -31,14 +31,18 @@ def test_placement_policy_defaults_to_the_service_strategy():
     (row,) = [json.loads(line) for line in done.stdout.splitlines()]
     assert row["strategy"] == SERVICE_DEFAULT == "fgd-cpu"
     assert row["pods"] == 40 and row["pods_per_s"] > 0
+    # and it relearns the target workload as the service does
+    assert row["relearn"] == PlacementSettings.model_fields["workload_refresh"].default == 500
 
 
 def test_placement_policy_compares_strategies_in_one_run():
+    # learnt once, as the plain reference is, so both decide against one target
     done = bench("placement_policy.py", "--nodes", "60", "--pods", "40", "--strategy", "fgd-cpu", "best-fit",
-                 "--reference")
+                 "--reference", "--relearn", "0")
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     assert [r.get("strategy") for r in rows[:3]] == ["fgd-cpu", "best-fit", "fgd-cpu (reference)"]
+    assert [r["relearn"] for r in rows[:3]] == [0, 0, 0]
     # the cached and the plain strategy place the same pods
     assert rows[0]["placed"] == rows[2]["placed"]
     ratio = rows[3]

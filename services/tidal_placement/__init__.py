@@ -21,6 +21,7 @@ PUBLIC = {
     "Shape": "gpu_workload:Shape",
     "FragModel": "gpu_frag:FragModel",
     "refresh_due": "learning:refresh_due",
+    "StrategyLearner": "learning:StrategyLearner",
     "PlacementService": "service:PlacementService",
     "PlacementSettings": "settings:PlacementSettings",
 }

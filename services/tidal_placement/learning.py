@@ -9,7 +9,7 @@ from collections import deque
 
 from .gpu_score_cache import ScoreCache
 from .gpu_strategies import make_strategy
-from .gpu_workload import typical_workload
+from .gpu_workload import Shape, typical_workload
 from .kept import PodLike
 from .pod_request import PodRequest
 
@@ -39,7 +39,10 @@ class StrategyLearner:
         self.strategy = make_strategy("best-fit")
 
     def observe(self, pod: PodLike) -> None:
-        self.shapes.append(PodRequest.from_pod(pod).shape)
+        self.observe_shape(PodRequest.from_pod(pod).shape)
+
+    def observe_shape(self, shape: Shape) -> None:
+        self.shapes.append(shape)
         self.seen += 1
         if refresh_due(self.seen, self.every):
             try:
