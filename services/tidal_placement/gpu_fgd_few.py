@@ -1,4 +1,4 @@
-"""FGD's fragmentation deltas for a few node states, in plain Python.
+"""FGD's scores of a few node states, in plain Python.
 
 After nearly every decision the score cache (`gpu_score_cache`) meets one
 to a few node states it has not scored for the pod's shape: the node the
