@@ -29,6 +29,7 @@ from tidal_schemas import Envelope
 from .api import RawMessage
 from .trace_context import TraceContext
 
+
 class _Outputs(list):
     """The acks of one event's outputs; closed when its handler returns (a
     task it started and that publishes later waits for its own acks)."""
@@ -60,7 +61,7 @@ class Handled:
 
     def failure(self) -> BaseException | None:
         """Why an output was not stored (None: all were)."""
-        return next((o.exception() for o in self.outputs if o.exception() is not None), None)
+        return next((failed for o in self.outputs if (failed := o.exception()) is not None), None)
 
 
 class OutputWindow:

@@ -59,3 +59,9 @@ class NodeScore(Payload):
 
     def event_key(self) -> str:
         return self.node
+
+    def older_than(self, newest: datetime | None) -> bool:
+        """Whether this score's sample is older than `newest`, the newest
+        one taken in: a score read late (two scoring replicas at a
+        partition's hand-over can publish so) leaves the newer figures."""
+        return newest is not None and self.sampled_at < newest

@@ -62,8 +62,8 @@ class OversellService(Service):
     async def on_score(self, envelope: Envelope[NodeScore], delivery: Delivery) -> None:
         score = envelope.payload
         view = self._view(envelope.cluster, score.node)
-        if view.peak_sampled_at is not None and score.sampled_at < view.peak_sampled_at:
-            return  # an older sample come late (two scoring replicas at a hand-over): keep the newer peak
+        if score.older_than(view.peak_sampled_at):
+            return  # keep the newer peak
         view.peak, view.peak_sampled_at = score.peak, score.sampled_at
 
     async def follow_pods(self) -> None:

@@ -88,9 +88,8 @@ class ClusterCache:
                 return False
             self.room_changed = True
         elif isinstance(p, NodeScore):
-            newest = self.last_sample.get(p.node)
-            if newest is not None and p.sampled_at < newest:
-                return False  # an older sample come late (two scoring replicas at a hand-over): keep the newer loads
+            if p.older_than(self.last_sample.get(p.node)):
+                return False  # keep the newer loads
             self.state.apply_node_score(p)
             # loads re-rank, they do not make a waiting pod fit; a stale node speaking again may
             return self.sampled(p.node, p.sampled_at, now)

@@ -47,7 +47,8 @@ class RemediationService(Service):
         self.actions = node_actions_counter(self.metrics.registry)
 
     def subscriptions(self) -> list[Subscription]:
-        return [Subscription("node.topology", self.on_topology), Subscription("node.metrics", self.on_metrics, windowed=True)]
+        return [Subscription("node.topology", self.on_topology),
+                Subscription("node.metrics", self.on_metrics, windowed=True)]
 
     def loops(self):
         return [self.follow_log, self.follow_assignments, self.retry_unanswered]
