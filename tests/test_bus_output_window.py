@@ -7,8 +7,10 @@ real Kafka-protocol broker; acks are watched at the subscription."""
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
+from pydantic import BaseModel
 
 from builders import T0, metrics
 from conftest import make_bus, wait_until
@@ -180,6 +182,34 @@ class WindowContract:
             assert "output not published" in letters[0].reason and "publish timeout" in letters[0].reason
             # the others' outputs are all stored (the refused one was sent, its ack said otherwise)
             assert {0.0, 0.01, 0.03, 0.04, 0.05} <= {s.load for s in await stored(bus, "score.node")}
+
+
+    async def test_relaying_with_a_window_leaves_no_cycle_to_the_garbage_collector(self, bus_url, namespace):
+        """An event's outputs, once stored, are freed by their reference
+        counts: nothing of them waits for a full collection, which a service
+        makes only every few minutes (tidal_runtime.collector)."""
+        async with make_bus(bus_url, namespace) as bus:
+            for i in range(30):
+                await bus.publish(metrics(KEYS[i % 4], load=i / 100))
+            handled = []
+
+            async def handler(envelope, delivery):
+                await bus.publish(score_of(envelope), cause=envelope)
+                handled.append(envelope.id)
+
+            gc.collect()
+            gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds is kept in gc.garbage to be looked at
+            try:
+                consumer = bus.consumer("node.metrics", "g", handler, window=8)
+                await run_until(consumer, lambda: len(handled) == 30)
+                gc.collect()
+                # the consumer's own tasks, cancelled as it stopped, may hold cycles: once per consumer
+                left = [type(o).__name__ for o in gc.garbage if isinstance(o, BaseModel)
+                        or isinstance(o, asyncio.Task) and "_hand_over" in o.get_coro().__qualname__]
+            finally:
+                gc.set_debug(0)
+                gc.garbage.clear()
+            assert left == []
 
 
 class TestNatsWindow(WindowContract):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable
@@ -86,7 +87,10 @@ class Bus:
             with publishing(self.source, envelope, parent) as sent:
                 await self.publish_envelope(envelope, trace=sent)
         else:  # the consumer handling `cause` waits for the ack (output_window.py)
-            outputs.append(asyncio.ensure_future(await self._hand_over(envelope, parent)))
+            acked = await self._hand_over(envelope, parent)
+            # In a context of its own: the current one holds `outputs`, which holds this task, and that
+            # cycle would leave every output's envelope to the cyclic garbage collector.
+            outputs.append(asyncio.get_running_loop().create_task(acked, context=contextvars.Context()))
         return envelope
 
     async def _hand_over(self, envelope: Envelope[Any], parent: TraceContext | None) -> Awaitable[None]:
