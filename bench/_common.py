@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import placement_policy  # noqa: E402  (the in-process pod mix beside this file)
 
 from tidal_bus import Bus  # noqa: E402
+from tidal_runtime import collect_oldest_only_when_asked  # noqa: E402
 from tidal_simulator.topology_builder import make_topology  # noqa: E402
 from tidal_schemas import (  # noqa: E402
     GpuAsk, NodeMetrics, NodeTopology, PodLifecycle, Resources, encode, make_envelope,
@@ -139,6 +140,7 @@ class Actor:
 
 
 def _actor_main(job, params, ready, go, stop, results) -> None:
+    collect_oldest_only_when_asked()  # as the services do: the stand-in's collector takes less of the machine
     asyncio.run(job(ready=ready, go=go, stop=stop, results=results, **params))
 
 

@@ -53,8 +53,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import (  # noqa: E402
-    Actor, agents_job, cpu_seconds, handled_by_partition, node_sample, percentile_ms, pods, pods_job,
-    proc_status_mib, publish_all, table, topologies,
+    Actor, agents_job, collect_oldest_only_when_asked, cpu_seconds, handled_by_partition, node_sample,
+    percentile_ms, pods, pods_job, proc_status_mib, publish_all, table, topologies,
 )
 
 from tidal_bus import Bus, StartAt  # noqa: E402
@@ -226,6 +226,7 @@ def main() -> None:
                         help=f"placement's GPU strategy (default: the service's, {DEFAULT_STRATEGY})")
     parser.add_argument("--timeout", type=float, default=1800.0, help="give up when the burst has not drained by then")
     parser.add_argument("--seed", type=int, default=0)
+    collect_oldest_only_when_asked()  # the observer's collector, as the services': less of the machine
     result = run(parser.parse_args())
     sampling = (f"agents sampling every node every {result['metrics_interval_s']:g}s: {result['metric_rounds']} "
                 f"rounds during the burst" if result["metrics_interval_s"] else "no agent samples during the burst")

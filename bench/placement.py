@@ -32,7 +32,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 import placement_policy  # noqa: E402  (the in-process benchmark beside this file)
-from _common import Actor, agents_job, node_sample, pods, publish_all, topologies  # noqa: E402  (shared by the bus benchmarks)
+from _common import (  # noqa: E402  (shared by the bus benchmarks)
+    Actor, agents_job, collect_oldest_only_when_asked, node_sample, pods, publish_all, topologies,
+)
 from burst import SERVICES, wait_for_stages  # noqa: E402
 
 from tidal_bus import Bus, StartAt  # noqa: E402
@@ -111,6 +113,7 @@ def main() -> None:
                         help="bus mode: the agents sample every node every S seconds, with scoring, oversell and "
                              "remediation running (0 = placement alone, no samples)")
     args = parser.parse_args()
+    collect_oldest_only_when_asked()  # the observer's collector, as the services': less of the machine
     for n in args.nodes:
         if "in-process" in args.modes:
             result = placement_policy.run(n, max(args.pods, 5000), args.strategy, 2.0, args.seed)

@@ -10,6 +10,7 @@ PUBLIC = {
     "ServiceMetrics": "metrics:ServiceMetrics",
     "ServiceSettings": "settings:ServiceSettings",
     "Subscription": "service:Subscription",
+    "collect_oldest_only_when_asked": "collector:collect_oldest_only_when_asked",
     "configure_logging": "logs:configure_logging",
     "run_service": "service:run_service",
 }

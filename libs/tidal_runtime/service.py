@@ -21,6 +21,7 @@ from tidal_bus import Bus, Consumer, Delivery, Handler, StartAt
 from tidal_bus.membership import cancel_until_done, raise_if_cancelling
 from tidal_schemas import Envelope, Payload
 
+from .collector import collect_oldest_only_when_asked, collect_periodically
 from .http import HealthServer
 from .logs import configure_logging
 from .metrics import ServiceMetrics
@@ -199,7 +200,15 @@ def run_service(service_class: type[Service], settings: ServiceSettings | None =
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, service.stop)
-        await service.run()
+        if not settings.gc_full_every_s:
+            await service.run()
+            return
+        collect_oldest_only_when_asked()
+        collecting = asyncio.create_task(collect_periodically(settings.gc_full_every_s), name="full collections")
+        try:
+            await service.run()
+        finally:
+            collecting.cancel()
 
     try:
         asyncio.run(main())

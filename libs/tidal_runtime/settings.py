@@ -41,6 +41,9 @@ class ServiceSettings(BaseSettings):
     output_window: int = Field(64, ge=1, description="a stage publishing per event (a score per sample…): events "
                                "handled before their outputs are waited for, acked in order once stored "
                                "(tidal_bus.output_window; 1: one at a time)")
+    gc_full_every_s: float = Field(300.0, ge=0, description="the process collects its oldest generation of "
+                                   "objects this often, and only then (tidal_runtime.collector); 0: when Python "
+                                   "would")
     lag_interval_s: float = Field(5.0, gt=0, description="how often consumer lag is asked of the broker "
                                   "(tidal_consumer_lag on /metrics)")
     bus_ack_wait_s: float = Field(30.0, gt=0, validation_alias=AliasChoices("TIDAL_BUS_ACK_WAIT_S", "bus_ack_wait_s"),
