@@ -121,4 +121,6 @@ if __name__ == "__main__":
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--paths", nargs="+", choices=list(PATHS), default=list(PATHS))
     parser.add_argument("--seed", type=int, default=0)
-    asyncio.run(main(parser.parse_args()))
+    args = parser.parse_args()
+    _common.collect_oldest_only_when_asked()  # as in a service's process
+    asyncio.run(main(args))

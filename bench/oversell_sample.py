@@ -65,4 +65,6 @@ if __name__ == "__main__":
     parser.add_argument("--pods", type=int, default=20000)
     parser.add_argument("--samples", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
-    asyncio.run(main(parser.parse_args()))
+    args = parser.parse_args()
+    _common.collect_oldest_only_when_asked()  # as in oversell's process
+    asyncio.run(main(args))

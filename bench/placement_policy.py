@@ -45,6 +45,7 @@ from tidal_placement import PodRequest, decide_placement as decide
 from tidal_placement import GPU_STRATEGIES, ROW_LOCAL, make_strategy
 from tidal_placement import StrategyLearner, typical_workload
 from tidal_placement import PlacementSettings
+from tidal_runtime import collect_oldest_only_when_asked
 from tidal_simulator.topology_builder import make_topology
 
 MODELS = ("A100", "T4", "V100")
@@ -144,6 +145,7 @@ def main() -> None:
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="time each pod by the wall clock or by the thread's CPU time (shared machines)")
     args = parser.parse_args()
+    collect_oldest_only_when_asked()  # as in placement's process
     unknown = [s for s in args.strategy if s not in GPU_STRATEGIES]
     if unknown:
         parser.error(f"unknown strategy {unknown[0]!r}; known: {', '.join(sorted(GPU_STRATEGIES))}")
