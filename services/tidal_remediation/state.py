@@ -32,6 +32,8 @@ import weakref
 from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
 
 from tidal_schemas import NodeMetrics, NodeTopology, PodUsage
 
@@ -122,6 +124,22 @@ class NodeLayout:
     reserved: frozenset[int]
     announced: bool = False
 
+    # What every sample of a node needs of its layout, worked out once per layout.
+    @cached_property
+    def cpu_numa(self) -> Mapping[int, int]:
+        return MappingProxyType({cpu: n for n, cpus in self.numa_cpus for cpu in cpus})
+
+    @cached_property
+    def cpu_core(self) -> Mapping[int, int]:
+        return MappingProxyType(dict(self.cores))
+
+    @cached_property
+    def pools(self) -> frozenset[tuple[int, ...]]:
+        """The cpusets that are a shared pool whoever holds them: every CPU
+        not reserved, and every CPU."""
+        every = frozenset(self.cpu_numa)
+        return frozenset({tuple(sorted(every - self.reserved)), tuple(sorted(every))})
+
 
 _LAYOUTS: weakref.WeakValueDictionary[tuple, NodeLayout] = weakref.WeakValueDictionary()
 
@@ -147,13 +165,9 @@ def told_exclusive(announced: Collection[str] | None, layout: NodeLayout, read_a
     return announced
 
 
-def _shared_cpusets(pods: list[PodUsage], allocatable: frozenset[int],
-                    every: frozenset[int]) -> set[tuple[int, ...]]:
+def _shared_cpusets(pods: list[PodUsage], pools: frozenset[tuple[int, ...]]) -> set[tuple[int, ...]]:
     seen = Counter(tuple(sorted(p.cpuset)) for p in pods if p.cpuset)
-    shared = {cpuset for cpuset, count in seen.items() if count > 1}
-    shared.add(tuple(sorted(allocatable)))
-    shared.add(tuple(sorted(every)))
-    return shared
+    return {cpuset for cpuset, count in seen.items() if count > 1} | pools
 
 
 def node_state_from(metrics: NodeMetrics, layout: NodeLayout,
@@ -162,10 +176,8 @@ def node_state_from(metrics: NodeMetrics, layout: NodeLayout,
     from the agent's `numa_load` (a NUMA node it did not sample has load
     None), pods from `metrics.pods`. `exclusive_pods` names the pods holding
     exclusive CPUs; None applies the fallback rule of the module docstring."""
-    numa_cpus = dict(layout.numa_cpus)
-    cpu_numa = {cpu: n for n, cpus in numa_cpus.items() for cpu in cpus}
-    reserved = layout.reserved
-    shared = _shared_cpusets(metrics.pods, frozenset(cpu_numa) - reserved, frozenset(cpu_numa))
+    cpu_numa = layout.cpu_numa
+    shared = _shared_cpusets(metrics.pods, layout.pools)
     pods = []
     for usage in metrics.pods:
         cpuset = tuple(sorted(usage.cpuset))
@@ -174,5 +186,5 @@ def node_state_from(metrics: NodeMetrics, layout: NodeLayout,
             bool(cpuset) and cpuset not in shared)
         pods.append(PodState(usage.pod, float(usage.cpu_milli), usage.qos, cpuset, numas, usage.frozen,
                              exclusive and bool(cpuset)))
-    numa = {n: NumaState(n, cpus, metrics.numa_load.get(n)) for n, cpus in numa_cpus.items()}
-    return NodeState(metrics.node, numa, tuple(sorted(pods, key=lambda p: p.name)), reserved, dict(layout.cores))
+    numa = {n: NumaState(n, cpus, metrics.numa_load.get(n)) for n, cpus in layout.numa_cpus}
+    return NodeState(metrics.node, numa, tuple(sorted(pods, key=lambda p: p.name)), layout.reserved, layout.cpu_core)
