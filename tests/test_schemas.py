@@ -4,9 +4,12 @@ rejection of wrong types, and the generated files kept in step."""
 from __future__ import annotations
 
 import shutil
+import uuid
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from builders import metrics, pod
 from conftest import ROOT
@@ -14,6 +17,7 @@ from tidal_schemas import (
     Gpu, NodeAction, NodeTopology, SchemaError, decode, derived_id, encode, event_types, make_envelope,
 )
 from tidal_schemas import export
+from tidal_schemas.envelope import _EVENT_ID_NAMESPACE as EVENT_ID_NAMESPACE
 from tidal_schemas.streams import STREAMS
 from tidal_simulator.topology_builder import make_topology
 
@@ -91,6 +95,14 @@ def test_outputs_of_the_same_cause_get_the_same_id():
     assert a.id == b.id == derived_id(cause.id, "node.metrics", "n1")
     assert make_envelope(metrics("n1"), cluster="c1", source="x", cause=cause, discriminator="2").id != a.id
 
+
+
+@given(st.text(max_size=60), st.text(max_size=30), st.text(max_size=60), st.text(max_size=20))
+def test_a_derived_id_is_the_uuid5_of_its_parts(cause, event_type, key, discriminator):
+    """Ids already stored were made by uuid.uuid5: consumers drop an output
+    published again only while the same parts give the same id."""
+    name = f"{cause}/{event_type}/{key}/{discriminator}"
+    assert derived_id(cause, event_type, key, discriminator) == str(uuid.uuid5(EVENT_ID_NAMESPACE, name))
 
 def test_every_event_type_has_a_stream_and_a_key():
     assert set(event_types()) == set(STREAMS)

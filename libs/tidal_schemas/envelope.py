@@ -13,6 +13,7 @@ ignored so that older consumers keep working when producers add fields.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from datetime import datetime, timezone
 from typing import Any, ClassVar, Generic, TypeVar
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from .errors import IdentityError, SchemaError, one_line
 
 _EVENT_ID_NAMESPACE = uuid.UUID("3b0b8a8e-6c1f-4d55-9a55-7c1d8f3c9e10")
+_NAMESPACE_BYTES = _EVENT_ID_NAMESPACE.bytes
 
 
 class Payload(BaseModel):
@@ -93,8 +95,13 @@ def derived_id(causation_id: str, event_type: str, key: str, discriminator: str 
     Re-handling the same cause yields the same id, so a redelivered input
     produces an output that consumers (and NATS' duplicate window) drop.
     """
-    name = f"{causation_id}/{event_type}/{key}/{discriminator}"
-    return str(uuid.uuid5(_EVENT_ID_NAMESPACE, name))
+    # uuid.uuid5's value, spelled out: through UUID objects it cost 10 us, and every output pays it
+    digest = bytearray(hashlib.sha1(_NAMESPACE_BYTES + f"{causation_id}/{event_type}/{key}/{discriminator}".encode(),
+                                    usedforsecurity=False).digest()[:16])
+    digest[6] = digest[6] & 0x0F | 0x50  # version 5
+    digest[8] = digest[8] & 0x3F | 0x80  # RFC 4122 variant
+    x = digest.hex()
+    return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
 
 def make_envelope(
