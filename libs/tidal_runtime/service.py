@@ -200,15 +200,15 @@ def run_service(service_class: type[Service], settings: ServiceSettings | None =
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, service.stop)
-        if not settings.gc_full_every_s:
-            await service.run()
-            return
-        collect_oldest_only_when_asked()
-        collecting = asyncio.create_task(collect_periodically(settings.gc_full_every_s), name="full collections")
+        collecting = None
+        if settings.gc_full_every_s:
+            collect_oldest_only_when_asked()
+            collecting = asyncio.create_task(collect_periodically(settings.gc_full_every_s), name="full collections")
         try:
             await service.run()
         finally:
-            collecting.cancel()
+            if collecting is not None:
+                collecting.cancel()
 
     try:
         asyncio.run(main())

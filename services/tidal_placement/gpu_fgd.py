@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .gpu_candidates import Candidates, Scored, is_share, share_options, sigmoid_score
-from .gpu_fgd_few import PlainFrag
+from .gpu_fgd_few import PlainFrag, cost_and_device
 from .gpu_frag import FragModel
 from .gpu_workload import Shape, TargetWorkload
 
@@ -65,8 +65,8 @@ class Fgd:
         scored = PlainFrag.of(self.frag, c.models, self._plain).scores(c, shape, fullest_on_ties=False)
         if scored is None:
             return None
-        cost = np.array([-score for score, _ in scored])
-        return Scored(cost=cost, device=np.array([device for _, device in scored]) if is_share(shape) else None)
+        cost, device = cost_and_device(scored, shape)
+        return Scored(cost=cost, device=device)
 
 
 def new(workload: TargetWorkload | None = None, **options) -> Fgd:

@@ -60,9 +60,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .gpu_candidates import Candidates, Scored, is_share, sigmoid_score
+from .gpu_candidates import Candidates, Scored, sigmoid_score
 from .gpu_fgd import frag_deltas
-from .gpu_fgd_few import PlainFrag
+from .gpu_fgd_few import PlainFrag, cost_and_device
 from .gpu_frag import FragModel
 from .gpu_workload import Shape, TargetWorkload, by_model
 
@@ -130,8 +130,8 @@ class FgdCpu:
         keys: tuple[np.ndarray, ...] = (np.array(deficits),)
         if not shape.gpu_count and self.cpu_pods_by_idle:
             keys = (np.array(idles, dtype=np.float64), *keys)
-        device = np.array([device for _, device in scored]) if is_share(shape) else None
-        return Scored(cost=np.array([-score for score, _ in scored]), device=device, tiebreaks=keys)
+        cost, device = cost_and_device(scored, shape)
+        return Scored(cost=cost, device=device, tiebreaks=keys)
 
 
 def new(workload: TargetWorkload | None = None, *, rho: float | None = None, rho_scale: float = 1.0,

@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 
+import numpy as np
+
 from .gpu_candidates import EXP_CAP, GPU_MILLI, Candidates, is_share
 from .gpu_frag import FragModel
 from .gpu_workload import Shape
@@ -130,6 +132,13 @@ class PlainFrag:
         can2 = [n + (after >= m) - (free >= m) for n, m in zip(can, self.milli)]
         small2 = [s + (after if after < m else 0) - (free if free < m else 0) for s, m in zip(small, self.milli)]
         return self._frag(row, k, idle - milli, can2, small2)
+
+
+def cost_and_device(scored: list[tuple[float, int]], shape: Shape) -> tuple[np.ndarray, np.ndarray | None]:
+    """`PlainFrag.scores` as a strategy's arrays: cost (−score) and, for a
+    GPU share, the device per candidate."""
+    cost = np.array([-score for score, _ in scored])
+    return cost, np.array([device for _, device in scored]) if is_share(shape) else None
 
 
 def step(delta: float) -> float | None:
