@@ -1,7 +1,12 @@
 """A Kafka consumer-group member: Kafka's own group coordinator with Tidal's
 rendezvous assignor (one process owns the same partitions of every stream),
 offsets committed after the messages are handled (at-least-once), a nak
-rewinds its partition after the delay."""
+rewinds its partition after the delay.
+
+aiokafka starts fetching a new assignment before it calls the rebalance
+listener, so nothing fetched is handed on from the moment partitions are
+revoked until the listener (which replays gained partitions) has returned:
+a key's new events never reach the handler ahead of its replayed past."""
 
 from __future__ import annotations
 
@@ -51,6 +56,7 @@ class KafkaGroupSubscription(GroupSubscription):
         self._deliveries: dict[tuple[int, int], int] = {}
         self._rewind: dict[TopicPartition, int] = {}
         self._joined = asyncio.Event()
+        self._settled = asyncio.Event()  # clear while a rebalance is under way
 
     async def start(self, join_timeout_s: float = 60.0) -> None:
         """Join the group and return once this member has its first assignment."""
@@ -93,6 +99,8 @@ class KafkaGroupSubscription(GroupSubscription):
                 continue
             for tp, records in batch.items():
                 for record in records:
+                    if not self._settled.is_set():
+                        await self._settled.wait()
                     if tp in self._rewind or tp.partition not in self._owned or self.stopping:
                         break  # a nak rewound this partition: the rest comes again after the delay
                     key = (tp.partition, record.offset)
@@ -134,25 +142,34 @@ class KafkaGroupSubscription(GroupSubscription):
             except KafkaError as exc:  # rebalance in progress: messages come again, handlers dedupe
                 log.warning("kafka commit on %s failed: %s", self._topic, exc)
 
+    def request_stop(self) -> None:
+        super().request_stop()
+        self._settled.set()  # a stop does not wait for a rebalance that may never finish
+
     async def close(self) -> None:
         await self._commit()
         await self._consumer.stop()
 
     async def _assigned(self, assigned: set[TopicPartition]) -> None:
-        owned = frozenset(tp.partition for tp in assigned)
-        gained, lost = owned - self._owned, self._owned - owned
-        for tp in assigned:
-            # Resolve the start position now, not lazily at the first fetch, so
-            # nothing published after the assignment can be skipped.
-            if tp.partition in gained and await self._consumer.committed(tp) is None:
-                await seek(self._consumer, [tp], self._start)
-        self._owned = owned
-        if self._on_assign is not None and (gained or lost):
-            await self._on_assign(self, frozenset(gained), frozenset(lost))
+        self._settled.clear()  # for the first assignment, which no revocation precedes
+        try:
+            owned = frozenset(tp.partition for tp in assigned)
+            gained, lost = owned - self._owned, self._owned - owned
+            for tp in assigned:
+                # Resolve the start position now, not lazily at the first fetch, so
+                # nothing published after the assignment can be skipped.
+                if tp.partition in gained and await self._consumer.committed(tp) is None:
+                    await seek(self._consumer, [tp], self._start)
+            self._owned = owned
+            if self._on_assign is not None and (gained or lost):
+                await self._on_assign(self, frozenset(gained), frozenset(lost))
+        finally:
+            self._settled.set()
         self._joined.set()
         log.info("group on %s: owns partitions %s", self._topic, sorted(owned))
 
     async def _revoked(self, revoked: set[TopicPartition]) -> None:
+        self._settled.clear()
         await self._commit()
 
 
