@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 async def read_stream(
-backend: "NatsBackend",
+    backend: "NatsBackend",
     spec: StreamSpec,
     start: StartAt,
     *,
