@@ -50,6 +50,8 @@ TRANSITION_CASES = [
 def test_transitions(steps, expected):
     memory = rebuild(steps)
     assert state_of(memory, steps[0].pod) == expected
+    # the per-node read agrees with the memory after every kind of transition
+    assert memory.frozen_on(NODE) == [f for (node, _), f in sorted(memory.frozen.items()) if node == NODE]
 
 
 def test_what_a_freeze_remembers():

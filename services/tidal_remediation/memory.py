@@ -91,6 +91,9 @@ class RemediationMemory:
     frozen: dict[tuple[str, str], FrozenPod] = field(default_factory=dict)
     moved: dict[tuple[str, str], MovedPod] = field(default_factory=dict)
     actions: ActionMemory = field(default_factory=ActionMemory)
+    # node -> its pods in `frozen`: each sample asks for one node's, and a
+    # scan of every frozen pod of the cluster per sample grows with the cluster
+    _frozen_on: dict[str, dict[str, FrozenPod]] = field(default_factory=dict, repr=False)
 
     # --- reads
 
@@ -100,7 +103,7 @@ class RemediationMemory:
 
     def frozen_on(self, node: str) -> list[FrozenPod]:
         """The pods frozen on `node`, by name."""
-        return sorted((f for (n, _), f in self.frozen.items() if n == node), key=lambda f: f.pod)
+        return sorted(self._frozen_on.get(node, {}).values(), key=lambda f: f.pod)
 
     def pending_on(self, node: str) -> list[PendingAction]:
         """The unanswered actions on `node`, oldest first."""
@@ -137,9 +140,8 @@ class RemediationMemory:
             self.actions.acted((action.node, touched), at)
         if action.kind == "freeze":
             cpu = action.measured.get(m.POD_CPU)
-            self.frozen[key] = FrozenPod(action.node, action.pod, numa, at, action.measured[m.LOAD], cpu,
-                                         tuple(sorted(m.decode_shares(action.measured).items())),
-                                         action.action_id)
+            self._set_frozen(FrozenPod(action.node, action.pod, numa, at, action.measured[m.LOAD], cpu,
+                                       tuple(sorted(m.decode_shares(action.measured).items())), action.action_id))
         elif action.kind == "set-cpuset":
             target = int(action.measured[m.TARGET_NUMA])
             self.actions.acted((action.node, target), at)
@@ -161,11 +163,11 @@ class RemediationMemory:
         done = result.status == "done"
         if action.kind == "freeze" and frozen is not None and frozen.action_id == action.action_id:
             if done:
-                self.frozen[key] = replace(frozen, confirmed=True)
+                self._set_frozen(replace(frozen, confirmed=True))
             else:
-                del self.frozen[key]
+                self._thawed(*key)
         elif action.kind == "thaw" and done:
-            self.frozen.pop(key, None)
+            self._thawed(*key)
         elif action.kind == "set-cpuset" and moved is not None and moved.action_id == action.action_id:
             if done:
                 self.moved[key] = replace(moved, confirmed=True)
@@ -174,8 +176,19 @@ class RemediationMemory:
         outcome = "done" if done else f"{result.status}: {result.reason or 'no reason given'}"
         return f"{action.kind} of {action.pod} on {action.node}: {outcome}"
 
-    def _forget(self, node: str, pod: str) -> None:
+    def _set_frozen(self, frozen: FrozenPod) -> None:
+        self.frozen[(frozen.node, frozen.pod)] = frozen
+        self._frozen_on.setdefault(frozen.node, {})[frozen.pod] = frozen
+
+    def _thawed(self, node: str, pod: str) -> None:
         self.frozen.pop((node, pod), None)
+        on_node = self._frozen_on.get(node, {})
+        on_node.pop(pod, None)
+        if not on_node:
+            self._frozen_on.pop(node, None)
+
+    def _forget(self, node: str, pod: str) -> None:
+        self._thawed(node, pod)
         self.moved.pop((node, pod), None)
         self.actions.forget(node, pod, "unknown-pod")
 

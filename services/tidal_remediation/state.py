@@ -165,8 +165,11 @@ def told_exclusive(announced: Collection[str] | None, layout: NodeLayout, read_a
     return announced
 
 
-def _shared_cpusets(pods: list[PodUsage], pools: frozenset[tuple[int, ...]]) -> set[tuple[int, ...]]:
-    seen = Counter(tuple(sorted(p.cpuset)) for p in pods if p.cpuset)
+def _shared_cpusets(cpusets: list[tuple[int, ...]], pools: frozenset[tuple[int, ...]]) -> set[tuple[int, ...]]:
+    seen: dict[tuple[int, ...], int] = {}
+    for cpuset in cpusets:
+        if cpuset:
+            seen[cpuset] = seen.get(cpuset, 0) + 1
     return {cpuset for cpuset, count in seen.items() if count > 1} | pools
 
 
@@ -177,10 +180,10 @@ def node_state_from(metrics: NodeMetrics, layout: NodeLayout,
     None), pods from `metrics.pods`. `exclusive_pods` names the pods holding
     exclusive CPUs; None applies the fallback rule of the module docstring."""
     cpu_numa = layout.cpu_numa
-    shared = _shared_cpusets(metrics.pods, layout.pools)
+    cpusets = [tuple(sorted(usage.cpuset)) for usage in metrics.pods]
+    shared = _shared_cpusets(cpusets, layout.pools)
     pods = []
-    for usage in metrics.pods:
-        cpuset = tuple(sorted(usage.cpuset))
+    for usage, cpuset in zip(metrics.pods, cpusets):
         numas = tuple(sorted(set(usage.numa_nodes))) or tuple(sorted({cpu_numa[c] for c in cpuset if c in cpu_numa}))
         exclusive = (usage.pod in exclusive_pods) if exclusive_pods is not None else (
             bool(cpuset) and cpuset not in shared)
