@@ -7,6 +7,8 @@ own work.
 - group: the path of scoring, oversell and remediation. A `Consumer` in a
   group over `score.node` with a handler that does nothing, so the figure
   is the bus's part (fetch, decode, dedupe, metrics, ack).
+- group-window: the same through an output window, as the services read
+  samples: remediation's path for the samples that need no action.
 - relay: the same with a handler that publishes one event per event read,
   each output waited for before the next event (a consumer without a window);
 - relay-window: the same as scoring, oversell and remediation read samples:
@@ -18,7 +20,7 @@ only the reading is timed, by the process's CPU clock.
 
 Prints one JSON line per path: {"path": P, "events": N, "cpu_us_per_event": X}
 
-Run: .venv/bin/python bench/bus_read.py [--nodes 5000] [--paths follower group relay relay-window]
+Run: .venv/bin/python bench/bus_read.py [--nodes 5000] [--paths follower group group-window relay relay-window]
 """
 
 from __future__ import annotations
@@ -85,6 +87,10 @@ async def group(bus: Bus, topologies: list, count: int, relay: bool = False, win
     return spent
 
 
+async def group_window(bus: Bus, topologies: list, count: int) -> float:
+    return await group(bus, topologies, count, window=OUTPUT_WINDOW)
+
+
 async def relay(bus: Bus, topologies: list, count: int) -> float:
     return await group(bus, topologies, count, relay=True)
 
@@ -93,7 +99,7 @@ async def relay_window(bus: Bus, topologies: list, count: int) -> float:
     return await group(bus, topologies, count, relay=True, window=OUTPUT_WINDOW)
 
 
-PATHS = {"follower": follower, "group": group, "relay": relay, "relay-window": relay_window}
+PATHS = {"follower": follower, "group": group, "group-window": group_window, "relay": relay, "relay-window": relay_window}
 
 
 async def main(args: argparse.Namespace) -> None:
