@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Literal
+from typing import Any, Literal
 
 from tidal_schemas.streams import StreamSpec
 
@@ -168,9 +168,9 @@ class Backend(abc.ABC):
         position. Waits for the broker's ack."""
 
     async def send(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
-                   trace: TraceContext | None = None) -> Awaitable[int]:
+                   trace: TraceContext | None = None) -> Coroutine[Any, Any, int]:
         """Hand one message to the broker behind every message handed before
-        it, and return an awaitable of its position (the broker's ack):
+        it, and return a coroutine of its position (the broker's ack):
         messages sent so keep their order however their acks are waited
         for. This default waits for the ack here."""
         position = await self.publish(spec, cluster, key, data, msg_id, trace)

@@ -11,8 +11,9 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -111,7 +112,7 @@ class KafkaBackend(Backend):
         return await (await self.send(spec, cluster, key, data, msg_id, trace))
 
     async def send(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
-                   trace: TraceContext | None = None) -> Awaitable[int]:
+                   trace: TraceContext | None = None) -> Coroutine[Any, Any, int]:
         await self.ensure_stream(spec)
         if self._producer is None:
             raise BusError("Kafka backend used before connect()")

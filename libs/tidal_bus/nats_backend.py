@@ -13,7 +13,8 @@ import asyncio
 import logging
 import ssl
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 import nats.errors  # binds `nats` too
 from nats.aio.client import Client
@@ -206,7 +207,7 @@ class NatsBackend(Backend):
                 delay = min(delay * 2, 2.0)
 
     async def send(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
-                   trace: TraceContext | None = None) -> Awaitable[int]:
+                   trace: TraceContext | None = None) -> Coroutine[Any, Any, int]:
         await self.ensure_stream(spec)
         subject, headers = self._addressed(spec, cluster, key, data, msg_id, trace)
         try:
