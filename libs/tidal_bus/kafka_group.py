@@ -151,7 +151,7 @@ class KafkaGroupSubscription(GroupSubscription):
         await self._consumer.stop()
 
     async def _assigned(self, assigned: set[TopicPartition]) -> None:
-        self._settled.clear()  # for the first assignment, which no revocation precedes
+        self._settled.clear()  # already cleared by the revocation; whatever led here, nothing passes until done
         try:
             owned = frozenset(tp.partition for tp in assigned)
             gained, lost = owned - self._owned, self._owned - owned

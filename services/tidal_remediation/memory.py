@@ -91,9 +91,10 @@ class RemediationMemory:
     frozen: dict[tuple[str, str], FrozenPod] = field(default_factory=dict)
     moved: dict[tuple[str, str], MovedPod] = field(default_factory=dict)
     actions: ActionMemory = field(default_factory=ActionMemory)
-    # node -> its pods in `frozen`: each sample asks for one node's, and a
-    # scan of every frozen pod of the cluster per sample grows with the cluster
-    _frozen_on: dict[str, dict[str, FrozenPod]] = field(default_factory=dict, repr=False)
+    # node -> its pods in `frozen`, kept by the writes below: each sample asks for
+    # one node's, and a scan of every frozen pod of the cluster grows with the cluster
+    _frozen_on: dict[str, dict[str, FrozenPod]] = field(default_factory=dict, init=False, repr=False,
+                                                        compare=False)
 
     # --- reads
 
