@@ -14,7 +14,7 @@ def test_bus_read_reads_every_event_on_each_path():
     done = bench("bus_read.py", "--nodes", "200")
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in done.stdout.splitlines()]
-    assert [r["path"] for r in rows] == ["follower", "group", "relay", "relay-window"]
+    assert [r["path"] for r in rows] == ["follower", "group", "group-window", "relay", "relay-window"]
     assert all(r["events"] == 200 and r["cpu_us_per_event"] > 0 for r in rows)
 
 

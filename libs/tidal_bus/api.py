@@ -143,6 +143,10 @@ AssignmentListener = Callable[["GroupSubscription", frozenset[int], frozenset[in
 """Called with (subscription, gained, lost) before messages of gained partitions flow."""
 
 
+Position = Coroutine[Any, Any, int]
+"""A message's stream position, once the broker has acked it (`Backend.send`)."""
+
+
 async def known(position: int) -> int:
     """An awaitable of a position already known."""
     return position
@@ -168,7 +172,7 @@ class Backend(abc.ABC):
         position. Waits for the broker's ack."""
 
     async def send(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
-                   trace: TraceContext | None = None) -> Coroutine[Any, Any, int]:
+                   trace: TraceContext | None = None) -> Position:
         """Hand one message to the broker behind every message handed before
         it, and return a coroutine of its position (the broker's ack):
         messages sent so keep their order however their acks are waited

@@ -11,9 +11,8 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -21,7 +20,7 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError, UnknownTopicOr
 
 from tidal_schemas.streams import StreamSpec, partition_for
 
-from .api import AssignmentListener, Backend, GroupSubscription, RawMessage, StartAt
+from .api import AssignmentListener, Backend, GroupSubscription, Position, RawMessage, StartAt
 from .auth import BusAuth
 from .errors import BusError
 from .intake import EventTooLarge
@@ -112,7 +111,7 @@ class KafkaBackend(Backend):
         return await (await self.send(spec, cluster, key, data, msg_id, trace))
 
     async def send(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
-                   trace: TraceContext | None = None) -> Coroutine[Any, Any, int]:
+                   trace: TraceContext | None = None) -> Position:
         await self.ensure_stream(spec)
         if self._producer is None:
             raise BusError("Kafka backend used before connect()")

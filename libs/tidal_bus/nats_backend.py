@@ -13,8 +13,7 @@ import asyncio
 import logging
 import ssl
 import uuid
-from collections.abc import AsyncIterator, Coroutine
-from typing import Any
+from collections.abc import AsyncIterator
 
 import nats.errors  # binds `nats` too
 from nats.aio.client import Client
@@ -25,7 +24,7 @@ from nats.js.errors import NotFoundError
 
 from tidal_schemas.streams import StreamSpec, partition_for
 
-from .api import AssignmentListener, Backend, GroupSubscription, RawMessage, StartAt, known
+from .api import AssignmentListener, Backend, GroupSubscription, Position, RawMessage, StartAt, known
 from .auth import BusAuth, BusPermissionError, redact_url
 from .errors import BusConfigError, BusError
 from .intake import EventTooLarge, check_size, dedupe_key
@@ -207,7 +206,7 @@ class NatsBackend(Backend):
                 delay = min(delay * 2, 2.0)
 
     async def send(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
-                   trace: TraceContext | None = None) -> Coroutine[Any, Any, int]:
+                   trace: TraceContext | None = None) -> Position:
         await self.ensure_stream(spec)
         subject, headers = self._addressed(spec, cluster, key, data, msg_id, trace)
         try:
