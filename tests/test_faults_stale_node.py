@@ -162,7 +162,7 @@ def test_a_stale_node_sampling_again_is_put_back_alone_without_a_pass_over_every
     assert cache.check_stale(at(45).timestamp()) == (["a", "b"], [])
     passes = []
     real = stale_nodes
-    monkeypatch.setattr("tidal_placement.cache.stale_nodes", lambda *args: passes.append(args) or real(*args))
+    monkeypatch.setattr("tidal_placement.freshness.stale_nodes", lambda *args: passes.append(args) or real(*args))
     cache.room_changed = False
     # b's sample from 10 s is read late, at 45 s: still too old, b stays out
     assert not cache.apply(score("b", 10), at(45).timestamp())

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from tidal_schemas import (
@@ -28,7 +28,7 @@ from .gpu_groups import GroupRegistry
 from .holdings import PodRecord
 from .kept import KeptDecision, KeptPod
 from .queue import SchedulingQueue
-from .staleness import stale_nodes, stale_reason, too_old
+from .freshness import NodeFreshness
 
 log = logging.getLogger("tidal.placement")
 
@@ -42,7 +42,7 @@ GONE_KEPT = 100_000  # deleted pods remembered against late decisions (a rebuild
 STOP_SCHEDULING = filters.STOP_SCHEDULING  # the block reason of a tainted node
 
 
-class ClusterCache:
+class ClusterCache(NodeFreshness):
     """Everything placement keeps about one cluster (see the module docstring)."""
 
     def __init__(self, name: str, permit_timeout_s: float, stale_after_s: float,
@@ -244,42 +244,6 @@ class ClusterCache:
 
     def expired_binds(self, now: float, timeout_s: float) -> list[str]:
         return [key for key, since in self.awaiting_bind.items() if now - since >= timeout_s]
-
-    # -- nodes -----------------------------------------------------------------
-    def sampled(self, node: str, at: datetime, now: float) -> bool:
-        """Note a node's sample time; True when the node was stale and its
-        sample is fresh at `now`: it takes pods again at once. Only that node
-        is looked at. Others going stale are found by the periodic
-        `check_stale`, a pass over every node: too much for every sample
-        (5,000 nodes sampled every 10 s are 500 samples a second)."""
-        if node not in self.last_sample or at > self.last_sample[node]:
-            self.last_sample[node] = at
-        if node not in self.stale or too_old(self.last_sample[node], datetime.fromtimestamp(now, timezone.utc),
-                                             self.stale_after_s):
-            return False
-        self.stale.discard(node)
-        self.state.set_blocked(node, stale_reason(self.stale_after_s), blocked=False)
-        log.info("node %s/%s: sampled again; it takes new pods", self.name, node)
-        self.room_changed = True
-        return True
-
-    def check_stale(self, now: float) -> tuple[list[str], list[str]]:
-        """Take out the nodes gone stale and put back those no longer stale
-        (the rule is `staleness.stale_nodes`); (newly stale, back) nodes."""
-        after = self.stale_after_s
-        stale = set(stale_nodes(self.last_sample, datetime.fromtimestamp(now, timezone.utc), after))
-        before, reason = self.stale, stale_reason(after)
-        for node in stale:  # again each time: a node may have been unknown to the cache before
-            self.state.set_blocked(node, reason)
-        for node in sorted(stale - before):
-            log.warning("node %s/%s: %s; it takes no new pods until it sends one", self.name, node, reason)
-        for node in sorted(before - stale):
-            self.state.set_blocked(node, reason, blocked=False)
-            log.info("node %s/%s: sampled again; it takes new pods", self.name, node)
-        if before - stale:
-            self.room_changed = True
-        self.stale = stale
-        return sorted(stale - before), sorted(before - stale)
 
     def _regroup(self) -> None:
         for config in self.tenants.values():
