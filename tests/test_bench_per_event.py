@@ -1,6 +1,7 @@
 """The per-event benchmarks run and print their figures: `bench/bus_read.py`
 reads every published event on each path, `bench/oversell_sample.py`
-handles every sample (the figures themselves are the benchmarks', not a
+handles every sample, `bench/tenant_usage.py` finds the kept tenant usage
+equal to the full pass (the figures themselves are the benchmarks', not a
 test's)."""
 
 from __future__ import annotations
@@ -23,3 +24,11 @@ def test_oversell_sample_handles_every_sample_with_running_pods_known():
     assert done.returncode == 0, done.stderr
     (row,) = [json.loads(line) for line in done.stdout.splitlines()]
     assert (row["nodes"], row["running_pods"], row["samples"]) == (50, 400, 50) and row["cpu_us_per_sample"] > 0
+
+
+def test_tenant_usage_compares_the_kept_usage_with_the_full_pass():
+    done = bench("tenant_usage.py", "--nodes", "40", "--pods", "300", "--tenants", "3")
+    assert done.returncode == 0, done.stderr  # it exits non-zero when the two usages differ
+    (row,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert (row["nodes"], row["pods"], row["tenants"]) == (40, 300, 3)
+    assert row["full_pass_ms"] > 0 and row["ledger_ms"] >= 0 and row["hold_us_per_pod"] > 0

@@ -22,6 +22,7 @@ PUBLIC = {
     "FragModel": "gpu_frag:FragModel",
     "refresh_due": "learning:refresh_due",
     "StrategyLearner": "learning:StrategyLearner",
+    "tenant_usage": "tenancy:tenant_usage",
     "PlacementService": "service:PlacementService",
     "PlacementSettings": "settings:PlacementSettings",
 }

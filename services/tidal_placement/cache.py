@@ -28,6 +28,7 @@ from .gpu_groups import GroupRegistry
 from .holdings import PodRecord
 from .kept import KeptDecision, KeptPod
 from .queue import SchedulingQueue
+from .tenant_ledger import TenantLedger
 from .freshness import NodeFreshness
 
 log = logging.getLogger("tidal.placement")
@@ -65,6 +66,8 @@ class ClusterCache(NodeFreshness):
         self.stale: set[str] = set()  # nodes taken out for stale metrics
         self.room_changed = False  # waiting or refused pods may now fit
         self.on_pending = on_pending
+        self.ledger, self._ledger_stale = TenantLedger(), False  # tenant usage, kept as holdings change
+        self.state.on_held = self._charge
 
     # -- events -------------------------------------------------------------------
     def apply(self, p: Any, now: float) -> bool:
@@ -79,6 +82,8 @@ class ClusterCache(NodeFreshness):
         if isinstance(p, NodeTopology):
             self.state.upsert_node(p)
             self.inventory[p.node] = list(p.gpus)
+            # a GPU's model is part of what its holders charge: rare, so they are all charged again
+            self._ledger_stale |= any(self.gpu_model.get(gpu.id) != gpu.model for gpu in p.gpus)
             self.gpu_model.update((gpu.id, gpu.model) for gpu in p.gpus)
             self._regroup()
         elif isinstance(p, NodeAllocatable):
@@ -144,6 +149,7 @@ class ClusterCache(NodeFreshness):
             if record.waits():
                 self.on_pending(pod)
         self._reconcile(key, now)
+        self._charge(key)  # its tenant or requests may have changed, its holding not
 
     def _bury(self, uid: str) -> None:
         # Decisions are another stream: one for a pod deleted since may be read
@@ -228,6 +234,21 @@ class ClusterCache(NodeFreshness):
             held = self.state.held(key) if record.pod is not None and not record.pod.foreign else None
             if held is not None:
                 yield record.pod, dict(held.gpus)
+
+    def tenant_usage(self) -> dict[str, dict[str, int]]:
+        """`tenancy.tenant_usage` of `holdings()`, from the ledger (a copy)."""
+        if self._ledger_stale:
+            self.ledger.clear()
+            for key in self.records:
+                self._charge(key)
+            self._ledger_stale = False
+        return self.ledger.usage()
+
+    def _charge(self, key: str) -> None:
+        record, held = self.records.get(key), self.state.held(key)
+        pod = record.pod if record is not None and held is not None else None
+        self.ledger.set(key, None if pod is None or pod.foreign else pod,
+                        ((self.gpu_model.get(gpu, ""), milli) for gpu, milli in dict(held.gpus).items()) if held else ())
 
     def placed_here(self) -> list[KeptPod]:
         """Pods this replica has placed (and not seen deleted), as last seen."""

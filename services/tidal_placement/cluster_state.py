@@ -28,6 +28,7 @@ Columns are padded: `numa_valid` / `gpu_valid` say which entries are real.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tidal_schemas import NodeTopology
@@ -59,6 +60,7 @@ class ClusterState(ClusterNodes):
         self.model_ids: dict[str, int] = {}
         self._spare: list[int] = []
         self._held: dict[str, _Held] = {}
+        self.on_held: Callable[[str], None] = lambda key: None  # told each pod key whose holding changed
         self._pods_on: dict[str, set[str]] = {}  # node name -> held pod keys (known node or not)
         self._floating_on: dict[int, set[str]] = {}  # row -> keys holding floating devices there
         self._charged: dict[int, list[tuple[str, int, int]]] = {}  # row -> floating charges ("numa"/"gpu", col, n)
@@ -200,6 +202,7 @@ class ClusterState(ClusterNodes):
             if held.floating:
                 self._floating_on[r].discard(pod_key)
             self._settle(r)
+        self.on_held(pod_key)
         return held.allocation
 
     def holdings(self) -> dict[str, tuple[Allocation, Floating, bool]]:
@@ -264,6 +267,7 @@ class ClusterState(ClusterNodes):
             if held.floating:
                 self._floating_on.setdefault(r, set()).add(pod_key)
             self._settle(r)
+        self.on_held(pod_key)
 
     def _settle(self, r: int) -> None:
         """Place the row's floating devices again (`floating.place_floating`)."""

@@ -31,7 +31,7 @@ from .cache import ClusterCache
 from .decide import decide
 from .kept import PodLike
 from .pod_request import ERROR, PLACED, UNRESOLVABLE, WAIT, Placement, PodRequest, placement_decision
-from .tenancy import allowance, charge, tenant_usage
+from .tenancy import allowance, charge
 
 log = logging.getLogger("tidal.placement")
 
@@ -71,7 +71,7 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
         cache.room_changed = False
     queue.rescore({e.key: cache.score(e.pod) for e in queue.entries.values()})
     # Tenant usage is needed only for quotas and groups; most clusters have neither.
-    usage = tenant_usage(cache.holdings(), cache.gpu_model) if cache.governed() else {}
+    usage = cache.tenant_usage() if cache.governed() else {}
     nodes = len(state.rows)
     for position, (entry, held_back) in enumerate(queue.cycle()):
         if queue.entries.get(entry.key) is not entry:

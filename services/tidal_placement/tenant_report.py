@@ -1,7 +1,8 @@
 """What each tenant holds, for `tenant.usage` (pure): the quota usage rule
-is `tenancy.tenant_usage`, the groups are the tenant's current grouping
-(§B), and a group's free GPUs are those with nothing held on them, on a
-node that takes pods — the GPUs a whole-GPU pod of the group could get."""
+is `tenancy.tenant_usage` (as the cache's `TenantLedger` keeps it), the
+groups are the tenant's current grouping (§B), and a group's free GPUs are
+those with nothing held on them, on a node that takes pods — the GPUs a
+whole-GPU pod of the group could get."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from .cluster_arrays import GPU_MILLI
 from .cluster_state import ClusterState
 from .gpu_groups import Group
 from .group_placement import group_devices
-from .tenancy import tenant_usage
 
 
 def free_whole_gpus(state: ClusterState, group: Group) -> int:
@@ -27,8 +27,8 @@ def tenant_reports(cache: ClusterCache, at: datetime) -> Iterator[TenantUsage]:
     """One `TenantUsage` per configured (not deleted) tenant of the cluster."""
     configured = sorted((name, config) for name, config in cache.tenants.items() if not config.deleted)
     if not configured:
-        return  # no pass over every pod held (20,000 in a burst) for nobody
-    usage = tenant_usage(cache.holdings(), cache.gpu_model)
+        return
+    usage = cache.tenant_usage()
     for name, config in configured:
         grouping = cache.groups.get(name)
         groups = {g.name: free_whole_gpus(cache.state, g) for g in grouping.groups} if grouping else {}
