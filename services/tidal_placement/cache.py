@@ -66,7 +66,9 @@ class ClusterCache(NodeFreshness):
         self.stale: set[str] = set()  # nodes taken out for stale metrics
         self.room_changed = False  # waiting or refused pods may now fit
         self.on_pending = on_pending
-        self.ledger, self._ledger_stale = TenantLedger(), False  # tenant usage, kept as holdings change
+        # Tenant usage, kept as holdings change once it is first asked for (most clusters
+        # have no quota or group and never ask): stale until then, rebuilt when read.
+        self.ledger, self._ledger_stale = TenantLedger(), True
         self.state.on_held = self._charge
 
     # -- events -------------------------------------------------------------------
@@ -239,12 +241,14 @@ class ClusterCache(NodeFreshness):
         """`tenancy.tenant_usage` of `holdings()`, from the ledger (a copy)."""
         if self._ledger_stale:
             self.ledger.clear()
+            self._ledger_stale = False
             for key in self.records:
                 self._charge(key)
-            self._ledger_stale = False
         return self.ledger.usage()
 
     def _charge(self, key: str) -> None:
+        if self._ledger_stale:
+            return  # rebuilt whole when next read
         record, held = self.records.get(key), self.state.held(key)
         pod = record.pod if record is not None and held is not None else None
         self.ledger.set(key, None if pod is None or pod.foreign else pod,
