@@ -117,3 +117,19 @@ def test_pod_events_are_named_by_what_they_report():
                                        "uid": "u1", "resourceVersion": "4"}
     assert (first["type"], first["reason"], first["firstTimestamp"]) == ("Warning", "TidalInvalidAnnotation",
                                                                          "2026-01-01T00:00:00Z")
+
+
+def test_annotations_are_due_when_changed_stale_or_forgotten():
+    from tidal_bridge.node_annotations import AnnotationsWritten
+    now = [0.0]
+    written = AnnotationsWritten(300.0, clock=lambda: now[0])
+    a, b = {"tidal.dev/allocatable-cpu-milli": "9600"}, {"tidal.dev/allocatable-cpu-milli": "12000"}
+    assert written.due("n1", a)
+    written.written("n1", a)
+    now[0] = 299.0
+    assert not written.due("n1", a) and written.due("n1", b) and written.due("n2", a)
+    now[0] = 300.0
+    assert written.due("n1", a)  # the last write is as old as the refresh: written again
+    written.written("n1", a)
+    written.forget("n1")
+    assert written.due("n1", a)

@@ -297,6 +297,26 @@ async def test_allocatable_is_written_to_node_annotations(nats_server, namespace
                                                           "tidal.dev/oversell-policy": "bounded"}
 
 
+def figures(cpu_milli: int, factor: float) -> NodeAllocatable:
+    return NodeAllocatable(node="n1", policy="factor", factor=factor, capacity=Resources(cpu_milli=8000),
+                           allocatable=Resources(cpu_milli=cpu_milli))
+
+
+@pytest.mark.parametrize("refresh_s, patches", [(300.0, 2), (0.0, 4)])
+async def test_allocatable_annotations_are_written_when_they_change(nats_server, namespace, fake, bus,
+                                                                    refresh_s, patches):
+    """Oversell answers every sample; the node is patched only when its
+    annotations would change (or the last write is `refresh_s` old; 0:
+    every time). The factor alone is no annotation."""
+    async with running(settings(nats_server, namespace, fake, annotations_refresh_s=refresh_s)):
+        for cpu_milli, factor in ((9600, 1.2), (9600, 1.2), (9600, 1.25), (12000, 1.5)):
+            await bus.publish(figures(cpu_milli, factor))
+        # one key, handled in order: the last one written means every one before was handled
+        await wait_until(lambda: fake.node("n1")["metadata"]["annotations"].get(
+            "tidal.dev/allocatable-cpu-milli") == "12000", 10, "the last figures")
+    assert fake.count("PATCH", "/nodes/n1") == patches
+
+
 def act(action_id, kind, **fields) -> NodeAction:
     if kind in ("taint", "untaint"):
         fields.setdefault("taint_key", "tidal.dev/overloaded")

@@ -31,8 +31,9 @@ kube-scheduler does (`pod_status.py`).
 
 Consumes only its own cluster's events (the runtime filters by
 `handled_clusters()`, which the settings pin to the own cluster; handlers
-check again). `node.allocatable` becomes node annotations for operators;
-placement reads the stream itself. Evictions run in their own, unordered
+check again). `node.allocatable` becomes node annotations for operators,
+written when they change (node_annotations.py); placement reads the stream
+itself. Evictions run in their own, unordered
 consumer group so that one held back by a PodDisruptionBudget (429, retried
 with growing delays, then reported `refused`) does not hold back other
 actions; taints stay ordered per node.
@@ -54,6 +55,7 @@ from .binder import Binder, BindOutcome
 from .errors import BridgeError, KubeStatusError, unavailable
 from .event_budget import EventBudget
 from .kube import Kube
+from .node_annotations import AnnotationsWritten
 from .nodes import node_topology
 from .objects import DECISION_UNREADABLE, INVALID_ANNOTATION, SCHEDULED, allocatable_annotations, annotations_patch, pod_event
 from .pod_status import PodStatusReporter
@@ -82,6 +84,7 @@ class BridgeService(Service):
         self._published: dict[str, PodLifecycle] = {}  # uid -> last pod.lifecycle payload
         self._reported: dict[str, set[str]] = {}  # uid -> problems already reported as Events
         self._node_facts: dict[str, NodeTopology] = {}
+        self.annotated = AnnotationsWritten(self.settings.annotations_refresh_s)
 
     # -- wiring -----------------------------------------------------------------
     @property
@@ -257,11 +260,14 @@ class BridgeService(Service):
 
     async def on_allocatable(self, envelope: Envelope[Any], delivery: Delivery) -> None:
         allocatable = envelope.payload
-        if not self._ours(envelope, delivery):
+        annotations = allocatable_annotations(allocatable)
+        if not self._ours(envelope, delivery) or not self.annotated.due(allocatable.node, annotations):
             return
         try:
-            await self.kube.patch_node(allocatable.node, annotations_patch(allocatable_annotations(allocatable)))
+            await self.kube.patch_node(allocatable.node, annotations_patch(annotations))
+            self.annotated.written(allocatable.node, annotations)
         except BridgeError as exc:
+            self.annotated.forget(allocatable.node)
             if isinstance(exc, KubeStatusError) and exc.code == 404:
                 self.log.info("allocatable of node %s not written: node is gone", allocatable.node)
                 return
