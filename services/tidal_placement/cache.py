@@ -24,12 +24,12 @@ from tidal_schemas import filters
 from tidal_schemas.fence import DecisionFence
 
 from .cluster_state import ClusterState
+from .freshness import NodeFreshness
 from .gpu_groups import GroupRegistry
 from .holdings import PodRecord
 from .kept import KeptDecision, KeptPod
 from .queue import SchedulingQueue
 from .tenant_ledger import TenantLedger
-from .freshness import NodeFreshness
 
 log = logging.getLogger("tidal.placement")
 
