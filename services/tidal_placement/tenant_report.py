@@ -27,7 +27,7 @@ def tenant_reports(cache: ClusterCache, at: datetime) -> Iterator[TenantUsage]:
     """One `TenantUsage` per configured (not deleted) tenant of the cluster."""
     configured = sorted((name, config) for name, config in cache.tenants.items() if not config.deleted)
     if not configured:
-        return
+        return  # asking for the usage would start the cache's ledger for nobody
     usage = cache.tenant_usage()
     for name, config in configured:
         grouping = cache.groups.get(name)
