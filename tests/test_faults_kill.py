@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import signal
 import time
 import uuid
@@ -249,6 +250,7 @@ async def simulate_on_stack(nats_url: str, data_dir: Path, hook=None) -> Run:
             return run
     finally:
         await asyncio.to_thread(stack.stop)
+        shutil.rmtree(Path(plan.settings.kubeconfig).parent, ignore_errors=True)
 
 
 def assert_same_end(run: Run, baseline: Run) -> None:

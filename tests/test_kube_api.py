@@ -127,6 +127,7 @@ pods:
     finally:
         placement.stop()
         await asyncio.gather(task, return_exceptions=True)
+        shutil.rmtree(Path(plan.settings.kubeconfig).parent, ignore_errors=True)
     assert seen, "kubectl was never run"
     pods = seen["pods"]
     assert pods.returncode == 0, pods.stderr

@@ -83,7 +83,10 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     if args.bus:
-        result = asyncio.run(simulate(plan, warmup=_grace(args.warmup)))
+        try:
+            result = asyncio.run(simulate(plan, warmup=_grace(args.warmup)))
+        finally:  # the kubeconfig names a server that is gone once the run ends
+            shutil.rmtree(Path(plan.settings.kubeconfig).parent, ignore_errors=True)
     else:
         result = _run_embedded(args, plan, simulate)
     _write(args, result)
