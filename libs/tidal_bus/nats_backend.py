@@ -28,6 +28,7 @@ from .api import AssignmentListener, Backend, GroupSubscription, Position, RawMe
 from .auth import BusAuth, BusPermissionError, redact_url
 from .errors import BusConfigError, BusError
 from .intake import EventTooLarge, check_size, dedupe_key
+from .nats_delivery import delivery_of
 from .nats_group import NatsGroupSubscription
 from .nats_pull import Puller
 from .nats_reader import read_stream
@@ -271,30 +272,26 @@ class NatsBackend(Backend):
 
     def raw_message(self, msg: Msg) -> RawMessage:
         tokens = msg.subject.split(".")
-        meta = msg.metadata
+        delivery = delivery_of(msg)
 
         async def ack() -> None:
-            if self._needs_ack(msg):
+            if msg.reply:
                 await msg.ack()
 
         async def nak(delay: float) -> None:
-            if self._needs_ack(msg):
+            if msg.reply:
                 await msg.nak(delay=delay if delay > 0 else None)
 
         return RawMessage(
             data=msg.data,
             key=decode_token(tokens[-1]),
             partition=int(tokens[-2]),
-            position=meta.sequence.stream,
-            deliveries=meta.num_delivered,
+            position=delivery.position,
+            deliveries=delivery.deliveries,
             ack=ack,
             nak=nak,
-            pending=meta.num_pending,
-            stored_at=meta.timestamp,
+            pending=delivery.pending,
+            stored_at=delivery.stored_at,
             cluster=decode_token(tokens[-3]),
             trace=carried(msg.headers.items()) if msg.headers else None,
         )
-
-    @staticmethod
-    def _needs_ack(msg: Msg) -> bool:
-        return bool(msg.reply)

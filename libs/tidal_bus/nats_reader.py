@@ -81,7 +81,7 @@ async def read_stream(
                             return
                         continue
                     yield raw
-                    if not follow and msg.metadata.num_pending == 0:
+                    if not follow and raw.pending == 0:
                         return
         finally:
             try:
