@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import signal
 import time
 import uuid
@@ -250,7 +249,6 @@ async def simulate_on_stack(nats_url: str, data_dir: Path, hook=None) -> Run:
             return run
     finally:
         await asyncio.to_thread(stack.stop)
-        shutil.rmtree(Path(plan.settings.kubeconfig).parent, ignore_errors=True)
 
 
 def assert_same_end(run: Run, baseline: Run) -> None:

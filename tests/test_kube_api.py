@@ -127,8 +127,9 @@ pods:
     finally:
         placement.stop()
         await asyncio.gather(task, return_exceptions=True)
-        shutil.rmtree(Path(plan.settings.kubeconfig).parent, ignore_errors=True)
     assert seen, "kubectl was never run"
+    # the run's kubeconfig named a server that is gone: its folder went with it
+    assert Path(plan.settings.kubeconfig).parent == plan.scratch and not plan.scratch.exists()
     pods = seen["pods"]
     assert pods.returncode == 0, pods.stderr
     rows = {line.split()[1]: line.split() for line in pods.stdout.splitlines()[1:]}

@@ -20,6 +20,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 import urllib.request
 from pathlib import Path
 
@@ -83,10 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     if args.bus:
-        try:
-            result = asyncio.run(simulate(plan, warmup=_grace(args.warmup)))
-        finally:  # the kubeconfig names a server that is gone once the run ends
-            shutil.rmtree(Path(plan.settings.kubeconfig).parent, ignore_errors=True)
+        result = asyncio.run(simulate(plan, warmup=_grace(args.warmup)))
     else:
         result = _run_embedded(args, plan, simulate)
     _write(args, result)
@@ -138,6 +136,7 @@ def build_plan(args: argparse.Namespace):
         if not args.arrive_only:
             raise CliError("--limit applies to --arrive-only runs")
         order = list(order)[:args.limit]
+    scratch = Path(tempfile.gettempdir()) / f"tidal-sim-{uuid.uuid4().hex}" if args.bus else None
     settings = SimulatorSettings(
         bus_url=args.bus or "nats://127.0.0.1:4222", namespace=args.namespace, cluster=args.cluster,
         http_host="127.0.0.1", http_port=0, seed=args.seed, clock="real-time" if args.real_time else "simulated",
@@ -147,10 +146,9 @@ def build_plan(args: argparse.Namespace):
         metrics_heartbeat_s=3600.0 if args.arrive_only else None,
         expect_allocatable=not args.arrive_only and not args.bus and "oversell" in _services(args),
         # --bus: the run shares no stack folder, and runs side by side must not share a kubeconfig.
-        kubeconfig=str(Path(tempfile.mkdtemp(prefix="tidal-sim-")) / "kubeconfig") if args.bus
-        else str(args.data_dir / "kubeconfig"))
+        kubeconfig=str((scratch or args.data_dir) / "kubeconfig"))
     return RunPlan(workload, settings, arrive_only=args.arrive_only, order=order, shapes=shapes,
-                   reference=reference, progress_every=max(args.progress, 0), extra=extra)
+                   reference=reference, progress_every=max(args.progress, 0), extra=extra, scratch=scratch)
 
 
 def _services(args: argparse.Namespace) -> list[str]:

@@ -8,10 +8,12 @@ published, and build the report (and the HTML page)."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from tidal_audit import audit
@@ -46,6 +48,10 @@ class RunPlan:
     reference: dict[str, dict[str, float]] = field(default_factory=dict)
     progress_every: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    # a folder of the run's own (the kubeconfig of a run against a given bus),
+    # made when first written and removed when the run ends: what it holds
+    # names an API server that is gone then
+    scratch: Path | None = None
 
 
 @dataclass
@@ -110,6 +116,8 @@ async def simulate(plan: RunPlan, *, warmup: Callable[[SimulatorService], Awaita
             await asyncio.wait_for(task, 30)
         except (asyncio.TimeoutError, asyncio.CancelledError):
             task.cancel()
+        if plan.scratch is not None:
+            shutil.rmtree(plan.scratch, ignore_errors=True)
 
 
 async def fair_share_scores(sim: SimulatorService, since: datetime) -> list[dict]:
