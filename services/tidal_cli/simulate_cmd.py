@@ -20,8 +20,8 @@ import shutil
 import sys
 import tempfile
 import time
-import uuid
 import urllib.request
+import uuid
 from pathlib import Path
 
 from tidal_bus.auth import redact_url
