@@ -15,7 +15,8 @@ own work.
   outputs waited for a window of events at a time (`output_window`, the
   services' default; tidal_bus.output_window).
 
-`--nodes` events are published first (one score per node), then read once;
+`--nodes` events are published first (one event per node, each holding
+that node's score: the per-event cost, whatever an event holds), then read once;
 only the reading is timed, by the process's CPU clock.
 
 Prints one JSON line per path: {"path": P, "events": N, "cpu_us_per_event": X}
@@ -39,7 +40,7 @@ import _common
 from tidal_bus import Bus, Consumer, StartAt
 from tidal_bus.embedded import EmbeddedNats
 from tidal_placement import ClusterCache
-from tidal_schemas import NodeScore
+from tidal_schemas import NodeScore, NodeScores
 from tidal_runtime import ServiceSettings
 from tidal_schemas.streams import stream
 
@@ -73,7 +74,7 @@ async def group(bus: Bus, topologies: list, count: int, relay: bool = False, win
     async def handler(envelope, delivery) -> None:
         nonlocal handled
         if relay:
-            await bus.publish(envelope.payload.model_copy(update={"load": 0.5}), cause=envelope)
+            await bus.publish(envelope.payload, cause=envelope)
         handled += 1
     consumer = Consumer(bus, stream("score.node"), f"bench-read-{relay}-{window}", handler,
                         start=StartAt.earliest(), window=window)
@@ -111,8 +112,8 @@ async def main(args: argparse.Namespace) -> None:
             await bus.ensure_streams()
             topologies = list(_common.topologies(args.nodes, np.random.default_rng(args.seed)))
             now = datetime.now(timezone.utc)
-            await _common.publish_all(bus, [NodeScore(node=t.node, load=0.3, numa_load={0: 0.2, 1: 0.4},
-                                                      sampled_at=now) for t in topologies])
+            scores = [NodeScore(node=t.node, load=0.3, numa_load={0: 0.2, 1: 0.4}, sampled_at=now) for t in topologies]
+            await _common.publish_all(bus, [NodeScores.of(score) for score in scores])
             for path in args.paths:
                 spent = await PATHS[path](bus, topologies, args.nodes)
                 print(json.dumps({"path": path, "events": args.nodes,

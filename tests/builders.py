@@ -9,6 +9,11 @@ from tidal_schemas import NodeMetrics, PodLifecycle, Resources
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
+def scores_in(events) -> list:
+    """The node scores `score.node` events hold, in order (each event a batch)."""
+    return [score for event in events for score in event.payload.scores]
+
+
 def metrics(node: str, load: float = 0.5, **fields) -> NodeMetrics:
     return NodeMetrics(node=node, sampled_at=fields.pop("sampled_at", T0), interval_s=10.0,
                        node_cpu_util=load, numa_load={0: load}, **fields)

@@ -15,14 +15,14 @@ from pydantic import BaseModel
 from builders import T0, metrics
 from conftest import make_bus, wait_until
 from tidal_bus import BusError, StartAt
-from tidal_schemas import NodeScore
+from tidal_schemas import NodeScore, NodeScores
 
 KEYS = [f"node-{i}" for i in range(4)]
 
 
-def score_of(envelope) -> NodeScore:
+def score_of(envelope) -> NodeScores:
     m = envelope.payload
-    return NodeScore(node=m.node, load=m.node_cpu_util, numa_load={0: m.node_cpu_util}, sampled_at=T0)
+    return NodeScores.of(NodeScore(node=m.node, load=m.node_cpu_util, numa_load={0: m.node_cpu_util}, sampled_at=T0))
 
 
 def watch_acks(bus, acked: list[str]) -> None:
@@ -61,6 +61,10 @@ async def stored(bus, stream_name: str) -> list:
     return [e.payload async for _, e in bus.read(stream_name, StartAt.earliest())]
 
 
+async def stored_scores(bus) -> list:
+    return [score for batch in await stored(bus, "score.node") for score in batch.scores]
+
+
 async def run_until(consumer, done) -> None:
     task = asyncio.create_task(consumer.run())
     await wait_until(done, timeout=30, what="the events handled")
@@ -87,7 +91,7 @@ class WindowContract:
             await run_until(consumer, lambda: len(handled) == 40)
             assert len(acked) == 40  # the last window too, on the graceful stop
             by_data = {e.id: e for e in sent}
-            scores = await stored(bus, "score.node")
+            scores = await stored_scores(bus)
             for key in KEYS:  # every output stored, a key's in the order of its events
                 assert [s.load for s in scores if s.node == key] == \
                     [e.payload.node_cpu_util for e in by_data.values() if e.payload.node == key]
@@ -127,7 +131,7 @@ class WindowContract:
                 handled.append(envelope.id)
 
             await run_until(bus.consumer("node.metrics", "g", handler, window=8), lambda: len(handled) == 20)
-            assert [s.load for s in await stored(bus, "score.node")] == [i / 100 for i in range(20)]
+            assert [s.load for s in await stored_scores(bus)] == [i / 100 for i in range(20)]
 
     async def test_an_event_is_acked_only_once_its_outputs_are_stored(self, bus_url, namespace):
         async with make_bus(bus_url, namespace) as bus:
@@ -181,7 +185,7 @@ class WindowContract:
             assert [(letter.stream, letter.retriable) for letter in letters] == [("node.metrics", True)]
             assert "output not published" in letters[0].reason and "publish timeout" in letters[0].reason
             # the others' outputs are all stored (the refused one was sent, its ack said otherwise)
-            assert {0.0, 0.01, 0.03, 0.04, 0.05} <= {s.load for s in await stored(bus, "score.node")}
+            assert {0.0, 0.01, 0.03, 0.04, 0.05} <= {s.load for s in await stored_scores(bus)}
 
 
     async def test_relaying_with_a_window_leaves_no_cycle_to_the_garbage_collector(self, bus_url, namespace):

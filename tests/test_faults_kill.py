@@ -309,9 +309,10 @@ def check_invariants(run: Run) -> None:
     assert decided and all(len(ids) == 1 for ids in decided.values()), decided
     # nothing lost on the way: every sample was scored, and oversell answered every one
     samples = {e.id for e in run.events["node.metrics"]}
-    for output in ("score.node", "node.allocatable"):
-        answered = {e.causation_id for e in run.events[output]}
-        assert samples <= answered, f"{len(samples - answered)} samples without {output}"
+    answered = {"score.node": {score.sample for e in run.events["score.node"] for score in e.payload.scores},
+                "node.allocatable": {e.causation_id for e in run.events["node.allocatable"]}}
+    for output, ids in answered.items():
+        assert samples <= ids, f"{len(samples - ids)} samples without {output}"
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from builders import metrics
+from builders import metrics, scores_in
 from conftest import make_bus, start_service, stop_service, wait_until
 from tidal_bus import StartAt
 from tidal_scoring.service import ScoringService
@@ -53,7 +53,7 @@ def scoring(bus, url: str, namespace: str) -> ScoringService:
 
 async def scored(bus) -> list[str]:
     """The samples scored so far: the `node.metrics` ids the scores answer."""
-    return [e.causation_id async for _, e in bus.read("score.node", StartAt.earliest())]
+    return [score.sample for score in scores_in([e async for _, e in bus.read("score.node", StartAt.earliest())])]
 
 
 async def test_a_blocked_handler_shows_its_lag_and_catches_up(bus_url, namespace):

@@ -24,7 +24,7 @@ from tidal_placement.service import PlacementService
 from tidal_placement.settings import PlacementSettings
 from tidal_placement.staleness import stale_nodes, stale_reason
 from tidal_simulator.topology_builder import make_topology
-from tidal_schemas import NodeScore
+from tidal_schemas import NodeScore, NodeScores
 
 REASON = "stale: no metrics for 30s"
 
@@ -76,8 +76,8 @@ class Clock:
         return self.now.timestamp()
 
 
-def score(name: str, sampled_s: float) -> NodeScore:
-    return NodeScore(node=name, load=0.1, numa_load={0: 0.1, 1: 0.1}, sampled_at=at(sampled_s))
+def score(name: str, sampled_s: float) -> NodeScores:
+    return NodeScores.of(NodeScore(node=name, load=0.1, numa_load={0: 0.1, 1: 0.1}, sampled_at=at(sampled_s)))
 
 
 async def last_decision(bus, name: str):

@@ -17,7 +17,7 @@ from tidal_oversell.service import OversellService
 from tidal_oversell.settings import OversellSettings
 from tidal_placement.service import PlacementService
 from tidal_placement.settings import PlacementSettings
-from tidal_schemas import BindResult, GpuAsk, NodeMetrics, NodeScore, NodeTopology, PeakEstimate, Resources
+from tidal_schemas import BindResult, GpuAsk, NodeMetrics, NodeScore, NodeScores, NodeTopology, PeakEstimate, Resources
 from tidal_scoring.service import ScoringService
 from tidal_scoring.settings import ScoringSettings
 
@@ -101,8 +101,8 @@ async def test_oversell_exports_allocatable_per_pool_and_actions(nats_server, na
     async with make_bus(nats_server.url, namespace) as bus:
         await bus.publish(NodeTopology(node="n1", pool="batch", capacity=Resources(cpu_milli=8000, memory_mib=10000),
                                        allocatable=Resources(cpu_milli=8000, memory_mib=9000)))
-        await bus.publish(NodeScore(node="n1", load=0.3, sampled_at=now, peak=PeakEstimate(
-            estimator="percentile", window_s=300, samples=10, utilisation=0.2, memory_mib=200)))
+        await bus.publish(NodeScores.of(NodeScore(node="n1", load=0.3, sampled_at=now, peak=PeakEstimate(
+            estimator="percentile", window_s=300, samples=10, utilisation=0.2, memory_mib=200))))
         service = OversellService(settings)
         task = await start_service(service, ready=lambda s: s.action_log_ready.is_set())
         try:

@@ -11,13 +11,13 @@ from tidal_bus import Delivery
 from tidal_cli.sample import node
 from tidal_oversell import OversellService, OversellSettings
 from tidal_placement.cache import ClusterCache
-from tidal_schemas import NodeScore, PeakEstimate, decode, encode, make_envelope
+from tidal_schemas import NodeScore, NodeScores, PeakEstimate, decode, encode, make_envelope
 
 T0 = datetime(2026, 11, 26, tzinfo=timezone.utc)
 
 
-def _score(load: float, at: datetime) -> NodeScore:
-    return NodeScore(node="n1", load=load, numa_load={0: load, 1: load}, sampled_at=at)
+def _score(load: float, at: datetime) -> NodeScores:
+    return NodeScores.of(NodeScore(node="n1", load=load, numa_load={0: load, 1: load}, sampled_at=at))
 
 
 def _loads(cache: ClusterCache) -> tuple[float, list[float]]:
@@ -44,7 +44,7 @@ async def test_oversell_keeps_the_peak_of_the_newest_sample():
     def scored(utilisation: float, at: datetime):
         peak = PeakEstimate(estimator="weighted", window_s=600, samples=5, utilisation=utilisation)
         score = NodeScore(node="n1", load=0.5, numa_load={0: 0.5}, peak=peak, sampled_at=at)
-        return decode(encode(make_envelope(score, source="scoring", cluster="c1")))
+        return decode(encode(make_envelope(NodeScores.of(score), source="scoring", cluster="c1")))
     await service.on_score(scored(0.3, T0 + timedelta(seconds=10)), delivery)
     await service.on_score(scored(0.9, T0), delivery)  # older, late
     assert service.views[("c1", "n1")].peak.utilisation == 0.3

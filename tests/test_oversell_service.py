@@ -13,7 +13,7 @@ from conftest import make_bus, start_service, stop_service, wait_until
 from tidal_bus import StartAt
 from tidal_oversell.service import OversellService
 from tidal_oversell.settings import OversellSettings
-from tidal_schemas import NodeMetrics, NodeScore, NodeTopology, PeakEstimate, PodUsage, Resources
+from tidal_schemas import NodeMetrics, NodeScore, NodeScores, NodeTopology, PeakEstimate, PodUsage, Resources
 
 LONG_AGO = datetime.now(timezone.utc) - timedelta(hours=2)
 # name, qos, priority, evictable, requested MiB, used MiB
@@ -54,8 +54,8 @@ async def test_thresholds_evictions_and_restart(nats_server, namespace):
         for name, qos, priority, evictable, requested, _ in PODS:
             await bus.publish(pod(name, phase="running", node="n1", qos=qos, priority=priority, evictable=evictable,
                                   memory_mib=requested, cpu_milli=1000, started_at=LONG_AGO, created_at=LONG_AGO))
-        await bus.publish(NodeScore(node="n1", load=0.3, sampled_at=now, peak=PeakEstimate(
-            estimator="percentile", window_s=300, samples=10, utilisation=0.2, memory_mib=200)))
+        await bus.publish(NodeScores.of(NodeScore(node="n1", load=0.3, sampled_at=now, peak=PeakEstimate(
+            estimator="percentile", window_s=300, samples=10, utilisation=0.2, memory_mib=200))))
         service, task = await _start(settings)
 
         async def count(kind=None):

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidal_schemas import (
-    ActionResult, BindResult, CpuAssignment, DeadLetter, NodeAction, NodeAllocatable, NodeMetrics, NodeScore,
+    ActionResult, BindResult, CpuAssignment, DeadLetter, NodeAction, NodeAllocatable, NodeMetrics, NodeScore, NodeScores,
     NodeTopology, PlacementDecision, PodLifecycle, SchemaError, TenantConfig, TenantUsage, UserScore, decode,
     decode_obj,
     encode, event_types, make_envelope,
@@ -54,8 +54,8 @@ SAMPLES = {
     "tenant.usage": TenantUsage(tenant="t", held={"A100": 1500, "gpu": 1500, "cpu": 2000}, quota={"A100": 2000},
                                 groups_free={"g": 1}, measured_at=T0),
     "score.user": UserScore(user="u", resource_type="A100", score=1.5, usage=2.0, updated_at=T0, adjust_time_s=60),
-    "score.node": NodeScore(node="n1", load=0.5, numa_load={0: 0.5}, sampled_at=T0, peak={
-        "estimator": "percentile", "window_s": 300, "samples": 10, "utilisation": 0.6, "cpu_milli": 100}),
+    "score.node": NodeScores.of(NodeScore(node="n1", load=0.5, numa_load={0: 0.5}, sampled_at=T0, peak={
+        "estimator": "percentile", "window_s": 300, "samples": 10, "utilisation": 0.6, "cpu_milli": 100})),
     "placement.decision": PlacementDecision(
         decision_id="d", namespace="ns", name="p", outcome="placed", node="n1", numa_cpus={0: 2}, numa_nodes=[0],
         gpus=[{"gpu": "gpu0", "milli": 1000}], chosen={"node": "n1", "score": 1.0, "breakdown": {"load": 0.5}},

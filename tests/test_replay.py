@@ -24,9 +24,9 @@ from tidal_cli import replay_cmd, simulate_cmd
 from tidal_placement.service import PlacementService
 from tidal_placement.settings import PlacementSettings
 from tidal_simulator.topology_builder import make_topology
-from tidal_schemas import GpuAsk, NodeAction, make_envelope
+from tidal_schemas import GpuAsk, NodeAction, NodeScore, NodeScores, make_envelope
 from tidal_schemas.placement import GpuShare
-from tidal_schemas.streams import STREAMS
+from tidal_schemas.streams import STREAMS, partition_for, stream
 from tidal_simulator.replay_compare import Placed, compare, summarise
 from tidal_simulator.replay_plan import Point, Recorded, Window, build_plan, resolve_window
 from tidal_simulator.run import simulate
@@ -81,6 +81,23 @@ def test_the_window_start_becomes_the_initial_state():
                                ("pod.lifecycle", "default/old")]
     assert len(plan.nodes["n1"].gpus) == 4
     assert list(plan.bound_at_start) == ["default/old"]
+
+
+def test_a_batch_of_node_scores_is_state_node_by_node():
+    """A batch holds several nodes' scores: each node's latest score is its
+    state at the start, whichever batch it came in."""
+    same = [n for n in (f"n{i}" for i in range(200)) if partition_for(n, stream("score.node").partitions)
+            == partition_for("n1", stream("score.node").partitions)][:3]
+    first, second, third = same
+
+    def score(node: str, load: float) -> NodeScore:
+        return NodeScore(node=node, load=load, sampled_at=at(0))
+    events = [rec("score.node", 1, NodeScores.of(score(first, 0.1), score(second, 0.2)), 1),
+              rec("score.node", 2, NodeScores.of(score(third, 0.3), score(first, 0.4)), 2)]
+    plan = build_plan(events, Window(start=at(10), end=at(20)))
+    latest = {e.key: [(s.node, s.load) for s in e.payload.scores] for e in plan.initial}
+    assert latest == {first: [(first, 0.4)], second: [(second, 0.2)], third: [(third, 0.3)]}
+    assert len({e.id for e in plan.initial}) == 3
 
 
 def test_arrivals_are_replayed_and_recorded_binds_become_the_answer():

@@ -17,7 +17,7 @@ from conftest import make_bus, wait_until
 from tidal_bus import StartAt
 from tidal_runtime import Service, ServiceSettings, Subscription
 from tidal_runtime.logs import JsonFormatter
-from tidal_schemas import NodeScore
+from tidal_schemas import NodeScore, NodeScores
 
 
 class EchoSettings(ServiceSettings):
@@ -50,8 +50,8 @@ class EchoService(Service):
         m = envelope.payload
         self.samples[m.node] = self.samples.get(m.node, 0) + 1
         load = sum(m.numa_load.values()) / len(m.numa_load)
-        await self.publish(NodeScore(node=m.node, load=load, numa_load=m.numa_load, sampled_at=m.sampled_at),
-                           cause=envelope, delivery=delivery)
+        score = NodeScore(node=m.node, load=load, numa_load=m.numa_load, sampled_at=m.sampled_at)
+        await self.publish(NodeScores.of(score), cause=envelope, delivery=delivery)
 
 
 def _settings(bus_url: str, namespace: str) -> EchoSettings:
@@ -86,7 +86,7 @@ async def test_health_metrics_and_outputs(nats_server, namespace):
         await wait_until(lambda: service.metrics.dead_letters.labels("echo", "node.metrics")._value.get() == 1,
                          what="dead letter counted")
         scores = await _scores(bus)
-    assert [s.payload.load for s in scores] == [0.4]
+    assert [s.payload.scores[0].load for s in scores] == [0.4]
     assert scores[0].source == "echo" and scores[0].causation_id is not None
 
     _, text = await asyncio.to_thread(_get, f"{base}/metrics")
@@ -118,7 +118,7 @@ async def test_restart_rebuilds_state_without_repeating_outputs(nats_server, nam
         await asyncio.wait_for(task, 30)
         scores = await _scores(bus)
     assert second.samples == {"n1": 4}, "state rebuilt from the log"
-    assert [round(s.payload.load, 2) for s in scores] == [0.1, 0.2, 0.3, 0.9], "no output repeated"
+    assert [round(s.payload.scores[0].load, 2) for s in scores] == [0.1, 0.2, 0.3, 0.9], "no output repeated"
     assert second.metrics.suppressed.labels("echo", "score.node")._value.get() == 3
 
 

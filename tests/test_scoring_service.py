@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 
@@ -37,6 +38,16 @@ async def _events(bus, name: str) -> list:
     return [e async for _, e in bus.read(name, StartAt.earliest())]
 
 
+async def _node_scores(bus, count: int, timeout: float = 10.0) -> list:
+    """The node scores stored once there are `count` (whatever events hold them)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        scores = [score for e in await _events(bus, "score.node") for score in e.payload.scores]
+        if len(scores) >= count or time.monotonic() > deadline:
+            return scores
+        await asyncio.sleep(0.05)
+
+
 def _closed_form(usage: float, started: datetime, at: datetime) -> float:
     """s(t) for a constant usage u since `started`: u (1 - e^(-(t - started)/T))."""
     return usage * (1 - math.exp(-(at - started).total_seconds() / T_S))
@@ -53,9 +64,7 @@ async def test_node_scores_with_load_and_peak(nats_server, namespace):
                              cpu_util={0: 0.2, 1: 0.6})
             sample = sample.model_copy(update={"numa_load": {0: 0.2, 1: 0.6}})
             await bus.publish(sample)
-        await wait_until(lambda: service.metrics.events_out.labels("scoring", "score.node")._value.get() == 4,
-                         what="4 node scores")
-        scores = [e.payload for e in await _events(bus, "score.node")]
+        scores = await _node_scores(bus, 4)
     await _stop(service, task)
     assert [s.load for s in scores] == [0.4] * 4  # mean of NUMA loads 0.2 and 0.6
     assert scores[0].numa_load == {0: 0.2, 1: 0.6}

@@ -1,8 +1,8 @@
 """The `Bus`: publish events and run consumers, whatever the broker.
 
-    async with Bus.from_url("nats://127.0.0.1:4222", cluster="prod", source="scoring") as bus:
-        await bus.publish(NodeScore(...), cause=envelope)
-        await bus.consumer("node.metrics", "scoring", handle).run()
+    async with Bus.from_url("nats://127.0.0.1:4222", cluster="prod", source="oversell") as bus:
+        await bus.publish(NodeAllocatable(...), cause=envelope)
+        await bus.consumer("node.metrics", "oversell", handle).run()
 """
 
 from __future__ import annotations

@@ -88,12 +88,20 @@ class Service:
                       delivery: Delivery | None = None, **options: Any) -> Envelope[Any] | None:
         """Publish an output. While replaying history to rebuild state, the
         output was already published the first time: it is not repeated."""
-        if delivery is not None and delivery.replaying:
-            self.metrics.suppressed.labels(self.name, payload.TYPE).inc()
+        if self.replaying(delivery, payload.TYPE):
             return None
         envelope = await self.bus.publish(payload, cause=cause, **options)
         self.metrics.published(payload.TYPE)
         return envelope
+
+    def replaying(self, delivery: Delivery | None, event_type: str) -> bool:
+        """Whether `delivery` is history replayed to rebuild state: its
+        outputs (of `event_type`) were published the first time, and are
+        counted as suppressed, not published again."""
+        if delivery is None or not delivery.replaying:
+            return False
+        self.metrics.suppressed.labels(self.name, event_type).inc()
+        return True
 
     def default_group(self) -> str:
         """Replicas serving the same clusters share a group; deployments for

@@ -13,7 +13,7 @@ from typing import Any
 
 from tidal_bus import Delivery
 from tidal_schemas import (
-    ActionResult, Envelope, NodeAction, NodeMetrics, NodeScore, NodeTopology, PodLifecycle, derived_id,
+    ActionResult, Envelope, NodeAction, NodeMetrics, NodeScores, NodeTopology, PodLifecycle, derived_id,
     Resources,
 )
 
@@ -59,12 +59,11 @@ class OversellService(Service):
     async def on_topology(self, envelope: Envelope[NodeTopology], delivery: Delivery) -> None:
         self._view(envelope.cluster, envelope.payload.node).topology = inventory(envelope.payload)
 
-    async def on_score(self, envelope: Envelope[NodeScore], delivery: Delivery) -> None:
-        score = envelope.payload
-        view = self._view(envelope.cluster, score.node)
-        if score.older_than(view.peak_sampled_at):
-            return  # keep the newer peak
-        view.peak, view.peak_sampled_at = score.peak, score.sampled_at
+    async def on_score(self, envelope: Envelope[NodeScores], delivery: Delivery) -> None:
+        for score in envelope.payload.scores:
+            view = self._view(envelope.cluster, score.node)
+            if not score.older_than(view.peak_sampled_at):  # else keep the newer peak
+                view.peak, view.peak_sampled_at = score.peak, score.sampled_at
 
     async def follow_pods(self) -> None:
         async def on_event(envelope: Envelope[Any]) -> None:

@@ -17,8 +17,8 @@ from datetime import datetime
 from typing import Any
 
 from tidal_schemas import (
-    STOP_SCHEDULING_TAINT, BindResult, CpuAssignment, NodeAction, NodeAllocatable, NodeScore, NodeTopology, PlacementDecision,
-    PodLifecycle, Resources, TenantConfig, UserScore, resource_type,
+    STOP_SCHEDULING_TAINT, BindResult, CpuAssignment, NodeAction, NodeAllocatable, NodeScores, NodeTopology,
+    PlacementDecision, PodLifecycle, Resources, TenantConfig, UserScore, resource_type,
 )
 from tidal_schemas import filters
 from tidal_schemas.fence import DecisionFence
@@ -94,12 +94,15 @@ class ClusterCache(NodeFreshness):
             if before is not None and not grew(before, p.allocatable):
                 return False
             self.room_changed = True
-        elif isinstance(p, NodeScore):
-            if p.older_than(self.last_sample.get(p.node)):
-                return False  # keep the newer loads
-            self.state.apply_node_score(p)
-            # loads re-rank, they do not make a waiting pod fit; a stale node speaking again may
-            return self.sampled(p.node, p.sampled_at, now)
+        elif isinstance(p, NodeScores):
+            woke = False
+            for score in p.scores:
+                if score.older_than(self.last_sample.get(score.node)):
+                    continue  # keep the newer loads
+                self.state.apply_node_score(score)
+                # loads re-rank, they do not make a waiting pod fit; a stale node speaking again may
+                woke |= self.sampled(score.node, score.sampled_at, now)
+            return woke
         elif isinstance(p, UserScore):
             self.scores[(p.user, p.resource_type)] = p.score
             return False

@@ -2,8 +2,9 @@
 user scores (§C).
 
 Node scores: `node.metrics` is consumed by the group, so replicas split the
-nodes; each keeps a sample window per (cluster, node) and publishes a
-`score.node` for every sample.
+nodes; each keeps a sample window per (cluster, node) and scores every
+sample. The scores go out as one `score.node` event per partition for the
+samples in hand (`tidal_runtime.output_batches`).
 
 Fair share, ownership: every replica reads the whole `pod.lifecycle`
 stream (the running-pod table is small), but a (user, resource type) score
@@ -26,10 +27,12 @@ from typing import Any
 
 from prometheus_client import Gauge
 from tidal_bus import Delivery
-from tidal_schemas import Envelope, NodeMetrics, NodeScore, PodLifecycle, Resources, UserScore, derived_id
+from tidal_schemas import (Envelope, NodeMetrics, NodeScore, NodeScores, PodLifecycle, Resources, UserScore,
+                           derived_id)
+from tidal_schemas.scores import MAX_SCORES
 from tidal_schemas.streams import partition_for, stream
 
-from tidal_runtime import Service, Subscription
+from tidal_runtime import OutputBatches, Service, Subscription
 
 from .fairshare import FairShareBook, adjust_time_from_settle_time, run_times_by_resource_type, usage_by_resource_type
 from .load import load_from_metrics
@@ -61,6 +64,8 @@ class ScoringService(Service):
         self.running = RunningPods()
         self.owned_score_partitions: frozenset[int] = frozenset()
         self.pods_caught_up = asyncio.Event()
+        self.node_scores = OutputBatches("score.node", lambda scores: NodeScores(scores=scores), self.publish,
+                                         max_items=MAX_SCORES)
         self.clock = time.time
         self.fair_share = Gauge("tidal_fair_share_score", "Fair-share score of a user for a resource type (lower: "
                                 "placed first), as last published by this replica", ["cluster", "user", "resource_type"],
@@ -89,9 +94,11 @@ class ScoringService(Service):
         estimate = ESTIMATORS[self.settings.peak_estimator](
             samples, self.settings.peak_window_s, capacity, self.weights or load_profile_weights(samples),
             min_samples=self.settings.peak_min_samples)
+        if self.replaying(delivery, NodeScores.TYPE):
+            return
         score = NodeScore(node=metrics.node, load=report.load, numa_load=report.numa_load, peak=estimate,
-                          sampled_at=metrics.sampled_at)
-        await self.publish(score, cause=envelope, delivery=delivery)
+                          sampled_at=metrics.sampled_at, sample=envelope.id)
+        await self.node_scores.add(score, key=metrics.node, cause=envelope)
 
     # -- fair share -----------------------------------------------------------
     def _owns(self, key: str) -> bool:

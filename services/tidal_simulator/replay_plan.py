@@ -15,13 +15,13 @@ seen bound (placed by something other than Tidal) keeps its recorded node.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from tidal_schemas import (
-    HOLDING_PHASES, STOP_SCHEDULING_TAINT, Envelope, NodeAction, NodeAllocatable, NodeScore, NodeTopology,
-    PlacementDecision, PodLifecycle, TenantConfig, UserScore,
+    HOLDING_PHASES, STOP_SCHEDULING_TAINT, Envelope, NodeAction, NodeAllocatable, NodeScores, NodeTopology,
+    PlacementDecision, PodLifecycle, TenantConfig, UserScore, derived_id,
 )
 from tidal_schemas.fence import DecisionFence
 
@@ -91,7 +91,7 @@ def state_key(envelope: Envelope[Any]) -> tuple[str, str] | None:
         if p.kind not in ("taint", "untaint") or p.taint_key != STOP_SCHEDULING_TAINT or p.dry_run:
             return None
         return ("taint", p.node)
-    if isinstance(p, (NodeTopology, NodeAllocatable, TenantConfig, UserScore, NodeScore, PodLifecycle)):
+    if isinstance(p, (NodeTopology, NodeAllocatable, TenantConfig, UserScore, NodeScores, PodLifecycle)):
         return (envelope.type, envelope.key)
     return None
 
@@ -101,13 +101,24 @@ def in_order(events: Iterable[Recorded]) -> list[Recorded]:
     return sorted(events, key=lambda r: (r.time, r.stream, r.position))
 
 
+def one_per_node(r: Recorded) -> list[Recorded]:
+    """A batch of node scores as one event per node: a node's latest score
+    is state, and a batch holds several nodes'."""
+    e = r.envelope
+    if not isinstance(e.payload, NodeScores) or len(e.payload.scores) == 1:
+        return [r]
+    return [replace(r, envelope=e.model_copy(update={
+        "payload": NodeScores.of(score), "key": score.node,
+        "id": derived_id(e.id, e.type, score.node, "one per node")})) for score in e.payload.scores]
+
+
 def build_plan(events: Iterable[Recorded], window: Window) -> ReplayPlan:
     """Cut the recorded inputs at `window` (see the module docstring)."""
     plan = ReplayPlan()
     latest: dict[tuple[str, str], Recorded] = {}
     decided_by_replay: set[str] = set()
     started = False
-    for r in in_order(events):
+    for r in in_order(split for r in events for split in one_per_node(r)):
         if window.after(r.time):
             break
         e, p = r.envelope, r.envelope.payload

@@ -1,0 +1,115 @@
+"""Outputs of many handled events published as one event per (cluster,
+stream partition): a stage answering every sample (scoring's node scores)
+sends one event for the samples it has in hand, not one each.
+
+An item joins its partition's open batch. A batch goes out when it is full
+or when the event loop next runs what is ready, which is when the consumer
+has handled what it had fetched and waits: what one fetch brought travels
+together, and nothing waits for a timer. The events whose items a batch
+holds are acked once it is stored (their consumer's output window holds the
+batch's future, `tidal_bus.output_window`); a handler without a window
+waits for it itself. Batches of one partition are published one after the
+other, in the order they were filled.
+
+A batch's id derives from every cause's id: a batch sent again keeps its
+id and the broker keeps one copy. After a crash its causes come back and
+may be grouped otherwise, so a reader can see a score twice; readers keep
+the newest sample per node, so that is harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from tidal_bus.output_window import deferred_outputs
+from tidal_schemas import Envelope, Payload, derived_id
+from tidal_schemas.streams import partition_for, stream
+
+T = TypeVar("T")
+Group = tuple[str, int]  # (cluster, partition)
+
+
+@dataclass
+class _Batch(Generic[T]):
+    done: asyncio.Future[None]
+    items: list[T] = field(default_factory=list)
+    causes: list[str] = field(default_factory=list)
+
+
+class OutputBatches(Generic[T]):
+    """Items of stream `stream_name` gathered into `build(items)` events,
+    at most `max_items` each, published by `publish(payload, cluster=,
+    event_id=)` (a service's `publish`)."""
+
+    def __init__(self, stream_name: str, build: Callable[[list[T]], Payload],
+                 publish: Callable[..., Awaitable[Any]], *, max_items: int):
+        if max_items < 1:
+            raise ValueError(f"a batch holds at least 1 item, not {max_items}")
+        self.partitions, self.build, self.publish, self.max_items = stream(stream_name).partitions, build, publish, \
+            max_items
+        self._open: dict[Group, _Batch[T]] = {}
+        self._sending: dict[Group, asyncio.Task[None]] = {}
+        self._flush_due = False
+
+    async def add(self, item: T, *, key: str, cause: Envelope[Any]) -> None:
+        """Add `item`, an output of `cause` about `key`, to its partition's
+        batch; return once the batch is stored when no output window waits
+        for it."""
+        group = (cause.cluster, partition_for(key, self.partitions))
+        batch = self._open.get(group)
+        if batch is None:
+            batch = self._open[group] = _Batch(asyncio.get_running_loop().create_future())
+        batch.items.append(item)
+        batch.causes.append(cause.id)
+        if len(batch.items) >= self.max_items:
+            self._send(group)
+        elif not self._flush_due:
+            self._flush_due = True
+            # in a context of its own: the handler's holds its event's outputs
+            asyncio.get_running_loop().call_soon(self._send_all, context=contextvars.Context())
+        outputs = deferred_outputs()
+        if outputs is not None:
+            outputs.append(batch.done)
+        else:
+            await asyncio.shield(batch.done)
+
+    async def drain(self) -> None:
+        """Send what is open and wait until every batch is stored (or failed)."""
+        self._send_all()
+        while self._sending:
+            await asyncio.wait(list(self._sending.values()))
+
+    def _send_all(self) -> None:
+        self._flush_due = False
+        for group in list(self._open):
+            self._send(group)
+
+    def _send(self, group: Group) -> None:
+        batch = self._open.pop(group)
+        task = asyncio.get_running_loop().create_task(self._publish(group, batch, self._sending.get(group)),
+                                                      context=contextvars.Context())
+        self._sending[group] = task
+
+    async def _publish(self, group: Group, batch: _Batch[T], before: asyncio.Task[None] | None) -> None:
+        try:
+            if before is not None:
+                await asyncio.wait([before])  # a partition's batches go out in order
+            payload = self.build(batch.items)
+            event_id = derived_id("+".join(batch.causes), payload.TYPE, payload.event_key(), "batch")
+            await self.publish(payload, cluster=group[0], event_id=event_id)
+        except asyncio.CancelledError:
+            batch.done.cancel()
+            raise
+        except Exception as exc:
+            if not batch.done.done():
+                batch.done.set_exception(exc)
+        else:
+            if not batch.done.done():
+                batch.done.set_result(None)
+        finally:
+            if self._sending.get(group) is asyncio.current_task():
+                del self._sending[group]

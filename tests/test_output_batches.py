@@ -1,0 +1,172 @@
+"""Outputs gathered into one event per partition (`OutputBatches`), behind
+a real consumer over a real NATS server and a real Kafka-protocol broker:
+samples in hand go out together, every sample answered exactly once and a
+node's in order, nothing of another partition in a batch, every event
+acked (nothing comes back to the group), a batch never over its size, a
+batch that cannot be stored dead-letters its events while the others go
+on, and a handler without an output window returns once its batch is
+stored."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from builders import T0, metrics
+from conftest import make_bus, wait_until
+from tidal_bus import BusError, StartAt
+from tidal_runtime import OutputBatches
+from tidal_schemas import NodeScore, NodeScores
+from tidal_schemas.streams import partition_for, stream
+
+NODES = [f"node-{i}" for i in range(8)]
+PARTITIONS = stream("score.node").partitions
+
+
+def score_of(envelope) -> NodeScore:
+    m = envelope.payload
+    return NodeScore(node=m.node, load=m.node_cpu_util, sampled_at=m.sampled_at, sample=envelope.id)
+
+
+async def stored_batches(bus) -> list[NodeScores]:
+    return [e.payload async for _, e in bus.read("score.node", StartAt.earliest())]
+
+
+async def handle_all(bus, batches: OutputBatches, count: int, window: int, group: str = "g",
+                     check=None) -> list[str]:
+    """Run a consumer of node.metrics adding each sample's score to
+    `batches` until `count` are handled; the ids handled."""
+    handled: list[str] = []
+
+    async def handler(envelope, delivery):
+        await batches.add(score_of(envelope), key=envelope.payload.node, cause=envelope)
+        if check is not None:
+            check(envelope)
+        handled.append(envelope.id)
+
+    consumer = bus.consumer("node.metrics", group, handler, window=window)
+    task = asyncio.create_task(consumer.run())
+    await wait_until(lambda: len(handled) >= count, timeout=30, what="the samples handled")
+    consumer.stop()
+    await asyncio.wait_for(task, 30)
+    return handled
+
+
+async def nothing_comes_back(bus, group: str = "g") -> bool:
+    seen: list[str] = []
+
+    async def handler(envelope, delivery):
+        seen.append(envelope.id)
+    consumer = bus.consumer("node.metrics", group, handler)
+    task = asyncio.create_task(consumer.run())
+    await asyncio.sleep(1.5)
+    consumer.stop()
+    await asyncio.wait_for(task, 30)
+    return seen == []
+
+
+def batches_of(bus, max_items: int = 256, publish=None) -> OutputBatches:
+    return OutputBatches("score.node", lambda scores: NodeScores(scores=scores), publish or bus.publish,
+                         max_items=max_items)
+
+
+class BatchContract:
+    @pytest.fixture
+    def bus_url(self) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    async def test_samples_in_hand_go_out_together_each_answered_once_and_in_order(self, bus_url, namespace):
+        async with make_bus(bus_url, namespace) as bus:
+            sent = [await bus.publish(metrics(NODES[i % 8], load=i / 100)) for i in range(64)]
+            await handle_all(bus, batches_of(bus), 64, window=64)
+            batches = await stored_batches(bus)
+            scores = [s for b in batches for s in b.scores]
+            assert Counter(s.sample for s in scores) == Counter(e.id for e in sent)  # each exactly once
+            assert len(batches) < len(sent) / 2, "the samples fetched together went out together"
+            for batch in batches:
+                assert len({partition_for(s.node, PARTITIONS) for s in batch.scores}) == 1
+            for node in NODES:  # a node's scores in the order of its samples
+                assert [s.load for s in scores if s.node == node] == \
+                    [e.payload.node_cpu_util for e in sent if e.payload.node == node]
+            assert await nothing_comes_back(bus), "every sample acked"
+
+    async def test_a_batch_never_holds_more_than_its_size(self, bus_url, namespace):
+        async with make_bus(bus_url, namespace) as bus:
+            sent = [await bus.publish(metrics("node-1", load=i / 100)) for i in range(20)]
+            await handle_all(bus, batches_of(bus, max_items=3), 20, window=64)
+            batches = await stored_batches(bus)
+            assert max(len(b.scores) for b in batches) <= 3
+            assert [s.sample for b in batches for s in b.scores] == [e.id for e in sent]
+
+    async def test_a_batch_not_stored_dead_letters_its_events_and_the_rest_go_on(self, bus_url, namespace):
+        async with make_bus(bus_url, namespace) as bus:
+            sent = [await bus.publish(metrics(NODES[i % 8], load=i / 100)) for i in range(16)]
+            refused = partition_for("node-3", PARTITIONS)
+
+            async def publish(payload, **options):
+                if partition_for(payload.event_key(), PARTITIONS) == refused:
+                    raise BusError("publish timeout (as the broker away)")
+                return await bus.publish(payload, **options)
+            await handle_all(bus, batches_of(bus, publish=publish), 16, window=64)
+            lost = {e.id for e in sent if partition_for(e.payload.node, PARTITIONS) == refused}
+            letters = [e async for _, e in bus.read("dead.letter", StartAt.earliest())]
+            assert {letter.causation_id for letter in letters} == lost
+            assert all("publish timeout" in letter.payload.reason for letter in letters)
+            scores = [s for b in await stored_batches(bus) for s in b.scores]
+            assert {s.sample for s in scores} == {e.id for e in sent} - lost
+            assert await nothing_comes_back(bus)
+
+    async def test_without_a_window_a_handler_returns_once_its_batch_is_stored(self, bus_url, namespace):
+        async with make_bus(bus_url, namespace) as bus:
+            for i in range(6):
+                await bus.publish(metrics(NODES[i % 3], load=i / 100))
+            stored: set[str] = set()
+
+            async def publish(payload, **options):
+                envelope = await bus.publish(payload, **options)
+                stored.update(s.sample for s in payload.scores)
+                return envelope
+
+            def check(envelope):
+                assert envelope.id in stored, "returned before its score was stored"
+            handled = await handle_all(bus, batches_of(bus, publish=publish), 6, window=1, check=check)
+            assert set(handled) == stored
+
+
+class TestNatsBatches(BatchContract):
+    @pytest.fixture
+    def bus_url(self, nats_server) -> str:
+        return nats_server.url
+
+
+class TestKafkaBatches(BatchContract):
+    @pytest.fixture
+    def bus_url(self, kafka_server) -> str:
+        return kafka_server.url
+
+
+def test_a_batch_holds_at_least_one_item():
+    with pytest.raises(ValueError, match="at least 1"):
+        OutputBatches("score.node", lambda scores: NodeScores(scores=scores), None, max_items=0)
+
+
+def test_a_batch_of_nodes_of_two_partitions_is_refused():
+    first = NodeScore(node="node-0", load=0.1, sampled_at=T0)
+    other = next(n for n in (f"n{i}" for i in range(100))
+                 if partition_for(n, PARTITIONS) != partition_for("node-0", PARTITIONS))
+    with pytest.raises(ValueError, match="another partition"):
+        NodeScores.of(first, NodeScore(node=other, load=0.1, sampled_at=T0))
+
+
+def test_a_version_1_score_reads_as_a_batch_of_one():
+    from tidal_schemas import decode, encode, make_envelope
+    import orjson
+
+    envelope = make_envelope(NodeScores.of(NodeScore(node="n1", load=0.4, sampled_at=T0)), cluster="c1",
+                             source="scoring")
+    raw = orjson.loads(encode(envelope))
+    raw["version"], raw["payload"] = 1, raw["payload"]["scores"][0]  # as scoring wrote it before batches
+    read = decode(orjson.dumps(raw)).payload
+    assert [(s.node, s.load) for s in read.scores] == [("n1", 0.4)]
