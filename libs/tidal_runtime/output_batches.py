@@ -49,8 +49,8 @@ class OutputBatches(Generic[T]):
                  publish: Callable[..., Awaitable[Any]], *, max_items: int):
         if max_items < 1:
             raise ValueError(f"a batch holds at least 1 item, not {max_items}")
-        self.partitions, self.build, self.publish, self.max_items = stream(stream_name).partitions, build, publish, \
-            max_items
+        self.partitions = stream(stream_name).partitions
+        self.build, self.publish, self.max_items = build, publish, max_items
         self._open: dict[Group, _Batch[T]] = {}
         self._sending: dict[Group, asyncio.Task[None]] = {}
         self._flush_due = False
@@ -76,12 +76,6 @@ class OutputBatches(Generic[T]):
             outputs.append(batch.done)
         else:
             await asyncio.shield(batch.done)
-
-    async def drain(self) -> None:
-        """Send what is open and wait until every batch is stored (or failed)."""
-        self._send_all()
-        while self._sending:
-            await asyncio.wait(list(self._sending.values()))
 
     def _send_all(self) -> None:
         self._flush_due = False
