@@ -3,7 +3,7 @@ its own process in one consumer group, over the embedded NATS (or Kafka).
 
 Stages (the `node.metrics` consumers, whose replicas split the node keys):
   scoring       node.metrics -> score.node (one event per partition for the samples in hand)
-  oversell      node.metrics (+ node.topology) -> node.allocatable (a publish per event)
+  oversell      node.metrics (+ node.topology) -> node.allocatable (one event per partition for the samples in hand)
   remediation   node.metrics (+ node.topology) -> hotspot check (publishes only on a hotspot)
   metrics-path  the agents' side too: k agent processes build every node's
                 sample with the agent's own code (tidal_topology.sampling)

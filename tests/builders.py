@@ -11,7 +11,7 @@ T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 def scores_in(events) -> list:
     """The node scores `score.node` events hold, in order (each event a batch)."""
-    return [score for event in events for score in event.payload.scores]
+    return [score for event in events for score in event.payload.items]
 
 
 def metrics(node: str, load: float = 0.5, **fields) -> NodeMetrics:

@@ -11,7 +11,7 @@ import pytest
 
 from tidal_audit.registry import CHECKS, audit
 from tidal_schemas import (
-    ActionResult, BindResult, CpuAssignment, GpuAsk, GpuShare, NodeAction, NodeAllocatable, NodeMetrics,
+    ActionResult, BindResult, CpuAssignment, GpuAsk, GpuShare, NodeAction, NodeAllocatable, NodeAllocatables, NodeMetrics,
     PlacementDecision, PodLifecycle, PodUsage, Resources, TenantConfig, make_envelope,
 )
 from tidal_schemas.fence import fence_decision
@@ -79,8 +79,8 @@ CASES = {
         [NODE, pod("a", cpu=5000, foreign=True), pod("b", cpu=4000),
          pod("c", cpu=0, gpus=[("gpu0", 600)]), pod("d", cpu=0, gpus=[("gpu0", 500)])],
         # the same once oversell advertised 12 CPUs, and a GPU share that fits; a pending pod holds nothing
-        [NODE, NodeAllocatable(node="n1", policy="factor", capacity=NODE.capacity,
-                                         allocatable=Resources(cpu_milli=12000, memory_mib=16384)),
+        [NODE, NodeAllocatables.of(NodeAllocatable(node="n1", policy="factor", capacity=NODE.capacity,
+                                                   allocatable=Resources(cpu_milli=12000, memory_mib=16384))),
          pod("a", cpu=5000, foreign=True), pod("b", cpu=4000), pod("c", cpu=0, gpus=[("gpu0", 600)]),
          pod("d", cpu=0, gpus=[("gpu0", 400)]), pod("e", "pending", cpu=9000)],
     ),

@@ -18,7 +18,7 @@ from fake_kube_api import FakeKubeApi
 from tidal_bridge.service import BridgeService
 from tidal_bridge.settings import BridgeSettings
 from tidal_bus import Bus, StartAt
-from tidal_schemas import NodeAction, NodeAllocatable, PlacementDecision, Resources, make_envelope
+from tidal_schemas import NodeAction, NodeAllocatable, NodeAllocatables, PlacementDecision, Resources, make_envelope
 
 
 def settings(nats, namespace, fake, cluster="c1", **overrides) -> BridgeSettings:
@@ -286,10 +286,11 @@ async def test_an_unreachable_api_server_is_retried_then_reported(nats_server, n
 
 async def test_allocatable_is_written_to_node_annotations(nats_server, namespace, fake, bus):
     async with running(settings(nats_server, namespace, fake)):
-        await bus.publish(NodeAllocatable(node="n1", policy="bounded", factor=1.2,
-                                          capacity=Resources(cpu_milli=8000, memory_mib=32768),
-                                          allocatable=Resources(cpu_milli=9600, memory_mib=32768)))
-        await bus.publish(NodeAllocatable(node="n-gone", policy="none", capacity=Resources(), allocatable=Resources()))
+        await bus.publish(NodeAllocatables.of(NodeAllocatable(
+            node="n1", policy="bounded", factor=1.2, capacity=Resources(cpu_milli=8000, memory_mib=32768),
+            allocatable=Resources(cpu_milli=9600, memory_mib=32768))))
+        await bus.publish(NodeAllocatables.of(NodeAllocatable(node="n-gone", policy="none", capacity=Resources(),
+                                                              allocatable=Resources())))
         await wait_until(lambda: "tidal.dev/allocatable-cpu-milli" in fake.node("n1")["metadata"]["annotations"],
                          10, "annotations")
     assert fake.node("n1")["metadata"]["annotations"] == {"tidal.dev/allocatable-cpu-milli": "9600",
@@ -297,9 +298,9 @@ async def test_allocatable_is_written_to_node_annotations(nats_server, namespace
                                                           "tidal.dev/oversell-policy": "bounded"}
 
 
-def figures(cpu_milli: int, factor: float) -> NodeAllocatable:
-    return NodeAllocatable(node="n1", policy="factor", factor=factor, capacity=Resources(cpu_milli=8000),
-                           allocatable=Resources(cpu_milli=cpu_milli))
+def figures(cpu_milli: int, factor: float) -> NodeAllocatables:
+    return NodeAllocatables.of(NodeAllocatable(node="n1", policy="factor", factor=factor, capacity=Resources(cpu_milli=8000),
+                                               allocatable=Resources(cpu_milli=cpu_milli)))
 
 
 @pytest.mark.parametrize("refresh_s, patches", [(300.0, 2), (0.0, 4)])

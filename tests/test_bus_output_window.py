@@ -62,7 +62,7 @@ async def stored(bus, stream_name: str) -> list:
 
 
 async def stored_scores(bus) -> list:
-    return [score for batch in await stored(bus, "score.node") for score in batch.scores]
+    return [score for batch in await stored(bus, "score.node") for score in batch.items]
 
 
 async def run_until(consumer, done) -> None:

@@ -309,8 +309,8 @@ def check_invariants(run: Run) -> None:
     assert decided and all(len(ids) == 1 for ids in decided.values()), decided
     # nothing lost on the way: every sample was scored, and oversell answered every one
     samples = {e.id for e in run.events["node.metrics"]}
-    answered = {"score.node": {score.sample for e in run.events["score.node"] for score in e.payload.scores},
-                "node.allocatable": {e.causation_id for e in run.events["node.allocatable"]}}
+    answered = {"score.node": {score.sample for e in run.events["score.node"] for score in e.payload.items},
+                "node.allocatable": {a.sample for e in run.events["node.allocatable"] for a in e.payload.items}}
     for output, ids in answered.items():
         assert samples <= ids, f"{len(samples - ids)} samples without {output}"
 

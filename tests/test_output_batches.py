@@ -68,8 +68,7 @@ async def nothing_comes_back(bus, group: str = "g") -> bool:
 
 
 def batches_of(bus, max_items: int = 256, publish=None) -> OutputBatches:
-    return OutputBatches("score.node", lambda scores: NodeScores(scores=scores), publish or bus.publish,
-                         max_items=max_items)
+    return OutputBatches(NodeScores, publish or bus.publish, max_items=max_items)
 
 
 class BatchContract:
@@ -82,11 +81,11 @@ class BatchContract:
             sent = [await bus.publish(metrics(NODES[i % 8], load=i / 100)) for i in range(64)]
             await handle_all(bus, batches_of(bus), 64, window=64)
             batches = await stored_batches(bus)
-            scores = [s for b in batches for s in b.scores]
+            scores = [s for b in batches for s in b.items]
             assert Counter(s.sample for s in scores) == Counter(e.id for e in sent)  # each exactly once
             assert len(batches) < len(sent) / 2, "the samples fetched together went out together"
             for batch in batches:
-                assert len({partition_for(s.node, PARTITIONS) for s in batch.scores}) == 1
+                assert len({partition_for(s.node, PARTITIONS) for s in batch.items}) == 1
             for node in NODES:  # a node's scores in the order of its samples
                 assert [s.load for s in scores if s.node == node] == \
                     [e.payload.node_cpu_util for e in sent if e.payload.node == node]
@@ -97,8 +96,8 @@ class BatchContract:
             sent = [await bus.publish(metrics("node-1", load=i / 100)) for i in range(20)]
             await handle_all(bus, batches_of(bus, max_items=3), 20, window=64)
             batches = await stored_batches(bus)
-            assert max(len(b.scores) for b in batches) <= 3
-            assert [s.sample for b in batches for s in b.scores] == [e.id for e in sent]
+            assert max(len(b.items) for b in batches) <= 3
+            assert [s.sample for b in batches for s in b.items] == [e.id for e in sent]
 
     async def test_a_batch_not_stored_dead_letters_its_events_and_the_rest_go_on(self, bus_url, namespace):
         async with make_bus(bus_url, namespace) as bus:
@@ -114,7 +113,7 @@ class BatchContract:
             letters = [e async for _, e in bus.read("dead.letter", StartAt.earliest())]
             assert {letter.causation_id for letter in letters} == lost
             assert all("publish timeout" in letter.payload.reason for letter in letters)
-            scores = [s for b in await stored_batches(bus) for s in b.scores]
+            scores = [s for b in await stored_batches(bus) for s in b.items]
             assert {s.sample for s in scores} == {e.id for e in sent} - lost
             assert await nothing_comes_back(bus)
 
@@ -126,7 +125,7 @@ class BatchContract:
 
             async def publish(payload, **options):
                 envelope = await bus.publish(payload, **options)
-                stored.update(s.sample for s in payload.scores)
+                stored.update(s.sample for s in payload.items)
                 return envelope
 
             def check(envelope):
@@ -148,8 +147,8 @@ class TestKafkaBatches(BatchContract):
 
 
 def test_a_batch_holds_at_least_one_item():
-    with pytest.raises(ValueError, match="at least 1"):
-        OutputBatches("score.node", lambda scores: NodeScores(scores=scores), None, max_items=0)
+    with pytest.raises(ValueError, match="at least 1 item and at most"):
+        OutputBatches(NodeScores, None, max_items=0)
 
 
 def test_a_batch_of_nodes_of_two_partitions_is_refused():
@@ -167,6 +166,6 @@ def test_a_version_1_score_reads_as_a_batch_of_one():
     envelope = make_envelope(NodeScores.of(NodeScore(node="n1", load=0.4, sampled_at=T0)), cluster="c1",
                              source="scoring")
     raw = orjson.loads(encode(envelope))
-    raw["version"], raw["payload"] = 1, raw["payload"]["scores"][0]  # as scoring wrote it before batches
+    raw["version"], raw["payload"] = 1, raw["payload"]["items"][0]  # as scoring wrote it before batches
     read = decode(orjson.dumps(raw)).payload
-    assert [(s.node, s.load) for s in read.scores] == [("n1", 0.4)]
+    assert [(s.node, s.load) for s in read.items] == [("n1", 0.4)]

@@ -84,7 +84,7 @@ async def test_thresholds_evictions_and_restart(nats_server, namespace):
             await asyncio.sleep(0.1)
         await _stop(service, task)
         actions = await _actions(bus)
-        allocatable = [e.payload async for _, e in bus.read("node.allocatable", StartAt.earliest())]
+        allocatable = [a async for _, e in bus.read("node.allocatable", StartAt.earliest()) for a in e.payload.items]
 
     sequence = [(a.kind, a.pod) for a in actions]
     assert sequence == [

@@ -9,7 +9,10 @@ from builders import pod
 from tidal_cli.sample import node
 from tidal_placement.cache import ClusterCache
 from tidal_placement.cycle import cycle
-from tidal_schemas import CpuAssignment, NodeAllocatable, Resources
+from tidal_schemas import CpuAssignment, NodeAllocatable, NodeAllocatables, Resources
+from tidal_schemas.streams import partition_for, stream
+
+PARTITIONS = stream("node.allocatable").partitions
 
 
 def cluster() -> ClusterCache:
@@ -18,9 +21,10 @@ def cluster() -> ClusterCache:
     return cache
 
 
-def allocatable(cpu_milli: int, memory_mib: int = 64 * 1024) -> NodeAllocatable:
-    return NodeAllocatable(node="n1", policy="factor", capacity=Resources(cpu_milli=4000, memory_mib=64 * 1024),
-                           allocatable=Resources(cpu_milli=cpu_milli, memory_mib=memory_mib))
+def allocatable(cpu_milli: int, memory_mib: int = 64 * 1024) -> NodeAllocatables:
+    return NodeAllocatables.of(NodeAllocatable(
+        node="n1", policy="factor", capacity=Resources(cpu_milli=4000, memory_mib=64 * 1024),
+        allocatable=Resources(cpu_milli=cpu_milli, memory_mib=memory_mib)))
 
 
 def attempts(cache: ClusterCache, now: float) -> list[tuple[str, str]]:
@@ -57,6 +61,24 @@ def test_memory_growing_alone_is_room_too():
     waiting_pod(cache)
     assert cache.apply(allocatable(4000, memory_mib=128 * 1024), 2.0) is True
     assert cache.room_changed
+
+
+def test_a_batch_grows_room_when_any_of_its_nodes_grows():
+    """A batch holds several nodes' figures: each is taken in, and one node
+    growing is room, whatever the others do."""
+    cache = cluster()
+    waiting_pod(cache)
+    partner = next(n for n in (f"m{i}" for i in range(200)) if partition_for(n, PARTITIONS)
+                   == partition_for("n1", PARTITIONS))
+    cache.apply(node(partner, 1, 2, 4, 1, 64 * 1024, reserved=0), 0.0)
+    cache.apply(NodeAllocatables.of(allocatable(4000).items[0].model_copy(update={"node": partner})), 1.0)
+    cache.room_changed = False
+    figures = [allocatable(3000).items[0], allocatable(4000).items[0].model_copy(update={"node": partner})]
+    assert cache.apply(NodeAllocatables.of(*figures), 2.0) is False  # one shrinks, the other stays
+    assert cache.state.allocatable("n1").cpu_milli == 3000
+    figures = [allocatable(3000).items[0], allocatable(8000).items[0].model_copy(update={"node": partner})]
+    assert cache.apply(NodeAllocatables.of(*figures), 3.0) is True
+    assert cache.state.allocatable(partner).cpu_milli == 8000 and cache.room_changed
 
 
 def bound_exclusive(cache: ClusterCache) -> None:

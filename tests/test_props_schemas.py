@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidal_schemas import (
-    ActionResult, BindResult, CpuAssignment, DeadLetter, NodeAction, NodeAllocatable, NodeMetrics, NodeScore, NodeScores,
+    ActionResult, BindResult, CpuAssignment, DeadLetter, NodeAction, NodeAllocatable, NodeAllocatables, NodeMetrics, NodeScore, NodeScores,
     NodeTopology, PlacementDecision, PodLifecycle, SchemaError, TenantConfig, TenantUsage, UserScore, decode,
     decode_obj,
     encode, event_types, make_envelope,
@@ -39,9 +39,9 @@ SAMPLES = {
         node="n1", sampled_at=T0, interval_s=10, cpu_util={0: 0.5, 1: 0.25}, numa_load={0: 0.4},
         node_cpu_util=0.4, cpu_used_milli=800, memory_used_mib=100, memory_total_mib=1024,
         pods=[{"pod": "ns/p", "cpu_milli": 100, "memory_mib": 10, "qos": "LS", "cpuset": [1], "numa_nodes": [0]}]),
-    "node.allocatable": NodeAllocatable(
+    "node.allocatable": NodeAllocatables.of(NodeAllocatable(
         node="n1", policy="factor", capacity={"cpu_milli": 2000}, allocatable={"cpu_milli": 3000}, factor=1.5,
-        inputs={"peak": 0.3}, reason="r"),
+        inputs={"peak": 0.3}, reason="r")),
     "pod.lifecycle": PodLifecycle(
         namespace="ns", name="p", uid="u", phase="running", node="n1", requests={"cpu_milli": 2000, "memory_mib": 64},
         exclusive_cpus=True, cpu_policy="spread",

@@ -95,7 +95,7 @@ def test_a_batch_of_node_scores_is_state_node_by_node():
     events = [rec("score.node", 1, NodeScores.of(score(first, 0.1), score(second, 0.2)), 1),
               rec("score.node", 2, NodeScores.of(score(third, 0.3), score(first, 0.4)), 2)]
     plan = build_plan(events, Window(start=at(10), end=at(20)))
-    latest = {e.key: [(s.node, s.load) for s in e.payload.scores] for e in plan.initial}
+    latest = {e.key: [(s.node, s.load) for s in e.payload.items] for e in plan.initial}
     assert latest == {first: [(first, 0.4)], second: [(second, 0.2)], third: [(third, 0.3)]}
     assert len({e.id for e in plan.initial}) == 3
 

@@ -86,7 +86,7 @@ async def test_health_metrics_and_outputs(nats_server, namespace):
         await wait_until(lambda: service.metrics.dead_letters.labels("echo", "node.metrics")._value.get() == 1,
                          what="dead letter counted")
         scores = await _scores(bus)
-    assert [s.payload.scores[0].load for s in scores] == [0.4]
+    assert [s.payload.items[0].load for s in scores] == [0.4]
     assert scores[0].source == "echo" and scores[0].causation_id is not None
 
     _, text = await asyncio.to_thread(_get, f"{base}/metrics")
@@ -118,7 +118,7 @@ async def test_restart_rebuilds_state_without_repeating_outputs(nats_server, nam
         await asyncio.wait_for(task, 30)
         scores = await _scores(bus)
     assert second.samples == {"n1": 4}, "state rebuilt from the log"
-    assert [round(s.payload.scores[0].load, 2) for s in scores] == [0.1, 0.2, 0.3, 0.9], "no output repeated"
+    assert [round(s.payload.items[0].load, 2) for s in scores] == [0.1, 0.2, 0.3, 0.9], "no output repeated"
     assert second.metrics.suppressed.labels("echo", "score.node")._value.get() == 3
 
 

@@ -42,7 +42,7 @@ async def _node_scores(bus, count: int, timeout: float = 10.0) -> list:
     """The node scores stored once there are `count` (whatever events hold them)."""
     deadline = time.monotonic() + timeout
     while True:
-        scores = [score for e in await _events(bus, "score.node") for score in e.payload.scores]
+        scores = [score for e in await _events(bus, "score.node") for score in e.payload.items]
         if len(scores) >= count or time.monotonic() > deadline:
             return scores
         await asyncio.sleep(0.05)

@@ -1,7 +1,7 @@
 """The `Bus`: publish events and run consumers, whatever the broker.
 
     async with Bus.from_url("nats://127.0.0.1:4222", cluster="prod", source="oversell") as bus:
-        await bus.publish(NodeAllocatable(...), cause=envelope)
+        await bus.publish(NodeAction(...), cause=envelope)
         await bus.consumer("node.metrics", "oversell", handle).run()
 """
 

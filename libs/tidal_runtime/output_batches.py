@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from tidal_bus.output_window import deferred_outputs
-from tidal_schemas import Envelope, Payload, derived_id
+from tidal_schemas import Envelope, derived_id
+from tidal_schemas.node_batch import MAX_ITEMS, NodeBatch
 from tidal_schemas.streams import partition_for, stream
 
 T = TypeVar("T")
@@ -41,16 +42,16 @@ class _Batch(Generic[T]):
 
 
 class OutputBatches(Generic[T]):
-    """Items of stream `stream_name` gathered into `build(items)` events,
-    at most `max_items` each, published by `publish(payload, cluster=,
-    event_id=)` (a service's `publish`)."""
+    """Items gathered into `batch` events (a `NodeBatch` type: its stream,
+    its items), at most `max_items` each, published by `publish(payload,
+    cluster=, event_id=)` (a service's `publish`)."""
 
-    def __init__(self, stream_name: str, build: Callable[[list[T]], Payload],
-                 publish: Callable[..., Awaitable[Any]], *, max_items: int):
-        if max_items < 1:
-            raise ValueError(f"a batch holds at least 1 item, not {max_items}")
-        self.partitions = stream(stream_name).partitions
-        self.build, self.publish, self.max_items = build, publish, max_items
+    def __init__(self, batch: type[NodeBatch[T]], publish: Callable[..., Awaitable[Any]], *,
+                 max_items: int = MAX_ITEMS):
+        if not 1 <= max_items <= MAX_ITEMS:
+            raise ValueError(f"a batch holds at least 1 item and at most {MAX_ITEMS}, not {max_items}")
+        self.batch, self.publish, self.max_items = batch, publish, max_items
+        self.partitions = stream(batch.TYPE).partitions
         self._open: dict[Group, _Batch[T]] = {}
         self._sending: dict[Group, asyncio.Task[None]] = {}
         self._flush_due = False
@@ -92,7 +93,7 @@ class OutputBatches(Generic[T]):
         try:
             if before is not None:
                 await asyncio.wait([before])  # a partition's batches go out in order
-            payload = self.build(batch.items)
+            payload = self.batch(items=batch.items)
             event_id = derived_id("+".join(batch.causes), payload.TYPE, payload.event_key(), "batch")
             await self.publish(payload, cluster=group[0], event_id=event_id)
         except asyncio.CancelledError:

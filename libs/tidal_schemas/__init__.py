@@ -14,7 +14,7 @@ from .envelope import (
     payload_model,
 )
 from .errors import SchemaError
-from .node import Cpu, Gpu, NodeAllocatable, NodeMetrics, NodeTopology, NumaNode, PodUsage
+from .node import Cpu, Gpu, NodeAllocatable, NodeAllocatables, NodeMetrics, NodeTopology, NumaNode, PodUsage
 from .placement import BindResult, GpuShare, NodeCandidate, PlacementDecision
 from .pod import HOLDING_PHASES, GpuAsk, GpuBinding, GpuGroup, PodLifecycle, TenantConfig, requested
 from .resource_type import CPU_TYPE, GPU_TYPE, resource_type
@@ -25,7 +25,7 @@ __all__ = [
     "CPU_TYPE", "GPU_TYPE",
     "STOP_SCHEDULING_TAINT", "ActionResult", "BindResult", "Cpu", "CpuAssignment", "DeadLetter", "Envelope", "Gpu",
     "HOLDING_PHASES", "GpuAsk", "GpuBinding", "GpuGroup", "GpuShare", "NodeAction", "NodeAllocatable",
-    "NodeCandidate", "NodeMetrics", "NodeScore", "NodeScores", "NodeTopology", "NumaNode", "Payload",
+    "NodeAllocatables", "NodeCandidate", "NodeMetrics", "NodeScore", "NodeScores", "NodeTopology", "NumaNode", "Payload",
     "PeakEstimate", "PlacementDecision", "PodLifecycle", "PodUsage", "Resources",
     "SchemaError", "TenantConfig", "TenantUsage", "UserScore", "decode", "decode_obj", "derived_id",
     "encode", "event_types", "make_envelope", "payload_model", "pod_key", "requested", "resource_type",

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from .common import CpuId, Fraction, GpuKind, Name, NonNegInt, NumaId, Qos, Record, Resources, repeated
 from .envelope import Payload, register
+from .node_batch import NodeBatch
 
 
 class Cpu(Record):
@@ -131,12 +132,11 @@ OversellPolicy = Literal["factor", "bounded", "none"]
 """The names of `tidal_oversell.policies.OVERSELL_POLICIES`."""
 
 
-@register
-class NodeAllocatable(Payload):
-    """The (possibly oversold) allocatable oversell grants a node, with why.
-    NUMA-level figures are never oversold, so only node totals appear."""
-
-    TYPE = "node.allocatable"
+class NodeAllocatable(Record):
+    """The (possibly oversold) allocatable oversell grants a node, with why,
+    on one sample (`sample`: that `node.metrics` event's id, when oversell
+    answered one). NUMA-level figures are never oversold, so only node
+    totals appear."""
 
     node: Name
     policy: OversellPolicy
@@ -147,6 +147,12 @@ class NodeAllocatable(Payload):
                                       "('cpu', 'memory'): each resource follows its own usage")
     inputs: dict[str, float] = Field(default_factory=dict)
     reason: str = ""
+    sample: str | None = Field(default=None, max_length=128)
 
-    def event_key(self) -> str:
-        return self.node
+
+@register
+class NodeAllocatables(NodeBatch[NodeAllocatable]):
+    """Allocatable of one partition's nodes, one per sample oversell had in hand (`node_batch`)."""
+
+    TYPE = "node.allocatable"
+    VERSION = 2

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from .common import Fraction, Name, NonNegInt, NumaId, Record
 from .envelope import Payload, register
-from .streams import partition_for, stream
+from .node_batch import NodeBatch
 
 PeakEstimator = Literal["weighted", "percentile", "statistical"]
 
@@ -65,43 +65,9 @@ class NodeScore(Record):
         return newest is not None and self.sampled_at < newest
 
 
-MAX_SCORES = 256  # per event: about 300 bytes each, far under the broker's message limit
-
-
 @register
-class NodeScores(Payload):
-    """Node scores of one stream partition, in sample order: scoring
-    answers the samples it has in hand with one event, not one each (every
-    event costs its producer, the broker and each reader far more than its
-    few hundred bytes). Keyed by the first node; every node belongs to the
-    key's partition, so a reader owning that partition owns them all.
-    Version 1 carried one score as the payload itself; such an event reads
-    as a batch of one."""
+class NodeScores(NodeBatch[NodeScore]):
+    """Node scores of one partition, one per sample scoring had in hand (`node_batch`)."""
 
     TYPE = "score.node"
     VERSION = 2
-
-    scores: list[NodeScore] = Field(min_length=1, max_length=MAX_SCORES)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _one_score(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "scores" not in data and "node" in data:
-            return {"scores": [data]}  # version 1: the score itself
-        return data
-
-    @model_validator(mode="after")
-    def _one_partition(self) -> "NodeScores":
-        partitions = stream(self.TYPE).partitions
-        home = partition_for(self.scores[0].node, partitions)
-        strays = [s.node for s in self.scores if partition_for(s.node, partitions) != home]
-        if strays:
-            raise ValueError(f"nodes of another partition than {self.scores[0].node!r}'s: {strays[:3]}")
-        return self
-
-    @classmethod
-    def of(cls, *scores: NodeScore) -> "NodeScores":
-        return cls(scores=list(scores))
-
-    def event_key(self) -> str:
-        return self.scores[0].node

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from tidal_schemas import Envelope, NodeAllocatable, NodeTopology, PlacementDecision, PodLifecycle, Resources
+from tidal_schemas import Envelope, NodeAllocatables, NodeTopology, PlacementDecision, PodLifecycle, Resources
 
 from .holdings import Holding, grew, holding
 from .violation import Violation, cite
@@ -39,8 +39,8 @@ class OverAllocated:
         p = envelope.payload
         if isinstance(p, NodeTopology):
             self.topology[p.node] = p
-        elif isinstance(p, NodeAllocatable):
-            self.oversold[p.node] = p.allocatable
+        elif isinstance(p, NodeAllocatables):
+            self.oversold.update((figures.node, figures.allocatable) for figures in p.items)
         elif isinstance(p, PlacementDecision) and p.outcome == "placed" and p.node in self.topology:
             self.at_decision[p.decision_id] = self.allocatable(p.node)
         elif isinstance(p, PodLifecycle):

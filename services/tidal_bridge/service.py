@@ -47,8 +47,8 @@ from typing import Any
 from tidal_bus import Delivery, RetryPolicy, StartAt
 from tidal_schemas.fence import DecisionFence
 from tidal_runtime import Service, Subscription
-from tidal_schemas import (ActionResult, BindResult, Envelope, NodeTopology, PlacementDecision, PodLifecycle,
-                           derived_id)
+from tidal_schemas import (ActionResult, BindResult, Envelope, NodeAllocatable, NodeTopology, PlacementDecision,
+                           PodLifecycle, derived_id)
 
 from .actuator import Actuator, carry_out
 from .binder import Binder, BindOutcome
@@ -259,9 +259,13 @@ class BridgeService(Service):
         return pod.phase == "pending"
 
     async def on_allocatable(self, envelope: Envelope[Any], delivery: Delivery) -> None:
-        allocatable = envelope.payload
+        if self._ours(envelope, delivery):
+            for allocatable in envelope.payload.items:
+                await self._annotate(allocatable, delivery)
+
+    async def _annotate(self, allocatable: NodeAllocatable, delivery: Delivery) -> None:
         annotations = allocatable_annotations(allocatable)
-        if not self._ours(envelope, delivery) or not self.annotated.due(allocatable.node, annotations):
+        if not self.annotated.due(allocatable.node, annotations):
             return
         try:
             await self.kube.patch_node(allocatable.node, annotations_patch(annotations))

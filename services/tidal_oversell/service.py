@@ -13,12 +13,12 @@ from typing import Any
 
 from tidal_bus import Delivery
 from tidal_schemas import (
-    ActionResult, Envelope, NodeAction, NodeMetrics, NodeScores, NodeTopology, PodLifecycle, derived_id,
-    Resources,
+    ActionResult, Envelope, NodeAction, NodeAllocatables, NodeMetrics, NodeScores, NodeTopology, PodLifecycle,
+    Resources, derived_id,
 )
 
 from tidal_policy.action_memory import SENT_AT
-from tidal_runtime import Service, Subscription
+from tidal_runtime import OutputBatches, Service, Subscription
 from tidal_runtime.action_log import follow_action_log
 
 from .eviction import candidate_from, plan_evictions
@@ -45,6 +45,7 @@ class OversellService(Service):
         self.action_log_ready = asyncio.Event()  # no action before our own log is read back
         self.granted: dict[tuple[str, str], Resources] = {}  # (cluster, node) -> allocatable granted last
         self.pool_metrics = OversellMetrics(self.metrics.registry, self._granted_by_node)
+        self.allocatables = OutputBatches(NodeAllocatables, self.publish)
 
     def subscriptions(self) -> list[Subscription]:
         return [Subscription("node.topology", self.on_topology), Subscription("score.node", self.on_score),
@@ -60,7 +61,7 @@ class OversellService(Service):
         self._view(envelope.cluster, envelope.payload.node).topology = inventory(envelope.payload)
 
     async def on_score(self, envelope: Envelope[NodeScores], delivery: Delivery) -> None:
-        for score in envelope.payload.scores:
+        for score in envelope.payload.items:
             view = self._view(envelope.cluster, score.node)
             if not score.older_than(view.peak_sampled_at):  # else keep the newer peak
                 view.peak, view.peak_sampled_at = score.peak, score.sampled_at
@@ -103,10 +104,11 @@ class OversellService(Service):
             self.log.info("node %s/%s: metrics before topology; waiting for its inventory", cluster, metrics.node)
             return
         pods = self.pods_on(cluster, metrics.node)
-        allocatable = self._allocatable(view, pods, metrics)
+        allocatable = self._allocatable(view, pods, metrics).model_copy(update={"sample": envelope.id})
         view.factors = dict(allocatable.factors)
         self.granted[(cluster, metrics.node)] = allocatable.allocatable
-        await self.publish(allocatable, cause=envelope, delivery=delivery)
+        if not self.replaying(delivery, NodeAllocatables.TYPE):
+            await self.allocatables.add(allocatable, key=metrics.node, cause=envelope)
         if not delivery.replaying:
             await self.action_log_ready.wait()
             await self._act(envelope, view.topology, pods)

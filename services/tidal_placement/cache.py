@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from tidal_schemas import (
-    STOP_SCHEDULING_TAINT, BindResult, CpuAssignment, NodeAction, NodeAllocatable, NodeScores, NodeTopology,
+    STOP_SCHEDULING_TAINT, BindResult, CpuAssignment, NodeAction, NodeAllocatables, NodeScores, NodeTopology,
     PlacementDecision, PodLifecycle, Resources, TenantConfig, UserScore, resource_type,
 )
 from tidal_schemas import filters
@@ -88,15 +88,18 @@ class ClusterCache(NodeFreshness):
             self._ledger_stale |= any(self.gpu_model.get(gpu.id) != gpu.model for gpu in p.gpus)
             self.gpu_model.update((gpu.id, gpu.model) for gpu in p.gpus)
             self._regroup()
-        elif isinstance(p, NodeAllocatable):
-            before = self.state.allocatable(p.node)
-            self.state.set_allocatable(p.node, p.allocatable)
-            if before is not None and not grew(before, p.allocatable):
+        elif isinstance(p, NodeAllocatables):
+            grown = False
+            for figures in p.items:
+                before = self.state.allocatable(figures.node)
+                self.state.set_allocatable(figures.node, figures.allocatable)
+                grown |= before is None or grew(before, figures.allocatable)
+            if not grown:
                 return False
             self.room_changed = True
         elif isinstance(p, NodeScores):
             woke = False
-            for score in p.scores:
+            for score in p.items:
                 if score.older_than(self.last_sample.get(score.node)):
                     continue  # keep the newer loads
                 self.state.apply_node_score(score)

@@ -29,7 +29,6 @@ from prometheus_client import Gauge
 from tidal_bus import Delivery
 from tidal_schemas import (Envelope, NodeMetrics, NodeScore, NodeScores, PodLifecycle, Resources, UserScore,
                            derived_id)
-from tidal_schemas.scores import MAX_SCORES
 from tidal_schemas.streams import partition_for, stream
 
 from tidal_runtime import OutputBatches, Service, Subscription
@@ -64,8 +63,7 @@ class ScoringService(Service):
         self.running = RunningPods()
         self.owned_score_partitions: frozenset[int] = frozenset()
         self.pods_caught_up = asyncio.Event()
-        self.node_scores = OutputBatches("score.node", lambda scores: NodeScores(scores=scores), self.publish,
-                                         max_items=MAX_SCORES)
+        self.node_scores = OutputBatches(NodeScores, self.publish)
         self.clock = time.time
         self.fair_share = Gauge("tidal_fair_share_score", "Fair-share score of a user for a resource type (lower: "
                                 "placed first), as last published by this replica", ["cluster", "user", "resource_type"],

@@ -20,9 +20,10 @@ from datetime import datetime
 from typing import Any
 
 from tidal_schemas import (
-    HOLDING_PHASES, STOP_SCHEDULING_TAINT, Envelope, NodeAction, NodeAllocatable, NodeScores, NodeTopology,
-    PlacementDecision, PodLifecycle, TenantConfig, UserScore, derived_id,
+    HOLDING_PHASES, STOP_SCHEDULING_TAINT, Envelope, NodeAction, NodeTopology, PlacementDecision, PodLifecycle,
+    TenantConfig, UserScore, derived_id,
 )
+from tidal_schemas.node_batch import NodeBatch
 from tidal_schemas.fence import DecisionFence
 
 # Placement's inputs, as the replay feeds them (the decision log is read apart).
@@ -91,7 +92,7 @@ def state_key(envelope: Envelope[Any]) -> tuple[str, str] | None:
         if p.kind not in ("taint", "untaint") or p.taint_key != STOP_SCHEDULING_TAINT or p.dry_run:
             return None
         return ("taint", p.node)
-    if isinstance(p, (NodeTopology, NodeAllocatable, TenantConfig, UserScore, NodeScores, PodLifecycle)):
+    if isinstance(p, (NodeTopology, NodeBatch, TenantConfig, UserScore, PodLifecycle)):
         return (envelope.type, envelope.key)
     return None
 
@@ -102,14 +103,14 @@ def in_order(events: Iterable[Recorded]) -> list[Recorded]:
 
 
 def one_per_node(r: Recorded) -> list[Recorded]:
-    """A batch of node scores as one event per node: a node's latest score
-    is state, and a batch holds several nodes'."""
+    """A batch of nodes' figures (scores, allocatable) as one event per
+    node: a node's latest figures are state, and a batch holds several nodes'."""
     e = r.envelope
-    if not isinstance(e.payload, NodeScores) or len(e.payload.scores) == 1:
+    if not isinstance(e.payload, NodeBatch) or len(e.payload.items) == 1:
         return [r]
     return [replace(r, envelope=e.model_copy(update={
-        "payload": NodeScores.of(score), "key": score.node,
-        "id": derived_id(e.id, e.type, score.node, "one per node")})) for score in e.payload.scores]
+        "payload": type(e.payload).of(item), "key": item.node,
+        "id": derived_id(e.id, e.type, item.node, "one per node")})) for item in e.payload.items]
 
 
 def build_plan(events: Iterable[Recorded], window: Window) -> ReplayPlan:

@@ -35,7 +35,7 @@ import numpy as np
 
 from tidal_bus import Delivery, StartAt
 from tidal_schemas import (
-    ActionResult, BindResult, Envelope, NodeAction, NodeAllocatable, NodeMetrics, Payload, PlacementDecision,
+    ActionResult, BindResult, Envelope, NodeAction, NodeAllocatables, NodeMetrics, Payload, PlacementDecision,
     PodLifecycle, make_envelope,
 )
 from tidal_schemas import crd
@@ -190,16 +190,16 @@ class SimulatorService(Service):
         self._touch()
         self.record.bind_result(self.clock.t_s, result)
 
-    async def on_allocatable(self, envelope: Envelope[NodeAllocatable], delivery: Delivery) -> None:
-        figures = envelope.payload
-        if figures.node not in self.model.nodes:
-            return
-        self._touch()
-        self._awaiting_allocatable.discard(envelope.causation_id or "")
-        self.model.set_allocatable(figures.node, figures.allocatable)
-        self.record.allocatable_seen(figures)
-        if self.ledger is not None:
-            self.ledger.refresh(figures.node)
+    async def on_allocatable(self, envelope: Envelope[NodeAllocatables], delivery: Delivery) -> None:
+        for figures in envelope.payload.items:
+            if figures.node not in self.model.nodes:
+                continue
+            self._touch()
+            self._awaiting_allocatable.discard(figures.sample or "")
+            self.model.set_allocatable(figures.node, figures.allocatable)
+            self.record.allocatable_seen(figures)
+            if self.ledger is not None:
+                self.ledger.refresh(figures.node)
 
     async def on_action(self, envelope: Envelope[NodeAction], delivery: Delivery) -> None:
         """Every action is counted; the node agent's kinds are carried out by
