@@ -23,6 +23,9 @@ Reports, and prints as one JSON line:
   observer_p99_ms  the decision event's time -> read here (how much of the
                    latency is this script's own delay)
   placed / pending the first decisions' outcomes (pending: no room now)
+  nodes_per_event  how many nodes' figures a score.node / node.allocatable
+                   event held on average over the run (one event per
+                   partition for the samples a stage had in hand)
   peak RSS (VmHWM) and CPU seconds of every service process and the broker,
                    and their CPU time from the burst's start per pod
 
@@ -113,6 +116,17 @@ async def wait_for_stages(stack: Stack, stream: str, count: int, timeout: float 
         await asyncio.sleep(0.5)
 
 
+BATCHED = ("score.node", "node.allocatable")  # one event per partition for the samples in hand
+
+
+async def nodes_per_event(bus: Bus, stream_name: str) -> float:
+    """How many nodes' figures an event of `stream_name` held, on average, over the run."""
+    events = nodes = 0
+    async for _, event in bus.read(stream_name, StartAt.earliest()):
+        events, nodes = events + 1, nodes + len(event.payload.items)
+    return round(nodes / events, 2) if events else 0.0
+
+
 def process_row(name: str, pid: int | None, cpu_before: float | None, pods: int) -> dict:
     """Peak and current RSS and CPU time of one process; its CPU time during
     the burst (from `cpu_before`) per pod of the burst."""
@@ -173,6 +187,7 @@ async def drive(stack: Stack, args: argparse.Namespace, broker: tuple[int | None
         reader.cancel()
         await asyncio.gather(reader, return_exceptions=True)
         memory = [process_row(name, pid, cpu_before[pid], args.pods) for name, pid in processes]
+        batching = {name: await nodes_per_event(bus, name) for name in BATCHED}
 
     start = sent["start"]
     first = {key: decisions.first[key] for key in sent["times"]}
@@ -193,6 +208,7 @@ async def drive(stack: Stack, args: argparse.Namespace, broker: tuple[int | None
         "observer_p99_ms": percentile_ms(observer, 99),
         "placed": outcomes.count("placed"), "pending": outcomes.count("pending"),
         "loadavg_1m": [round(load_before[0], 1), round(load_after[0], 1)],
+        "nodes_per_event": batching,
         "memory": memory,
     }
 
@@ -235,7 +251,8 @@ def main() -> None:
     print(table([{"figure": k, "value": result[k]} for k in
                  ("publish_s", "drain_s", "decided_50pct_s", "decided_90pct_s", "decided_99pct_s", "decisions_per_s",
                   "p50_ms", "p99_ms", "max_ms", "observer_p50_ms", "observer_p99_ms", "placed", "pending", "setup_s",
-                  "loadavg_1m")], ["figure", "value"]))
+                  "loadavg_1m")] + [{"figure": f"nodes per {name} event", "value": per}
+                                    for name, per in result["nodes_per_event"].items()], ["figure", "value"]))
     print()
     print(table(result["memory"], ["process", "pid", "peak_rss_mib", "rss_now_mib", "cpu_s", "burst_cpu_ms_per_pod"]))
     print(json.dumps(result), flush=True)

@@ -41,7 +41,7 @@ async def main(args: argparse.Namespace) -> None:
 
     async def publish(payload, **options) -> None:  # the bus is not measured here
         return None
-    service.publish = publish
+    service.publish = service.allocatables.publish = publish  # its actions, and its batches of allocatable
     service.action_log_ready.set()
     delivery = Delivery("node.metrics", 0, 0, 1, replaying=False)
     for topology in topologies:
