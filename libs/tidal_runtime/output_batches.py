@@ -1,6 +1,7 @@
 """Outputs of many handled events published as one event per (cluster,
-stream partition): a stage answering every sample (scoring's node scores)
-sends one event for the samples it has in hand, not one each.
+stream partition): a stage answering every sample (scoring's node scores,
+oversell's allocatable; `tidal_schemas.node_batch`) sends one event for
+the samples it has in hand, not one each.
 
 An item joins its partition's open batch. A batch goes out when it is full
 or when the event loop next runs what is ready, which is when the consumer
@@ -13,8 +14,10 @@ other, in the order they were filled.
 
 A batch's id derives from every cause's id: a batch sent again keeps its
 id and the broker keeps one copy. After a crash its causes come back and
-may be grouped otherwise, so a reader can see a score twice; readers keep
-the newest sample per node, so that is harmless.
+may be grouped otherwise, so a reader can see a node's figures twice, as
+after any output sent again (`tidal_bus.output_window`): score readers keep
+the newest sample's, and a node's allocatable is replaced by its next
+sample's.
 """
 
 from __future__ import annotations
