@@ -71,6 +71,12 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what:
         await asyncio.sleep(0.02)
 
 
+@pytest.fixture(params=["nats", "kafka"])
+def bus_url(request) -> str:
+    """Each broker in turn: the embedded NATS server, then the embedded Kafka-protocol broker."""
+    return request.getfixturevalue(f"{request.param}_server").url
+
+
 def make_bus(url: str, namespace: str, source: str = "test", cluster: str = "c1") -> Bus:
     return Bus.from_url(url, namespace=namespace, cluster=cluster, source=source, **bus_options(url))
 

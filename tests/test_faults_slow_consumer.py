@@ -13,8 +13,6 @@ import asyncio
 import re
 import urllib.request
 
-import pytest
-
 from builders import metrics, scores_in
 from conftest import make_bus, start_service, stop_service, wait_until
 from tidal_bus import StartAt
@@ -23,11 +21,6 @@ from tidal_scoring.settings import ScoringSettings
 
 LAG = re.compile(r'^tidal_consumer_lag\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$', re.M)
 NODES = [f"n{i}" for i in range(40)]  # keys over every partition of node.metrics
-
-
-@pytest.fixture(params=["nats", "kafka"])
-def bus_url(request) -> str:
-    return request.getfixturevalue(f"{request.param}_server").url
 
 
 def lag_on_metrics(service) -> dict[tuple[str, str], float]:

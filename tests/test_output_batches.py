@@ -71,79 +71,65 @@ def batches_of(bus, max_items: int = 256, publish=None) -> OutputBatches:
     return OutputBatches(NodeScores, publish or bus.publish, max_items=max_items)
 
 
-class BatchContract:
-    @pytest.fixture
-    def bus_url(self) -> str:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    async def test_samples_in_hand_go_out_together_each_answered_once_and_in_order(self, bus_url, namespace):
-        async with make_bus(bus_url, namespace) as bus:
-            sent = [await bus.publish(metrics(NODES[i % 8], load=i / 100)) for i in range(64)]
-            await handle_all(bus, batches_of(bus), 64, window=64)
-            batches = await stored_batches(bus)
-            scores = [s for b in batches for s in b.items]
-            assert Counter(s.sample for s in scores) == Counter(e.id for e in sent)  # each exactly once
-            assert len(batches) < len(sent) / 2, "the samples fetched together went out together"
-            for batch in batches:
-                assert len({partition_for(s.node, PARTITIONS) for s in batch.items}) == 1
-            for node in NODES:  # a node's scores in the order of its samples
-                assert [s.load for s in scores if s.node == node] == \
-                    [e.payload.node_cpu_util for e in sent if e.payload.node == node]
-            assert await nothing_comes_back(bus), "every sample acked"
-
-    async def test_a_batch_never_holds_more_than_its_size(self, bus_url, namespace):
-        async with make_bus(bus_url, namespace) as bus:
-            sent = [await bus.publish(metrics("node-1", load=i / 100)) for i in range(20)]
-            await handle_all(bus, batches_of(bus, max_items=3), 20, window=64)
-            batches = await stored_batches(bus)
-            assert max(len(b.items) for b in batches) <= 3
-            assert [s.sample for b in batches for s in b.items] == [e.id for e in sent]
-
-    async def test_a_batch_not_stored_dead_letters_its_events_and_the_rest_go_on(self, bus_url, namespace):
-        async with make_bus(bus_url, namespace) as bus:
-            sent = [await bus.publish(metrics(NODES[i % 8], load=i / 100)) for i in range(16)]
-            refused = partition_for("node-3", PARTITIONS)
-
-            async def publish(payload, **options):
-                if partition_for(payload.event_key(), PARTITIONS) == refused:
-                    raise BusError("publish timeout (as the broker away)")
-                return await bus.publish(payload, **options)
-            await handle_all(bus, batches_of(bus, publish=publish), 16, window=64)
-            lost = {e.id for e in sent if partition_for(e.payload.node, PARTITIONS) == refused}
-            letters = [e async for _, e in bus.read("dead.letter", StartAt.earliest())]
-            assert {letter.causation_id for letter in letters} == lost
-            assert all("publish timeout" in letter.payload.reason for letter in letters)
-            scores = [s for b in await stored_batches(bus) for s in b.items]
-            assert {s.sample for s in scores} == {e.id for e in sent} - lost
-            assert await nothing_comes_back(bus)
-
-    async def test_without_a_window_a_handler_returns_once_its_batch_is_stored(self, bus_url, namespace):
-        async with make_bus(bus_url, namespace) as bus:
-            for i in range(6):
-                await bus.publish(metrics(NODES[i % 3], load=i / 100))
-            stored: set[str] = set()
-
-            async def publish(payload, **options):
-                envelope = await bus.publish(payload, **options)
-                stored.update(s.sample for s in payload.items)
-                return envelope
-
-            def check(envelope):
-                assert envelope.id in stored, "returned before its score was stored"
-            handled = await handle_all(bus, batches_of(bus, publish=publish), 6, window=1, check=check)
-            assert set(handled) == stored
+async def test_samples_in_hand_go_out_together_each_answered_once_and_in_order(bus_url, namespace):
+    async with make_bus(bus_url, namespace) as bus:
+        sent = [await bus.publish(metrics(NODES[i % 8], load=i / 100)) for i in range(64)]
+        await handle_all(bus, batches_of(bus), 64, window=64)
+        batches = await stored_batches(bus)
+        scores = [s for b in batches for s in b.items]
+        assert Counter(s.sample for s in scores) == Counter(e.id for e in sent)  # each exactly once
+        assert len(batches) < len(sent) / 2, "the samples fetched together went out together"
+        for batch in batches:
+            assert len({partition_for(s.node, PARTITIONS) for s in batch.items}) == 1
+        for node in NODES:  # a node's scores in the order of its samples
+            assert [s.load for s in scores if s.node == node] == \
+                [e.payload.node_cpu_util for e in sent if e.payload.node == node]
+        assert await nothing_comes_back(bus), "every sample acked"
 
 
-class TestNatsBatches(BatchContract):
-    @pytest.fixture
-    def bus_url(self, nats_server) -> str:
-        return nats_server.url
+async def test_a_batch_never_holds_more_than_its_size(bus_url, namespace):
+    async with make_bus(bus_url, namespace) as bus:
+        sent = [await bus.publish(metrics("node-1", load=i / 100)) for i in range(20)]
+        await handle_all(bus, batches_of(bus, max_items=3), 20, window=64)
+        batches = await stored_batches(bus)
+        assert max(len(b.items) for b in batches) <= 3
+        assert [s.sample for b in batches for s in b.items] == [e.id for e in sent]
 
 
-class TestKafkaBatches(BatchContract):
-    @pytest.fixture
-    def bus_url(self, kafka_server) -> str:
-        return kafka_server.url
+async def test_a_batch_not_stored_dead_letters_its_events_and_the_rest_go_on(bus_url, namespace):
+    async with make_bus(bus_url, namespace) as bus:
+        sent = [await bus.publish(metrics(NODES[i % 8], load=i / 100)) for i in range(16)]
+        refused = partition_for("node-3", PARTITIONS)
+
+        async def publish(payload, **options):
+            if partition_for(payload.event_key(), PARTITIONS) == refused:
+                raise BusError("publish timeout (as the broker away)")
+            return await bus.publish(payload, **options)
+        await handle_all(bus, batches_of(bus, publish=publish), 16, window=64)
+        lost = {e.id for e in sent if partition_for(e.payload.node, PARTITIONS) == refused}
+        letters = [e async for _, e in bus.read("dead.letter", StartAt.earliest())]
+        assert {letter.causation_id for letter in letters} == lost
+        assert all("publish timeout" in letter.payload.reason for letter in letters)
+        scores = [s for b in await stored_batches(bus) for s in b.items]
+        assert {s.sample for s in scores} == {e.id for e in sent} - lost
+        assert await nothing_comes_back(bus)
+
+
+async def test_without_a_window_a_handler_returns_once_its_batch_is_stored(bus_url, namespace):
+    async with make_bus(bus_url, namespace) as bus:
+        for i in range(6):
+            await bus.publish(metrics(NODES[i % 3], load=i / 100))
+        stored: set[str] = set()
+
+        async def publish(payload, **options):
+            envelope = await bus.publish(payload, **options)
+            stored.update(s.sample for s in payload.items)
+            return envelope
+
+        def check(envelope):
+            assert envelope.id in stored, "returned before its score was stored"
+        handled = await handle_all(bus, batches_of(bus, publish=publish), 6, window=1, check=check)
+        assert set(handled) == stored
 
 
 def test_a_batch_holds_at_least_one_item():
