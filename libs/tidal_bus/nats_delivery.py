@@ -3,9 +3,9 @@ stream sequence, how many times it was delivered, how many are left and
 when it was stored.
 
 nats-py's `Msg.metadata` reads the same subject into nested frozen
-dataclasses, 11 µs per message; every event every service reads goes
-through here, so the few figures Tidal uses are read directly (about a
-third of that). A subject in neither known layout goes to `Msg.metadata`,
+dataclasses (12 µs a message on this project's 2-core machine, against 2.5
+read directly, 50,000 made-up deliveries); every event every service reads
+goes through here, so the few figures Tidal uses are read directly. A subject in neither known layout goes to `Msg.metadata`,
 which also raises nats-py's own error for a message that is not a
 JetStream delivery.
 """
