@@ -26,8 +26,7 @@ __all__ = [
     "STOP_SCHEDULING_TAINT", "ActionResult", "BindResult", "Cpu", "CpuAssignment", "DeadLetter", "Envelope", "Gpu",
     "HOLDING_PHASES", "GpuAsk", "GpuBinding", "GpuGroup", "GpuShare", "NodeAction", "NodeAllocatable",
     "NodeAllocatables", "NodeCandidate", "NodeMetrics", "NodeScore", "NodeScores", "NodeTopology", "NumaNode",
-    "Payload",
-    "PeakEstimate", "PlacementDecision", "PodLifecycle", "PodUsage", "Resources",
+    "Payload", "PeakEstimate", "PlacementDecision", "PodLifecycle", "PodUsage", "Resources",
     "SchemaError", "TenantConfig", "TenantUsage", "UserScore", "decode", "decode_obj", "derived_id",
     "encode", "event_types", "make_envelope", "payload_model", "pod_key", "requested", "resource_type",
 ]
