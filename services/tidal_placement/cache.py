@@ -137,7 +137,9 @@ class ClusterCache(NodeFreshness):
             if d.leader == me and live is not None and live.decision_id == d.decision_id:
                 self.rollback(key, now)  # fenced out: undo our own assumption
         elif d.uid not in self.gone:
-            self._record(key).decision = KeptDecision.of(d)
+            record = self._record(key)
+            if record.decision is None or record.decision.decision_id != d.decision_id:  # not our own, kept
+                record.decision = KeptDecision.of(d)
             self._reconcile(key, now)
         return admitted
 
