@@ -9,8 +9,9 @@ from tidal_schemas import NodeMetrics, PodLifecycle, Resources
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
-def scores_in(events) -> list:
-    """The node scores `score.node` events hold, in order (each event a batch)."""
+def figures_in(events) -> list:
+    """The nodes' figures `score.node` / `node.allocatable` events hold, in
+    order (each event a batch)."""
     return [score for event in events for score in event.payload.items]
 
 

@@ -27,7 +27,7 @@ import time
 import pytest
 
 from conftest import make_bus, start_service, stop_service, wait_until
-from builders import metrics, scores_in
+from builders import metrics, figures_in
 from test_faults_kill import check_invariants, simulate_on_stack, wait_until_async
 from tidal_bus import BusError, StartAt
 from tidal_scoring.service import ScoringService
@@ -126,7 +126,7 @@ async def test_kafka_clients_survive_a_tansu_restart(own_kafka, namespace):
                          what="a sample handled before the restart")
 
         async def before_scored() -> bool:
-            return "before" in {s.node for s in scores_in([e async for _, e in bus.read("score.node", StartAt.earliest())])}
+            return "before" in {s.node for s in figures_in([e async for _, e in bus.read("score.node", StartAt.earliest())])}
 
         # its score is on the broker before the broker goes: a send still in flight
         # is retried after the restart, and is then rightly in the new stream
@@ -148,7 +148,7 @@ async def test_kafka_clients_survive_a_tansu_restart(own_kafka, namespace):
         async def all_scored() -> bool:
             assert not task.done(), task.exception()
             try:
-                found = {s.node for s in scores_in([e async for _, e in bus.read("score.node", StartAt.earliest())])}
+                found = {s.node for s in figures_in([e async for _, e in bus.read("score.node", StartAt.earliest())])}
             except BusError:  # the broker just came back: a reader may not find the leaders yet
                 return False
             assert "before" not in found, "memory storage: what was published before the restart is gone"

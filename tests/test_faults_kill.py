@@ -38,6 +38,7 @@ from pathlib import Path
 
 import pytest
 
+from builders import figures_in
 from conftest import ROOT, make_bus
 from sim_checks import pinning_problems
 from tidal_bus import StartAt
@@ -309,9 +310,8 @@ def check_invariants(run: Run) -> None:
     assert decided and all(len(ids) == 1 for ids in decided.values()), decided
     # nothing lost on the way: every sample was scored, and oversell answered every one
     samples = {e.id for e in run.events["node.metrics"]}
-    answered = {"score.node": {score.sample for e in run.events["score.node"] for score in e.payload.items},
-                "node.allocatable": {a.sample for e in run.events["node.allocatable"] for a in e.payload.items}}
-    for output, ids in answered.items():
+    for output in ("score.node", "node.allocatable"):
+        ids = {figures.sample for figures in figures_in(run.events[output])}
         assert samples <= ids, f"{len(samples - ids)} samples without {output}"
 
 

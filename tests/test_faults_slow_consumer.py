@@ -13,7 +13,7 @@ import asyncio
 import re
 import urllib.request
 
-from builders import metrics, scores_in
+from builders import metrics, figures_in
 from conftest import make_bus, start_service, stop_service, wait_until
 from tidal_bus import StartAt
 from tidal_scoring.service import ScoringService
@@ -46,7 +46,7 @@ def scoring(bus, url: str, namespace: str) -> ScoringService:
 
 async def scored(bus) -> list[str]:
     """The samples scored so far: the `node.metrics` ids the scores answer."""
-    return [score.sample for score in scores_in([e async for _, e in bus.read("score.node", StartAt.earliest())])]
+    return [score.sample for score in figures_in([e async for _, e in bus.read("score.node", StartAt.earliest())])]
 
 
 async def test_a_blocked_handler_shows_its_lag_and_catches_up(bus_url, namespace):

@@ -18,7 +18,7 @@ from collections import Counter
 
 import orjson
 
-from builders import pod, scores_in
+from builders import pod, figures_in
 from conftest import make_bus, start_service, stop_service, wait_until
 from test_props_schemas import paths, replaced, wire
 from tidal_bus import StartAt
@@ -189,7 +189,7 @@ async def test_garbage_on_kafka_for_scoring(kafka_server, namespace):
         await _wait_for_letters(letters, expected)
         metrics = NodeMetrics(**{**wire("node.metrics")["payload"], "node": "kafka-node"})
         await bus.publish(metrics)
-        await wait_until(lambda: any(s.node == "kafka-node" for s in scores_in(scores)), timeout=30,
+        await wait_until(lambda: any(s.node == "kafka-node" for s in figures_in(scores)), timeout=30,
                          what="the node scored")
         assert not task.done() and service.ready() == (True, "ok")
         await asyncio.sleep(0.5)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta, timezone
 
-from builders import pod
+from builders import figures_in, pod
 from conftest import make_bus, start_service, stop_service, wait_until
 from tidal_bus import StartAt
 from tidal_oversell.service import OversellService
@@ -84,7 +84,7 @@ async def test_thresholds_evictions_and_restart(nats_server, namespace):
             await asyncio.sleep(0.1)
         await _stop(service, task)
         actions = await _actions(bus)
-        allocatable = [a async for _, e in bus.read("node.allocatable", StartAt.earliest()) for a in e.payload.items]
+        allocatable = figures_in([e async for _, e in bus.read("node.allocatable", StartAt.earliest())])
 
     sequence = [(a.kind, a.pod) for a in actions]
     assert sequence == [

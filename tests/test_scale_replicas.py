@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from builders import metrics, scores_in
+from builders import metrics, figures_in
 from conftest import make_bus, start_service, stop_service, wait_until
 from tidal_bus import StartAt
 from tidal_bus.membership import assignment
@@ -149,7 +149,7 @@ class ScaleContract:
 
             async with make_bus(bus_url, namespace, source="reader") as reader:
                 scores = [e async for _, e in reader.read("score.node", StartAt.earliest())]
-            by_cause = {score.sample: score for score in scores_in(scores)}
+            by_cause = {score.sample: score for score in figures_in(scores)}
             assert {e.id for e in first.values()} <= set(by_cause), "a first sample without its score"
             assert {e.id for e in second.values()} <= set(by_cause), "a second sample without its score"
             # Each second score counts the node's first sample too, on the replica that kept it

@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 
-from builders import metrics, pod
+from builders import figures_in, metrics, pod
 from conftest import make_bus, start_service, stop_service, wait_until
 from tidal_bus import StartAt
 from tidal_schemas import PodUsage
@@ -42,7 +42,7 @@ async def _node_scores(bus, count: int, timeout: float = 10.0) -> list:
     """The node scores stored once there are `count` (whatever events hold them)."""
     deadline = time.monotonic() + timeout
     while True:
-        scores = [score for e in await _events(bus, "score.node") for score in e.payload.items]
+        scores = figures_in(await _events(bus, "score.node"))
         if len(scores) >= count or time.monotonic() > deadline:
             return scores
         await asyncio.sleep(0.05)

@@ -12,7 +12,7 @@ import uuid
 import pytest
 from pydantic import SecretStr
 
-from builders import metrics, pod, scores_in
+from builders import metrics, pod, figures_in
 from conftest import NATS_TEST_OPTIONS, start_service, stop_service, wait_until
 from tidal_bus import Bus, BusConfigError, StartAt
 from tidal_bus.auth import BusAuth, BusPermissionError
@@ -177,7 +177,7 @@ async def test_the_pipeline_runs_with_the_permitted_users(admin_streams, tmp_pat
         async with secure.bus("admin") as admin:
             decisions = [e.payload async for _, e in admin.read("placement.decision", StartAt.earliest())
                          if e.payload.outcome == "placed"]
-            scores = scores_in([e async for _, e in admin.read("score.node", StartAt.earliest())])
+            scores = figures_in([e async for _, e in admin.read("score.node", StartAt.earliest())])
         assert [(d.name, d.node) for d in decisions] == [("web", "node-a")]
         assert {s.node for s in scores} == {"node-a"}
     finally:
