@@ -5,6 +5,7 @@ service machinery (bus clients, metrics, tracing) to get at a helper here."""
 from .exports import lazy_exports
 
 PUBLIC = {
+    "InventoryGate": "inventory_gate:InventoryGate",
     "OutputBatches": "output_batches:OutputBatches",
     "PublishWindow": "publish_window:PublishWindow",
     "Service": "service:Service",

@@ -18,7 +18,7 @@ from tidal_schemas import (
 )
 
 from tidal_policy.action_memory import SENT_AT
-from tidal_runtime import OutputBatches, Service, Subscription
+from tidal_runtime import InventoryGate, OutputBatches, Service, Subscription
 from tidal_runtime.action_log import follow_action_log
 
 from .eviction import candidate_from, plan_evictions
@@ -46,6 +46,7 @@ class OversellService(Service):
         self.granted: dict[tuple[str, str], Resources] = {}  # (cluster, node) -> allocatable granted last
         self.pool_metrics = OversellMetrics(self.metrics.registry, self._granted_by_node)
         self.allocatables = OutputBatches(NodeAllocatables, self.publish)
+        self.inventories = InventoryGate(self.settings.topology_wait_s)
 
     def subscriptions(self) -> list[Subscription]:
         return [Subscription("node.topology", self.on_topology), Subscription("score.node", self.on_score),
@@ -59,6 +60,7 @@ class OversellService(Service):
 
     async def on_topology(self, envelope: Envelope[NodeTopology], delivery: Delivery) -> None:
         self._view(envelope.cluster, envelope.payload.node).topology = inventory(envelope.payload)
+        self.inventories.arrived((envelope.cluster, envelope.payload.node))
 
     async def on_score(self, envelope: Envelope[NodeScores], delivery: Delivery) -> None:
         for score in envelope.payload.items:
@@ -101,8 +103,10 @@ class OversellService(Service):
         metrics, cluster = envelope.payload, envelope.cluster
         view = self._view(cluster, metrics.node)
         if view.topology is None:
-            self.log.info("node %s/%s: metrics before topology; waiting for its inventory", cluster, metrics.node)
-            return
+            if delivery.replaying:  # state only, and the node's history holds its topology too
+                return
+            await self.inventories.admit((cluster, metrics.node), lambda: view.topology is not None,
+                                         f"node {cluster}/{metrics.node}")
         pods = self.pods_on(cluster, metrics.node)
         allocatable = self._allocatable(view, pods, metrics).model_copy(update={"sample": envelope.id})
         view.factors = dict(allocatable.factors)

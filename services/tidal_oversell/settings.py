@@ -35,6 +35,8 @@ class OversellSettings(ServiceSettings):
     eviction_cooldown_s: float = Field(60.0, ge=0)
     eviction_timeout_s: float = Field(300.0, gt=0, description="an eviction without the pod gone is retried after")
     dry_run: bool = False
+    topology_wait_s: float = Field(10.0, gt=0, description="how long a node's first sample waits for its "
+                                   "topology (read by another consumer); a node still without one is refused")
 
     def policy_for(self, pool: str) -> Policy:
         return self.pool_policies.get(pool, self.default_policy)

@@ -14,7 +14,7 @@ from tidal_bus import Delivery
 from tidal_policy.action_memory import plan_retries
 from tidal_schemas import ActionResult, CpuAssignment, Envelope, NodeAction, NodeMetrics, NodeTopology, derived_id
 
-from tidal_runtime import Service, Subscription
+from tidal_runtime import InventoryGate, Service, Subscription
 from tidal_runtime.action_log import follow_action_log
 from tidal_runtime.metrics import node_actions_counter
 
@@ -45,6 +45,7 @@ class RemediationService(Service):
         self.memory_ready = asyncio.Event()
         self.assignments_read = False  # caught up with cpu.assignment
         self.actions = node_actions_counter(self.metrics.registry)
+        self.inventories = InventoryGate(self.settings.topology_wait_s)
 
     def subscriptions(self) -> list[Subscription]:
         return [Subscription("node.topology", self.on_topology),
@@ -62,6 +63,7 @@ class RemediationService(Service):
 
     async def on_topology(self, envelope: Envelope[NodeTopology], delivery: Delivery) -> None:
         self.layouts[(envelope.cluster, envelope.payload.node)] = layout_of(envelope.payload)
+        self.inventories.arrived((envelope.cluster, envelope.payload.node))
 
     # -- the log: our actions and their results, then live ---------------------
     def _apply_log(self, envelope: Envelope[Any]) -> None:
@@ -99,9 +101,10 @@ class RemediationService(Service):
         if delivery.replaying:
             return  # decisions are taken on live samples only; the memory comes from the log
         metrics, cluster = envelope.payload, envelope.cluster
-        layout = self.layouts.get((cluster, metrics.node))
-        if layout is None:
-            return
+        key = (cluster, metrics.node)
+        if key not in self.layouts:
+            await self.inventories.admit(key, lambda: key in self.layouts, f"node {cluster}/{metrics.node}")
+        layout = self.layouts[key]
         await self.memory_ready.wait()
         memory = self._memory(cluster)
         exclusive = told_exclusive(self.exclusive.get((cluster, metrics.node)), layout, self.assignments_read)

@@ -22,6 +22,8 @@ class RemediationSettings(ServiceSettings):
     action_timeout_s: float = Field(60.0, gt=0)
     max_retries: int = Field(2, ge=0)
     retry_check_s: float = Field(5.0, gt=0, description="how often unanswered actions are looked at")
+    topology_wait_s: float = Field(10.0, gt=0, description="how long a node's first sample waits for its "
+                                   "topology (read by another consumer); a node still without one is refused")
 
     def policy(self) -> PolicySettings:
         return PolicySettings(high_threshold=self.high_threshold, low_threshold=self.low_threshold,
