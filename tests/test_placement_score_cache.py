@@ -39,7 +39,7 @@ def decisions(strategy, pods, rank, leave_every: int) -> list[tuple]:
         request = pod_request(pod, key=f"{i}")
         choice = decide(state, request, strategy, rank=rank)
         out.append((choice.ok, choice.node, choice.allocation.gpus if choice.ok else None, choice.cost,
-                    choice.reason))
+                    choice.reason, choice.numa_nodes, choice.candidates, dict(choice.filtered), choice.runners_up()))
         if choice.ok and state.assume(request.key, choice.allocation).ok:
             placed.append(request.key)
             if len(placed) % leave_every == 0:
@@ -58,6 +58,56 @@ def test_cached_and_reference_decide_alike(name, variant):
     cached = decisions(make_strategy(name, workload), sequence, rank, leave_every=5)
     assert sum(ok for ok, *_ in reference) > 350  # the replay did place pods
     assert [i for i, (a, b) in enumerate(zip(reference, cached)) if a != b] == []
+
+
+def mixed_cluster(rng: np.random.Generator, n: int = 200) -> ClusterState:
+    """Nodes of 1–4 NUMA nodes, most able to pin CPUs, with 0–8 GPUs of two models and NUMA loads."""
+    state = ClusterState(capacity=n, gpu_cols=8)
+    for i in range(n):
+        numa = int(rng.choice([1, 2, 4]))
+        topology = make_topology(f"m{i}", (int(rng.choice([8, 16])),) * numa, gpus=int(rng.choice([0, 2, 4, 8])),
+                                 model=("A100", "T4")[i % 2], exclusive=bool(rng.random() < 0.8))
+        state.upsert_node(topology)
+        state.update_load(topology.node, {j: float(rng.uniform(0.05, 0.9)) for j in range(numa)})
+    return state
+
+
+def mixed_pods(rng: np.random.Generator, count: int) -> list[PodRequest]:
+    """CPU-only, exclusive-CPU (every policy), GPU-share and whole-GPU pods."""
+    pods = []
+    for i in range(count):
+        cpu, kind = int(rng.choice([1000, 2000, 4000])), i % 5
+        gpus = dict(gpu_count=1, gpu_milli=int(rng.choice([250, 500]))) if kind == 2 else \
+            dict(gpu_count=int(rng.choice([1, 2]))) if kind == 3 else {}
+        pods.append(PodRequest(f"p{i}", cpu, 1024, exclusive_cpus=kind == 1,
+                               cpu_policy=("spread", "single-numa", "auto")[i % 3], **gpus))
+    return pods
+
+
+@pytest.mark.parametrize("name", ["fgd", "fgd-cpu"])
+def test_cached_and_reference_decide_alike_with_exclusive_cpus_and_random_ties(name):
+    # the cache ranks node states, not rows: exclusive pods narrow its
+    # candidates after scoring, random ties draw from its tied rows
+    pods = mixed_pods(np.random.default_rng(5), 500)
+    workload = typical_workload([p.shape for p in pods])
+    runs = {}
+    for reference in (True, False):
+        state, strategy, rng = mixed_cluster(np.random.default_rng(4)), make_strategy(name, workload, reference=reference), \
+            np.random.default_rng(6)
+        out, placed = [], []
+        for pod in pods:
+            choice = decide(state, pod, strategy, rng=rng)
+            out.append((choice.ok, choice.node, choice.allocation.gpus if choice.ok else None,
+                        dict(choice.allocation.numa_cpus) if choice.ok else None, choice.cost, choice.reason,
+                        choice.candidates, dict(choice.filtered), choice.runners_up()))
+            if choice.ok and state.assume(pod.key, choice.allocation).ok:
+                placed.append(pod.key)
+                if len(placed) % 3 == 0:
+                    state.release(placed.pop(0))
+        runs[reference] = out
+    assert sum(1 for ok, *_ in runs[True] if ok) > 400
+    assert sum(1 for ok, _, _, numa_cpus, *_ in runs[True] if ok and numa_cpus) > 80  # exclusive pods placed
+    assert [i for i, (a, b) in enumerate(zip(runs[True], runs[False])) if a != b] == []
 
 
 # ---- the cache's own rules -----------------------------------------------------------

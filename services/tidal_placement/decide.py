@@ -13,7 +13,10 @@
    (lowest first) — for exclusive pods the §A distribution's. Remaining
    ties go to the lowest `rank` (a per-node order), or uniformly at random
    with `rng` (as kube-scheduler), else to the lowest row. Without a GPU
-   strategy, CPU-only pods are ranked by §E alone.
+   strategy, CPU-only pods are ranked by §E alone. A score cache gives the
+   cost and tiebreaks per node state (`StateScores`): they are compared
+   over the distinct states among the candidates, hundreds where the
+   candidates are thousands, and only the tied states' rows go on to §E.
 3. Name the NUMA CPUs (`distribute` on the chosen node) and concrete GPUs:
    the allocation to `assume`.
 """
@@ -28,7 +31,7 @@ from tidal_schemas import filters as F
 from .cluster_state import Allocation, ClusterState
 from tidal_policy.cpu_distribution import distribute
 from .device_budget import distinct_roots, one_per_root
-from .gpu_candidates import GPU_MILLI, Candidates, GpuStrategy, is_share
+from .gpu_candidates import GPU_MILLI, Candidates, GpuStrategy, Scored, StateScores, is_share
 from .gpu_workload import Shape
 from .numa_lookup import exclusive_feasible, exclusive_scores, shared_numa_scores, shared_numa_take
 from .pod_request import Placement, PodRequest
@@ -72,17 +75,23 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
         filtered = {k: v for k, v in filtered.items() if v}
         return Placement(False, _why(filtered, present_count), filtered=filtered)
     keys: list[np.ndarray] = []
-    scored = None
+    scored: Scored | StateScores | None = None
     if strategy is not None and (pod.gpu_count or strategy.scores_cpu_pods):
-        scored = strategy.score(Candidates(state, rows, eligible), shape)
-        keys = [scored.cost, *scored.tiebreaks]
+        candidates = Candidates(state, rows, eligible)
+        by_state = getattr(strategy, "score_states", None)  # see gpu_candidates
+        scored = by_state(candidates, shape) if by_state else None
+        if scored is None:
+            scored = strategy.score(candidates, shape)
+            keys = [scored.cost, *scored.tiebreaks]
     cpus = pod.cpu_milli // 1000
     if pod.exclusive_cpus:
         ok = exclusive_feasible(state, pod.cpu_policy, cpus, rows)
         filtered[F.NUMA] = int(np.count_nonzero(~ok))
         idx = np.flatnonzero(ok)
         rows, keys = rows[idx], [key[idx] for key in keys]
-        if scored is not None and scored.device is not None:
+        if isinstance(scored, StateScores):
+            scored = scored.take(idx)
+        elif scored is not None and scored.device is not None:
             scored = scored._replace(device=scored.device[idx])
     filtered = {k: v for k, v in filtered.items() if v}
     if not rows.size:
@@ -96,11 +105,20 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
         return shared_numa_scores(state, sub, need_cpus)
 
     ranking: list[np.ndarray] = []  # _select leaves here the first key it ranked every candidate by, and its ties
-    i = _select(len(rows), keys, numa_key, rng, None if rank is None else rank[rows], ranking)
+    if isinstance(scored, StateScores):  # the states' keys narrow the candidates to one state's rows or a few
+        i = _select(len(rows), [], numa_key, rng, None if rank is None else rank[rows], tied=_tied_states(scored))
+        sid = int(scored.sids[i])
+        cost, device = float(scored.cost[sid]), None if scored.device is None else scored.device[sid]
+        ranked = lambda s=scored: _first_key(s.cost[s.sids])  # noqa: E731
+    else:
+        i = _select(len(rows), keys, numa_key, rng, None if rank is None else rank[rows], ranking)
+        cost = float(keys[0][i]) if keys else None
+        device = None if scored is None or scored.device is None else scored.device[i]
+        ranked = (lambda: ranking) if ranking else None
     r = int(rows[i])
     # Runners-up are for explanation only: computed when the decision event is
     # built, not here, so they cost nothing on the decision path.
-    runners_up = (lambda: _runners_up(state, rows, *ranking, i)) if ranking else (lambda: ())
+    runners_up = (lambda: _runners_up(state, rows, *ranked(), i)) if ranked else (lambda: ())
     if pod.exclusive_cpus:
         dist = distribute(pod.cpu_policy, cpus, state.numa_free[r:r + 1], state.numa_load[r:r + 1],
                           state.numa_valid[r:r + 1], state.numa_order[r:r + 1])
@@ -109,10 +127,10 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
     else:
         numa_cpus = {}
         numa, numa_nodes = shared_numa_take(state, r, need_cpus)
-    gpus = _gpus(state, r, pod, shape, eligible, None if scored is None or scored.device is None else scored.device[i])
+    gpus = _gpus(state, r, pod, shape, eligible, device)
     allocation = Allocation.of(state.names[r], pod.cpu_milli, pod.memory_mib, numa_cpus, gpus)
     return Placement(True, node=state.names[r], row=r, allocation=allocation, numa_nodes=numa_nodes,
-                     cost=float(keys[0][i]) if keys else numa, numa_score=numa, candidates=int(rows.size),
+                     cost=numa if cost is None else cost, numa_score=numa, candidates=int(rows.size),
                      filtered=filtered, runners_up=runners_up)
 
 
@@ -212,26 +230,55 @@ def eligible_gpus(state: ClusterState, pod: PodRequest, allowed: np.ndarray | No
 
 
 def _select(k: int, keys: list[np.ndarray], numa_key: Callable[[np.ndarray], np.ndarray],
-            rng: np.random.Generator | None, rank: np.ndarray | None, ranking: list[np.ndarray] | None = None) -> int:
-    # lexicographic minimum without sorting: narrow the ties key by key
+            rng: np.random.Generator | None, rank: np.ndarray | None, ranking: list[np.ndarray] | None = None,
+            tied: np.ndarray | None = None) -> int:
+    # lexicographic minimum without sorting: narrow the ties key by key, from
+    # the candidates `tied` when given (all of them otherwise)
     if k == 1:
         return 0
-    idx = None  # all candidates
+    idx = tied
+    if idx is not None and len(idx) == 1:
+        return int(idx[0])
     for key in [*keys, None]:
         if key is None:
             values = numa_key(np.arange(k) if idx is None else idx)
         else:
             values = key if idx is None else key[idx]
-        best = values.min()
-        tied = np.flatnonzero(values <= best + 1e-9 * max(1.0, abs(float(best))))
+        least = np.flatnonzero(_least(values))
         if idx is None and ranking is not None:
-            ranking += [values, tied]
-        idx = tied if idx is None else idx[tied]
+            ranking += [values, least]
+        idx = least if idx is None else idx[least]
         if len(idx) == 1:
             return int(idx[0])
     if rng is not None:
         return int(idx[rng.integers(len(idx))])
     return int(idx[np.argmin(rank[idx])]) if rank is not None else int(idx[0])
+
+
+def _least(values: np.ndarray) -> np.ndarray:
+    """Which values are the least, within rounding."""
+    best = values.min()
+    return values <= best + 1e-9 * max(1.0, abs(float(best)))
+
+
+def _first_key(values: np.ndarray) -> list[np.ndarray]:
+    """[the first key per candidate, the candidates at its least] (as _select leaves them in `ranking`)."""
+    return [values, np.flatnonzero(_least(values))]
+
+
+def _tied_states(scores: StateScores) -> np.ndarray:
+    """The candidates whose states tie on the cost and every tiebreak: the
+    lexicographic narrowing of `_select`, over the few distinct states
+    among the candidates instead of every candidate (the same values, so
+    the same ties)."""
+    ids = scores.states()
+    for key in (scores.cost, *scores.tiebreaks):
+        ids = ids[_least(key[ids])]
+        if len(ids) == 1:
+            break
+    chosen = np.zeros(len(scores.cost), dtype=bool)
+    chosen[ids] = True
+    return np.flatnonzero(chosen[scores.sids])
 
 
 def _why(filtered: Mapping[str, int], present: int) -> str:

@@ -9,7 +9,10 @@ candidate (None: the fullest device that fits, chosen after the node),
 A row-local strategy may also have `score_few(candidates, shape) ->
 Scored | None`: the same scores for a few candidates, computed faster, or
 None to leave them to `score` (`gpu_score_cache` asks it for the few node
-states it has not scored yet).
+states it has not scored yet). A cache of a row-local strategy may
+answer `score_states(candidates, shape) -> StateScores | None` instead:
+the same scores given once per node state, so `decide` ranks the states
+among the candidates rather than every candidate.
 """
 
 from __future__ import annotations
@@ -87,6 +90,35 @@ class Scored(NamedTuple):
     cost: np.ndarray
     device: np.ndarray | None = None
     tiebreaks: tuple[np.ndarray, ...] = ()
+
+
+class StateScores(NamedTuple):
+    """Scores given per node state: candidate j's cost is cost[sids[j]],
+    and so for the device and each tiebreak; `present`: the states among
+    the candidates, ascending (None: not known yet)."""
+    sids: np.ndarray
+    cost: np.ndarray
+    device: np.ndarray | None = None
+    tiebreaks: tuple[np.ndarray, ...] = ()
+    present: np.ndarray | None = None
+
+    def take(self, idx: np.ndarray) -> "StateScores":
+        """The scores of candidates `idx` only."""
+        return self._replace(sids=self.sids[idx], present=None)
+
+    def states(self) -> np.ndarray:
+        """The distinct states among the candidates, ascending (without np.unique's sort)."""
+        if self.present is not None:
+            return self.present
+        seen = np.zeros(len(self.cost), dtype=bool)
+        seen[self.sids] = True
+        return np.flatnonzero(seen)
+
+    def rows(self) -> Scored:
+        """The same scores per candidate."""
+        s = self.sids
+        return Scored(cost=self.cost[s], device=None if self.device is None else self.device[s],
+                      tiebreaks=tuple(t[s] for t in self.tiebreaks))
 
 
 class GpuStrategy(Protocol):

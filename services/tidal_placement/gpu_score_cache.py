@@ -33,7 +33,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .cluster_state import ClusterState
-from .gpu_candidates import Candidates, GpuStrategy, Scored
+from .gpu_candidates import Candidates, GpuStrategy, Scored, StateScores
 from .gpu_workload import Shape
 
 MAX_SHAPES = 256  # shapes remembered, least recently used dropped first
@@ -172,23 +172,26 @@ class ScoreCache:
 
     def score(self, c: Candidates, shape: Shape) -> Scored:
         """The inner strategy's scores for `c`, computed only for new states."""
+        by_state = self.score_states(c, shape)
+        return self.inner.score(c, shape) if by_state is None else by_state.rows()
+
+    def score_states(self, c: Candidates, shape: Shape) -> StateScores | None:
+        """`score` given per node state (None: candidates with their own
+        per-device eligibility, which only `score` answers)."""
         if c.own_eligible:
-            return self.inner.score(c, shape)
+            return None
         states = self._current(c.state)
         entry = self._entry(shape, len(states))
         sids = states.row_state[c.rows]
-        cost = entry.cost[sids]
+        by_state = StateScores(sids, entry.cost)
+        present = by_state.states()
+        cost = entry.cost[present]
         if np.isnan(np.add.reduce(cost)):  # some state not scored for this shape yet
-            missing = np.isnan(cost)
-            unscored = np.zeros(len(states), dtype=bool)  # the distinct states, without np.unique's sort
-            unscored[sids[missing]] = True
-            new = np.flatnonzero(unscored)
+            new = present[np.isnan(cost)]
             fresh = Candidates(states, new)  # type: ignore[arg-type]
             scored = self._score_few(fresh, shape) if self._score_few and len(new) <= FEW_STATES else None
             entry.store(new, scored if scored is not None else self.inner.score(fresh, shape))
-            cost[missing] = entry.cost[sids[missing]]
-        return Scored(cost=cost, device=None if entry.device is None else entry.device[sids],
-                      tiebreaks=tuple(t[sids] for t in entry.tiebreaks))
+        return StateScores(sids, entry.cost, entry.device, tuple(entry.tiebreaks), present)
 
     def memory(self) -> tuple[int, int]:
         """(states remembered, bytes of their arrays and of every shape's scores)."""
