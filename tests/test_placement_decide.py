@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tidal_placement.cluster_state import ClusterState
 from tidal_placement.decide import PodRequest, decide
@@ -177,19 +179,28 @@ def test_placement_decision_event():
 
 
 def test_runners_up_are_the_best_others_equal_values_in_row_order():
-    from tidal_placement.decide import _runners_up
+    from tidal_placement.ranking import runners_up
 
-    state = ClusterState()
-    for i in range(8):
-        state.upsert_node(make_topology(f"n{i}", (8,)))
-    rows = np.arange(8)
     # enough candidates share the least value: the first of them in row order, the chosen one left out
     values = np.array([3.0, 1.0, 2.0, 1.0, 1.0, 1.0, 1.0, 0.5 + 0.5])
     least = np.flatnonzero(values <= values.min())
-    assert _runners_up(state, rows, values, least, 3) == (("n1", 1.0), ("n4", 1.0), ("n5", 1.0))
+    assert runners_up(values, least, 3) == ((1, 1.0), (4, 1.0), (5, 1.0))
     # too few share it: the next values, equal ones in row order
     values = np.array([3.0, 2.0, 2.0, 0.0, 2.0, 2.0, 5.0, 2.0])
     least = np.flatnonzero(values <= values.min())
-    assert _runners_up(state, rows, values, least, 3) == (("n1", 2.0), ("n2", 2.0), ("n4", 2.0))
-    assert _runners_up(state, rows, values, least, 1) == (("n3", 0.0), ("n2", 2.0), ("n4", 2.0))
-    assert _runners_up(state, rows[:1], values[:1], least[:0], 0) == ()
+    assert runners_up(values, least, 3) == ((1, 2.0), (2, 2.0), (4, 2.0))
+    assert runners_up(values, least, 1) == ((3, 0.0), (2, 2.0), (4, 2.0))
+    assert runners_up(values[:1], least[:0], 0) == ()
+
+
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=30), st.lists(st.sampled_from([0.0, 1.0, 1.0 + 1e-12, 2.0]),
+                                                                     min_size=6, max_size=6), st.data())
+def test_runners_up_by_state_are_the_runners_up_by_candidate(sids, costs, data):
+    # per state (a score cache's answer) as per candidate, rounding ties included
+    from tidal_placement.gpu_candidates import StateScores
+    from tidal_placement.ranking import least, runners_up, runners_up_of_states
+
+    scores = StateScores(np.array(sids), np.array(costs))
+    values = scores.cost[scores.sids]
+    chosen = data.draw(st.integers(0, len(sids) - 1))
+    assert runners_up_of_states(scores, chosen) == runners_up(values, np.flatnonzero(least(values)), chosen)

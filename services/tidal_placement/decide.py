@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import partial
 
 import numpy as np
 from tidal_schemas import filters as F
@@ -35,6 +36,7 @@ from .gpu_candidates import GPU_MILLI, Candidates, GpuStrategy, Scored, StateSco
 from .gpu_workload import Shape
 from .numa_lookup import exclusive_feasible, exclusive_scores, shared_numa_scores, shared_numa_take
 from .pod_request import Placement, PodRequest
+from .ranking import runners_up, runners_up_of_states, select, tied_states
 
 __all__ = ["Placement", "PodRequest", "decide", "eligible_gpus", "node_fit", "shared_numa_scores"]
 
@@ -104,21 +106,21 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
             return exclusive_scores(state, pod.cpu_policy, cpus, sub)
         return shared_numa_scores(state, sub, need_cpus)
 
-    ranking: list[np.ndarray] = []  # _select leaves here the first key it ranked every candidate by, and its ties
+    ranking: list[np.ndarray] = []  # select leaves here the first key it ranked every candidate by, and its ties
     if isinstance(scored, StateScores):  # the states' keys narrow the candidates to one state's rows or a few
-        i = _select(len(rows), [], numa_key, rng, None if rank is None else rank[rows], tied=_tied_states(scored))
+        i = select(len(rows), [], numa_key, rng, None if rank is None else rank[rows], tied=tied_states(scored))
         sid = int(scored.sids[i])
         cost, device = float(scored.cost[sid]), None if scored.device is None else scored.device[sid]
-        ranked = lambda s=scored: _first_key(s.cost[s.sids])  # noqa: E731
+        ranked = partial(runners_up_of_states, scored, i)
     else:
-        i = _select(len(rows), keys, numa_key, rng, None if rank is None else rank[rows], ranking)
+        i = select(len(rows), keys, numa_key, rng, None if rank is None else rank[rows], ranking)
         cost = float(keys[0][i]) if keys else None
         device = None if scored is None or scored.device is None else scored.device[i]
-        ranked = (lambda: ranking) if ranking else None
+        ranked = partial(runners_up, *ranking, i) if ranking else tuple
     r = int(rows[i])
     # Runners-up are for explanation only: computed when the decision event is
     # built, not here, so they cost nothing on the decision path.
-    runners_up = (lambda: _runners_up(state, rows, *ranked(), i)) if ranked else (lambda: ())
+    runners = lambda: tuple((state.names[int(rows[j])], value) for j, value in ranked())  # noqa: E731
     if pod.exclusive_cpus:
         dist = distribute(pod.cpu_policy, cpus, state.numa_free[r:r + 1], state.numa_load[r:r + 1],
                           state.numa_valid[r:r + 1], state.numa_order[r:r + 1])
@@ -131,29 +133,7 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
     allocation = Allocation.of(state.names[r], pod.cpu_milli, pod.memory_mib, numa_cpus, gpus)
     return Placement(True, node=state.names[r], row=r, allocation=allocation, numa_nodes=numa_nodes,
                      cost=numa if cost is None else cost, numa_score=numa, candidates=int(rows.size),
-                     filtered=filtered, runners_up=runners_up)
-
-
-RUNNERS_UP = 3
-
-
-def _runners_up(state: ClusterState, rows: np.ndarray, values: np.ndarray, least: np.ndarray,
-                chosen: int) -> tuple[tuple[str, float], ...]:
-    """The best other candidates by the first ranking key, equal values in
-    row order (for explain). `least`: the candidates within rounding of the
-    least value, in row order; when enough of them hold exactly one value
-    they are the answer, without a pass over every candidate."""
-    if len(rows) <= 1:
-        return ()
-    take = min(RUNNERS_UP + 1, len(rows))
-    if len(least) >= take and values[least[0]] == values[least].max():
-        best = least[:take]
-    else:
-        edge = np.partition(values, take - 1)[take - 1]  # the take-th least value
-        best = np.flatnonzero(values < edge)
-        best = np.concatenate([best, np.flatnonzero(values == edge)[:take - len(best)]])
-        best = best[np.lexsort((best, values[best]))]
-    return tuple((state.names[int(rows[j])], float(values[j])) for j in best if j != chosen)[:RUNNERS_UP]
+                     filtered=filtered, runners_up=runners)
 
 
 def _gpus(state: ClusterState, r: int, pod: PodRequest, shape: Shape, eligible: np.ndarray | None,
@@ -227,58 +207,6 @@ def eligible_gpus(state: ClusterState, pod: PodRequest, allowed: np.ndarray | No
     if allowed is not None:
         ok &= allowed[:n]
     return ok
-
-
-def _select(k: int, keys: list[np.ndarray], numa_key: Callable[[np.ndarray], np.ndarray],
-            rng: np.random.Generator | None, rank: np.ndarray | None, ranking: list[np.ndarray] | None = None,
-            tied: np.ndarray | None = None) -> int:
-    # lexicographic minimum without sorting: narrow the ties key by key, from
-    # the candidates `tied` when given (all of them otherwise)
-    if k == 1:
-        return 0
-    idx = tied
-    if idx is not None and len(idx) == 1:
-        return int(idx[0])
-    for key in [*keys, None]:
-        if key is None:
-            values = numa_key(np.arange(k) if idx is None else idx)
-        else:
-            values = key if idx is None else key[idx]
-        least = np.flatnonzero(_least(values))
-        if idx is None and ranking is not None:
-            ranking += [values, least]
-        idx = least if idx is None else idx[least]
-        if len(idx) == 1:
-            return int(idx[0])
-    if rng is not None:
-        return int(idx[rng.integers(len(idx))])
-    return int(idx[np.argmin(rank[idx])]) if rank is not None else int(idx[0])
-
-
-def _least(values: np.ndarray) -> np.ndarray:
-    """Which values are the least, within rounding."""
-    best = values.min()
-    return values <= best + 1e-9 * max(1.0, abs(float(best)))
-
-
-def _first_key(values: np.ndarray) -> list[np.ndarray]:
-    """[the first key per candidate, the candidates at its least] (as _select leaves them in `ranking`)."""
-    return [values, np.flatnonzero(_least(values))]
-
-
-def _tied_states(scores: StateScores) -> np.ndarray:
-    """The candidates whose states tie on the cost and every tiebreak: the
-    lexicographic narrowing of `_select`, over the few distinct states
-    among the candidates instead of every candidate (the same values, so
-    the same ties)."""
-    ids = scores.states()
-    for key in (scores.cost, *scores.tiebreaks):
-        ids = ids[_least(key[ids])]
-        if len(ids) == 1:
-            break
-    chosen = np.zeros(len(scores.cost), dtype=bool)
-    chosen[ids] = True
-    return np.flatnonzero(chosen[scores.sids])
 
 
 def _why(filtered: Mapping[str, int], present: int) -> str:

@@ -1,0 +1,113 @@
+"""Choosing among the candidates that passed the filters (`decide`'s step
+2): the lexicographic minimum of their ranking keys, and the runners-up a
+decision explains itself with.
+
+Keys come per candidate, or per node state (`StateScores`) when a score
+cache answers. Per state, the cost and tiebreaks are compared over the
+distinct states among the candidates — hundreds where the candidates are
+thousands — and only the tied states' rows go on to the §E NUMA key. The
+values compared are the same either way, so the ties and the choice are
+too (`tests/test_placement_score_cache.py` compares every decision, its
+runners-up included, with the plain strategy's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .gpu_candidates import StateScores
+
+RUNNERS_UP = 3
+PREFIX = 256  # candidates looked at first for the runners-up's few rows
+
+Ranked = tuple[tuple[int, float], ...]  # (candidate, its first key's value), best first
+
+
+def select(k: int, keys: list[np.ndarray], numa_key: Callable[[np.ndarray], np.ndarray],
+           rng: np.random.Generator | None, rank: np.ndarray | None, ranking: list[np.ndarray] | None = None,
+           tied: np.ndarray | None = None) -> int:
+    """The candidate (of `k`) with the least keys, compared in order, then
+    the NUMA key of those still tied; final ties to the least `rank`, or
+    at random with `rng`, else the first. Narrows from the candidates
+    `tied` when given (all otherwise); leaves in `ranking` the first key
+    per candidate and the candidates at its least."""
+    if k == 1:
+        return 0
+    idx = tied
+    if idx is not None and len(idx) == 1:
+        return int(idx[0])
+    for key in [*keys, None]:  # lexicographic minimum without sorting: narrow the ties key by key
+        if key is None:
+            values = numa_key(np.arange(k) if idx is None else idx)
+        else:
+            values = key if idx is None else key[idx]
+        at_least = np.flatnonzero(least(values))
+        if idx is None and ranking is not None:
+            ranking += [values, at_least]
+        idx = at_least if idx is None else idx[at_least]
+        if len(idx) == 1:
+            return int(idx[0])
+    if rng is not None:
+        return int(idx[rng.integers(len(idx))])
+    return int(idx[np.argmin(rank[idx])]) if rank is not None else int(idx[0])
+
+
+def least(values: np.ndarray) -> np.ndarray:
+    """Which values are the least, within rounding."""
+    best = values.min()
+    return values <= best + 1e-9 * max(1.0, abs(float(best)))
+
+
+def tied_states(scores: StateScores) -> np.ndarray:
+    """The candidates whose states tie on the cost and every tiebreak."""
+    ids = scores.states()
+    for key in (scores.cost, *scores.tiebreaks):
+        ids = ids[least(key[ids])]
+        if len(ids) == 1:
+            break
+    return _rows_in(scores, ids)
+
+
+def runners_up(values: np.ndarray, at_least: np.ndarray, chosen: int) -> Ranked:
+    """The best candidates but `chosen` by their first key `values`, equal
+    values in candidate order. `at_least`: the candidates within rounding
+    of the least value; when enough of them hold exactly one value they
+    are the answer, without a pass over every candidate."""
+    if len(values) <= 1:
+        return ()
+    take = min(RUNNERS_UP + 1, len(values))
+    if len(at_least) >= take and values[at_least[0]] == values[at_least].max():
+        best = at_least[:take]
+    else:
+        edge = np.partition(values, take - 1)[take - 1]  # the take-th least value
+        best = np.flatnonzero(values < edge)
+        best = np.concatenate([best, np.flatnonzero(values == edge)[:take - len(best)]])
+        best = best[np.lexsort((best, values[best]))]
+    return tuple((int(j), float(values[j])) for j in best if j != chosen)[:RUNNERS_UP]
+
+
+def runners_up_of_states(scores: StateScores, chosen: int) -> Ranked:
+    """`runners_up` by the cost per state: the rows of the states at the
+    least cost, when enough, without the cost of every candidate."""
+    if len(scores.sids) > 1:
+        take = min(RUNNERS_UP + 1, len(scores.sids))
+        ids = scores.states()
+        cheapest = ids[least(scores.cost[ids])]
+        rows = _rows_in(scores, cheapest, first=take)
+        if len(rows) >= take and scores.cost[cheapest].max() == scores.cost[scores.sids[rows[0]]]:
+            return tuple((int(j), float(scores.cost[scores.sids[j]])) for j in rows if j != chosen)[:RUNNERS_UP]
+    values = scores.cost[scores.sids]
+    return runners_up(values, np.flatnonzero(least(values)), chosen)
+
+
+def _rows_in(scores: StateScores, ids: np.ndarray, first: int | None = None) -> np.ndarray:
+    # the candidates in states `ids`, in candidate order (the `first` of them only,
+    # found in a short prefix of the candidates when that holds enough)
+    chosen = np.zeros(len(scores.cost), dtype=bool)
+    chosen[ids] = True
+    if first is not None:
+        head = np.flatnonzero(chosen[scores.sids[:PREFIX]])
+        return head[:first] if len(head) >= first else np.flatnonzero(chosen[scores.sids])[:first]
+    return np.flatnonzero(chosen[scores.sids])
