@@ -36,7 +36,7 @@ from .gpu_candidates import GPU_MILLI, Candidates, GpuStrategy, Scored, StateSco
 from .gpu_workload import Shape
 from .numa_lookup import exclusive_feasible, exclusive_scores, shared_numa_scores, shared_numa_take
 from .pod_request import Placement, PodRequest
-from .ranking import runners_up, runners_up_of_states, select, tied_states
+from .ranking import Ranked, runners_up, runners_up_of_states, select, tied_states
 
 __all__ = ["Placement", "PodRequest", "decide", "eligible_gpus", "node_fit", "shared_numa_scores"]
 
@@ -120,7 +120,7 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
     r = int(rows[i])
     # Runners-up are for explanation only: computed when the decision event is
     # built, not here, so they cost nothing on the decision path.
-    runners = lambda: tuple((state.names[int(rows[j])], value) for j, value in ranked())  # noqa: E731
+    runners = partial(_named, state, rows, ranked)
     if pod.exclusive_cpus:
         dist = distribute(pod.cpu_policy, cpus, state.numa_free[r:r + 1], state.numa_load[r:r + 1],
                           state.numa_valid[r:r + 1], state.numa_order[r:r + 1])
@@ -134,6 +134,12 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
     return Placement(True, node=state.names[r], row=r, allocation=allocation, numa_nodes=numa_nodes,
                      cost=numa if cost is None else cost, numa_score=numa, candidates=int(rows.size),
                      filtered=filtered, runners_up=runners)
+
+
+def _named(state: ClusterState, rows: np.ndarray, ranked: Callable[[], Ranked]
+           ) -> tuple[tuple[str, float], ...]:
+    # the runners-up by node name
+    return tuple((state.names[int(rows[j])], value) for j, value in ranked())
 
 
 def _gpus(state: ClusterState, r: int, pod: PodRequest, shape: Shape, eligible: np.ndarray | None,
