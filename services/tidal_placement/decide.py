@@ -106,14 +106,15 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
             return exclusive_scores(state, pod.cpu_policy, cpus, sub)
         return shared_numa_scores(state, sub, need_cpus)
 
-    ranking: list[np.ndarray] = []  # select leaves here the first key it ranked every candidate by, and its ties
+    ranks = None if rank is None else rank[rows]
     if isinstance(scored, StateScores):  # the states' keys narrow the candidates to one state's rows or a few
-        i = select(len(rows), [], numa_key, rng, None if rank is None else rank[rows], tied=tied_states(scored))
+        i = select(len(rows), [], numa_key, rng, ranks, tied=tied_states(scored))
         sid = int(scored.sids[i])
         cost, device = float(scored.cost[sid]), None if scored.device is None else scored.device[sid]
         ranked = partial(runners_up_of_states, scored, i)
     else:
-        i = select(len(rows), keys, numa_key, rng, None if rank is None else rank[rows], ranking)
+        ranking: list[np.ndarray] = []  # select leaves here the first key it ranked every candidate by, and its ties
+        i = select(len(rows), keys, numa_key, rng, ranks, ranking)
         cost = float(keys[0][i]) if keys else None
         device = None if scored is None or scored.device is None else scored.device[i]
         ranked = partial(runners_up, *ranking, i) if ranking else tuple
