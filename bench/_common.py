@@ -145,16 +145,21 @@ def _actor_main(job, params, ready, go, stop, results) -> None:
 
 
 async def agents_job(*, url: str, namespace: str, cluster: str, nodes: int, mine: tuple[int, int], seed: int,
-                     rounds: int | None = None, interval_s: float = 0.0, live: bool = False,
+                     rounds: int | None = None, interval_s: float = 0.0, live: bool = False, aligned: bool = False,
                      ready, go, stop, results) -> None:
     """The node agents of nodes [mine) of `topologies(nodes, rng(seed))`: a sample
-    of every node per round, `rounds` rounds (None: until stopped), one round
-    every `interval_s` (0: as fast as the broker acks; otherwise the first
-    round comes one interval after `go`). `live` builds every sample with
-    the agent's code, as agents do. Otherwise one round is built up front and
-    re-stamped each round; a fixed number of rounds as fast as acks come is
-    even encoded up front, so that publishing is all the process does while
-    it is measured."""
+    of every node per round, `rounds` rounds (None: until stopped).
+
+    With `interval_s` 0 the rounds go as fast as the broker acks. Otherwise
+    every node samples once every `interval_s`, each at its own phase, as
+    agents started at different times do: the samples arrive at an even
+    rate, node i of n first at i/n of an interval after `go` (`aligned`: the
+    whole round at once, one interval after `go`, the worst case).
+
+    `live` builds every sample with the agent's code, as agents do.
+    Otherwise one round is built up front and re-stamped; a fixed number of
+    rounds as fast as acks come is even encoded up front, so that publishing
+    is all the process does while it is measured."""
     inventory = list(topologies(nodes, np.random.default_rng(seed)))[mine[0]:mine[1]]  # the cluster's own nodes
     rng = np.random.default_rng([seed, *mine])
     base = datetime.now(timezone.utc)
@@ -163,24 +168,55 @@ async def agents_job(*, url: str, namespace: str, cluster: str, nodes: int, mine
                          for s in template]
     ready_made = [[encoded(s, cluster) for s in stamped(r)] for r in range(rounds)] \
         if rounds is not None and not interval_s and not live else []
+
+    def samples(indices: Iterable[int], at: datetime) -> list:
+        return [node_sample(inventory[i], at, rng) for i in indices] if live \
+            else [template[i].model_copy(update={"sampled_at": at}) for i in indices]
+
     async with Bus.from_url(url, namespace=namespace, cluster=cluster, source="agents") as bus:
         ready.put(len(inventory))
         await asyncio.to_thread(go.wait)
-        start, cpu, sent, r = time.time(), time.process_time(), 0, 0
-        while (rounds is None or r < rounds) and not stop.is_set():
-            if interval_s and await asyncio.to_thread(stop.wait, max(start + (r + 1) * interval_s - time.time(), 0)):
-                break
-            # one sample per node per call: each node's samples stay in order
-            if ready_made:
-                await publish_encoded(bus, ready_made[r])
-                sent += len(ready_made[r])
-            else:
-                at = base + timedelta(seconds=10 * r) if not interval_s else datetime.now(timezone.utc)
-                sent += len(await publish_all(bus, [node_sample(t, at, rng) for t in inventory] if live
-                                              else [s.model_copy(update={"sampled_at": at}) for s in template]))
-            r += 1
-        results.put({"start": start, "end": time.time(), "events": sent, "rounds": r,
+        start, cpu = time.time(), time.process_time()
+        if interval_s and not aligned:
+            sent = await _agents_at_their_phases(bus, len(inventory), samples, interval_s, rounds, start, stop)
+            r = sent / max(len(inventory), 1)
+        else:
+            sent, r = 0, 0
+            while (rounds is None or r < rounds) and not stop.is_set():
+                if interval_s and await asyncio.to_thread(stop.wait,
+                                                          max(start + (r + 1) * interval_s - time.time(), 0)):
+                    break
+                # one sample per node per call: each node's samples stay in order
+                if ready_made:
+                    await publish_encoded(bus, ready_made[r])
+                    sent += len(ready_made[r])
+                else:
+                    at = base + timedelta(seconds=10 * r) if not interval_s else datetime.now(timezone.utc)
+                    sent += len(await publish_all(bus, samples(range(len(inventory)), at)))
+                r += 1
+        results.put({"start": start, "end": time.time(), "events": sent, "rounds": round(r, 2),
                      "cpu_s": round(time.process_time() - cpu, 1)})
+
+
+_AGENT_TICK_S = 0.05
+
+
+async def _agents_at_their_phases(bus: Bus, n: int, samples, interval_s: float, rounds: int | None, start: float,
+                                  stop) -> int:
+    """Every tick, the samples of the nodes whose time has come (node i at
+    start + (i/n + k)·interval); how many were published."""
+    sent = 0
+    total = None if rounds is None else rounds * n
+    while (total is None or sent < total) and not stop.is_set():
+        due = int((time.time() - start) / interval_s * n) + 1  # samples due so far, node 0 at `start`
+        if total is not None:
+            due = min(due, total)
+        if due > sent:  # a tick is far under an interval: at most one sample per node per call
+            sent += len(await publish_all(bus, samples([k % n for k in range(sent, due)],
+                                                       datetime.now(timezone.utc))))
+        if await asyncio.to_thread(stop.wait, _AGENT_TICK_S):
+            break
+    return sent
 
 
 async def pods_job(*, url: str, namespace: str, cluster: str, count: int, seed: int, ready, go, stop,
@@ -221,6 +257,16 @@ def cpu_seconds(pid: int | None) -> float | None:
     except OSError:
         return None
     return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 1)
+
+
+def process_row(name: str, pid: int | None, cpu_before: float | None, pods: int) -> dict:
+    """Peak and current RSS and CPU time of one process; its CPU time during
+    the run (from `cpu_before`) per pod of the run."""
+    cpu = cpu_seconds(pid)
+    spent = cpu - cpu_before if cpu is not None and cpu_before is not None else None
+    return {"process": name, "pid": pid, "peak_rss_mib": proc_status_mib(pid),
+            "rss_now_mib": proc_status_mib(pid, "VmRSS"), "cpu_s": cpu,
+            "cpu_ms_per_pod": round(1000 * spent / pods, 2) if spent is not None else None}
 
 
 def scrape(url: str, timeout: float = 5.0) -> dict[tuple[str, frozenset], float]:

@@ -8,8 +8,10 @@ agent samples, waits until scoring and oversell have turned them into node
 scores and allocatable, and checks placement is deciding (one warm-up pod).
 Then the burst: a process standing for the cluster's users publishes the
 pods as fast as the broker acks them (256 in flight), a process standing for
-the node agents samples every node every `--metrics-interval` seconds, and
-this script only reads `placement.decision` back. Nothing binds the pods (placement's bind timeout
+the node agents samples every node every `--metrics-interval` seconds (each
+node at its own phase, so the samples come as an even stream, as from
+agents started at different times; `--aligned-samples`: a whole round at
+one instant, the worst case), and this script only reads `placement.decision` back. Nothing binds the pods (placement's bind timeout
 is raised past the run), so placement's own work is what is measured.
 
 Reports, and prints as one JSON line:
@@ -30,7 +32,7 @@ Reports, and prints as one JSON line:
                    and their CPU time from the burst's start per pod
 
 Run: .venv/bin/python bench/burst.py [--nodes 5000] [--pods 20000] [--bus nats|kafka]
-         [--metrics-interval 10] [--strategy S] [--seed 0]
+         [--metrics-interval 10] [--aligned-samples] [--strategy S] [--seed 0]
 
 `--strategy` (alias `--gpu-strategy`) is placement's GPU strategy, by default
 the service's own default. With `--metrics-interval 0` no sample follows the
@@ -56,8 +58,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import (  # noqa: E402
-    Actor, agents_job, collect_oldest_only_when_asked, cpu_seconds, handled_by_partition, node_sample,
-    percentile_ms, pods, pods_job, proc_status_mib, publish_all, table, topologies,
+    Actor, agents_job, collect_oldest_only_when_asked, cpu_seconds, handled_by_partition, node_sample, process_row,
+    percentile_ms, pods, pods_job, publish_all, table, topologies,
 )
 
 from tidal_bus import Bus, StartAt  # noqa: E402
@@ -127,16 +129,6 @@ async def nodes_per_event(bus: Bus, stream_name: str) -> float:
     return round(nodes / events, 2) if events else 0.0
 
 
-def process_row(name: str, pid: int | None, cpu_before: float | None, pods: int) -> dict:
-    """Peak and current RSS and CPU time of one process; its CPU time during
-    the burst (from `cpu_before`) per pod of the burst."""
-    cpu = cpu_seconds(pid)
-    burst = cpu - cpu_before if cpu is not None and cpu_before is not None else None
-    return {"process": name, "pid": pid, "peak_rss_mib": proc_status_mib(pid),
-            "rss_now_mib": proc_status_mib(pid, "VmRSS"), "cpu_s": cpu,
-            "burst_cpu_ms_per_pod": round(1000 * burst / pods, 2) if burst is not None else None}
-
-
 def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
@@ -148,7 +140,7 @@ async def drive(stack: Stack, args: argparse.Namespace, broker: tuple[int | None
     # The cluster's actors, each its own process: the pods' creator, and every node's agent.
     creator = Actor(pods_job, count=args.pods, seed=args.seed, **common)
     agents = Actor(agents_job, nodes=args.nodes, mine=(0, args.nodes), seed=args.seed, interval_s=args.metrics_interval,
-                   **common) if args.metrics_interval > 0 else None
+                   aligned=args.aligned_samples, **common) if args.metrics_interval > 0 else None
     async with Bus.from_url(stack.bus_url, namespace=NAMESPACE, cluster=CLUSTER, source="bench") as bus:
         t = time.perf_counter()
         await bus.ensure_streams()
@@ -198,7 +190,9 @@ async def drive(stack: Stack, args: argparse.Namespace, broker: tuple[int | None
     drain = end - start
     return {
         "bench": "burst", "bus": args.bus, "nodes": args.nodes, "pods": args.pods,
-        "gpu_strategy": args.gpu_strategy, "metrics_interval_s": args.metrics_interval, "metric_rounds": rounds,
+        "gpu_strategy": args.gpu_strategy, "metrics_interval_s": args.metrics_interval,
+        "samples": ("aligned" if args.aligned_samples else "spread") if args.metrics_interval else None,
+        "metric_rounds": rounds,
         "setup_s": round(setup_s, 1), "publish_s": round(sent["end"] - start, 2), "drain_s": round(drain, 2),
         **{f"decided_{q}pct_s": round(float(np.percentile([read_at - start for read_at, _, _ in first.values()], q)), 2)
            for q in (50, 90, 99)},
@@ -238,14 +232,18 @@ def main() -> None:
     parser.add_argument("--bus", choices=["nats", "kafka"], default="nats")
     parser.add_argument("--metrics-interval", type=float, default=10.0,
                         help="seconds between the simulated agents' samples of every node during the burst (0: none)")
+    parser.add_argument("--aligned-samples", action="store_true",
+                        help="every node samples at the same instant, a whole round at once (the worst case); "
+                             "default: each node at its own phase, an even stream of samples")
     parser.add_argument("--strategy", "--gpu-strategy", dest="gpu_strategy", default=DEFAULT_STRATEGY,
                         help=f"placement's GPU strategy (default: the service's, {DEFAULT_STRATEGY})")
     parser.add_argument("--timeout", type=float, default=1800.0, help="give up when the burst has not drained by then")
     parser.add_argument("--seed", type=int, default=0)
     collect_oldest_only_when_asked()  # the observer's collector, as the services': less of the machine
     result = run(parser.parse_args())
-    sampling = (f"agents sampling every node every {result['metrics_interval_s']:g}s: {result['metric_rounds']} "
-                f"rounds during the burst" if result["metrics_interval_s"] else "no agent samples during the burst")
+    sampling = (f"agents sampling every node every {result['metrics_interval_s']:g}s ({result['samples']}): "
+                f"{result['metric_rounds']} rounds during the burst" if result["metrics_interval_s"]
+                else "no agent samples during the burst")
     print(f"burst of {result['pods']:,} pods on {result['nodes']:,} nodes over {result['bus']} "
           f"({result['gpu_strategy']}, {sampling})")
     print(table([{"figure": k, "value": result[k]} for k in
@@ -254,7 +252,7 @@ def main() -> None:
                   "loadavg_1m")] + [{"figure": f"nodes per {name} event", "value": per}
                                     for name, per in result["nodes_per_event"].items()], ["figure", "value"]))
     print()
-    print(table(result["memory"], ["process", "pid", "peak_rss_mib", "rss_now_mib", "cpu_s", "burst_cpu_ms_per_pod"]))
+    print(table(result["memory"], ["process", "pid", "peak_rss_mib", "rss_now_mib", "cpu_s", "cpu_ms_per_pod"]))
     print(json.dumps(result), flush=True)
 
 

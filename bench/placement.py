@@ -8,13 +8,18 @@ publish to its decision arriving back (pending-to-decision latency).
 `--strategy` is the GPU strategy (default: the placement service's own
 default). `--sampling S` (bus mode) runs scoring, oversell and remediation
 too, and the simulated node agents sample every node every S seconds while
-the pods arrive (as bench/burst.py); 0, the default, runs placement alone.
+the pods arrive (as bench/burst.py: each node at its own phase, an even
+stream of samples; `--aligned-samples`, a whole round at one instant); 0,
+the default, runs placement alone. `offered_per_s` is the arrival rate this
+script achieved, `pods_per_s` the pods over the time to the last decision,
+`cpu_ms_per_pod` each process's CPU time from the first pod to the last
+decision over the pods (the samples' share included).
 
 Prints one JSON line per configuration:
 {"nodes": N, "mode": "in-process" | "bus", "strategy": S, "pods_per_s": X, "p50_ms": Y, "p99_ms": Z, …}
 
 Run: .venv/bin/python bench/placement.py [--nodes 1000 5000 10000] [--pods 3000] [--modes in-process bus]
-     [--rate R] [--strategy S] [--sampling 10]   (bus: R pods/s paced; default one burst)
+     [--rate R] [--strategy S] [--sampling 10] [--aligned-samples]   (bus: R pods/s paced; default one burst)
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -33,7 +39,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 import placement_policy  # noqa: E402  (the in-process benchmark beside this file)
 from _common import (  # noqa: E402  (shared by the bus benchmarks)
-    Actor, agents_job, collect_oldest_only_when_asked, node_sample, pods, publish_all, topologies,
+    Actor, agents_job, collect_oldest_only_when_asked, cpu_seconds, node_sample, pods, process_row, publish_all,
+    topologies,
 )
 from burst import SERVICES, wait_for_stages  # noqa: E402
 
@@ -45,7 +52,7 @@ DEFAULT_STRATEGY = placement_policy.DEFAULT_STRATEGY
 
 
 async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0, strategy: str = DEFAULT_STRATEGY,
-                  sampling: float = 0.0) -> dict:
+                  sampling: float = 0.0, aligned: bool = False) -> dict:
     rng = np.random.default_rng(seed)
     services = SERVICES if sampling else ["placement"]
     with tempfile.TemporaryDirectory() as tmp, Stack(Path(tmp), nats_port=0, namespace="bench", cluster="bench",
@@ -61,7 +68,7 @@ async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0, strategy
                 await publish_all(bus, [node_sample(n, datetime.now(timezone.utc), rng) for n in cluster])
                 await wait_for_stages(stack, "node.metrics", nodes)
                 agents = Actor(agents_job, url=stack.bus_url, namespace="bench", cluster="bench", nodes=nodes,
-                               mine=(0, nodes), seed=seed, interval_s=sampling)
+                               mine=(0, nodes), seed=seed, interval_s=sampling, aligned=aligned)
                 await asyncio.to_thread(agents.wait_ready)
             batch = pods(count, rng)
             sent: dict[str, float] = {}
@@ -78,6 +85,11 @@ async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0, strategy
 
             reader = asyncio.create_task(collect())
             await asyncio.sleep(1.0)  # let placement absorb the cluster before the burst
+            processes = [(s.name, s.process.pid) for s in stack.services] + [("nats-server", stack.nats.pid),
+                                                                              ("bench (pods, reader)", os.getpid())]
+            if agents is not None:
+                processes.append(("bench agents", agents.process.pid))
+            cpu_before = {pid: cpu_seconds(pid) for _, pid in processes}
             if agents is not None:
                 agents.go()
             start = time.perf_counter()
@@ -86,18 +98,21 @@ async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0, strategy
                     await asyncio.sleep(max(start + i / rate - time.perf_counter(), 0))
                 sent[pod.event_key()] = time.perf_counter()
                 await bus.publish(pod)
+            offered = count / max(time.perf_counter() - start, 1e-9)
             await asyncio.wait_for(reader, 600)
             end = max(decided.values())
+            cpu = {name: process_row(name, pid, cpu_before[pid], count)["cpu_ms_per_pod"] for name, pid in processes}
             rounds = 0
             if agents is not None:
                 agents.stop()
                 rounds = (await asyncio.to_thread(agents.result))["rounds"]
     latencies = np.array([(decided[k] - sent[k]) * 1000 for k in sent])
     return {"nodes": nodes, "mode": "bus", "strategy": strategy, "pods": count, "arrival_rate": rate or "burst",
-            "sampling_s": sampling or None, "sample_rounds": rounds,
+            "offered_per_s": round(offered, 1), "sampling_s": sampling or None,
+            "samples": ("aligned" if aligned else "spread") if sampling else None, "sample_rounds": rounds,
             "pods_per_s": round(count / (end - start), 1),
             "p50_ms": round(float(np.percentile(latencies, 50)), 2),
-            "p99_ms": round(float(np.percentile(latencies, 99)), 2)}
+            "p99_ms": round(float(np.percentile(latencies, 99)), 2), "cpu_ms_per_pod": cpu}
 
 
 def main() -> None:
@@ -112,6 +127,10 @@ def main() -> None:
     parser.add_argument("--sampling", type=float, default=0.0,
                         help="bus mode: the agents sample every node every S seconds, with scoring, oversell and "
                              "remediation running (0 = placement alone, no samples)")
+    parser.add_argument("--aligned-samples", action="store_true",
+                        help="every node samples at the same instant, a whole round at once (the worst case); "
+                             "default: each node at its own phase, an even stream of samples, as agents started at "
+                             "different times send them")
     args = parser.parse_args()
     collect_oldest_only_when_asked()  # the observer's collector, as the services': less of the machine
     for n in args.nodes:
@@ -120,7 +139,8 @@ def main() -> None:
             print(json.dumps({"nodes": n, "mode": "in-process", "strategy": args.strategy,
                               **{k: result[k] for k in ("pods_per_s", "p50_ms", "p99_ms")}}), flush=True)
         if "bus" in args.modes:
-            print(json.dumps(asyncio.run(bus_run(n, args.pods, args.seed, args.rate, args.strategy, args.sampling))),
+            print(json.dumps(asyncio.run(bus_run(n, args.pods, args.seed, args.rate, args.strategy, args.sampling,
+                                                   args.aligned_samples))),
                   flush=True)
 
 
