@@ -27,7 +27,7 @@ from .cluster_state import ClusterState
 from .freshness import NodeFreshness
 from .gpu_groups import GroupRegistry
 from .holdings import PodRecord
-from .kept import KeptDecision, KeptPod
+from .kept import KeptDecision, KeptGpu, KeptPod
 from .queue import SchedulingQueue
 from .tenant_ledger import TenantLedger
 
@@ -56,7 +56,7 @@ class ClusterCache(NodeFreshness):
         self.groups = GroupRegistry()
         self.fence = DecisionFence()
         self.tenants: dict[str, TenantConfig] = {}
-        self.inventory: dict[str, list] = {}  # node -> its GPUs
+        self.inventory: dict[str, list[KeptGpu]] = {}  # node -> its GPUs
         self.gpu_model: dict[str, str] = {}  # GPU id -> model
         self.scores: dict[tuple[str, str], float] = {}  # (user, resource type) -> fair-share score
         self.records: dict[str, PodRecord] = {}  # pod key -> what is known of it
@@ -83,7 +83,7 @@ class ClusterCache(NodeFreshness):
             self.room_changed = True
         if isinstance(p, NodeTopology):
             self.state.upsert_node(p)
-            self.inventory[p.node] = list(p.gpus)
+            self.inventory[p.node] = [KeptGpu.of(gpu) for gpu in p.gpus]
             # a GPU's model is part of what its holders charge: rare, so they are all charged again
             self._ledger_stale |= any(self.gpu_model.get(gpu.id) != gpu.model for gpu in p.gpus)
             self.gpu_model.update((gpu.id, gpu.model) for gpu in p.gpus)

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from tidal_schemas import Gpu, TenantConfig
 from tidal_schemas.pod import TenantPermissions
 
-Inventory = Mapping[str, Sequence[Gpu]]
+from .kept import KeptGpu
+
+Inventory = Mapping[str, Sequence[Gpu | KeptGpu]]  # what grouping reads of a GPU: id, model, kind, healthy
 """node name → its GPUs, from the nodes' `NodeTopology`."""
 
 

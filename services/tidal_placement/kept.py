@@ -19,7 +19,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from tidal_schemas import GpuAsk, GpuShare, PlacementDecision, PodLifecycle, Resources, pod_key
+from tidal_schemas import Gpu, GpuAsk, GpuShare, PlacementDecision, PodLifecycle, Resources, pod_key
 
 SHARED_KEPT = 100_000  # distinct shared parts kept before starting afresh (bounds a hostile variety)
 _shared: dict[tuple, Any] = {}
@@ -103,6 +103,22 @@ class KeptPod:
 
 
 PodLike = PodLifecycle | KeptPod  # what the policy reads a pod from
+
+
+@dataclass(frozen=True, slots=True)
+class KeptGpu:
+    """A node's GPU as placement keeps it for tenant grouping: a decoded
+    `Gpu` is over 1 KB (its field dict and set of fields given), one per
+    GPU of the cluster, 14,000 at 5,000 nodes."""
+
+    id: str
+    model: str
+    kind: str
+    healthy: bool
+
+    @staticmethod
+    def of(gpu: Gpu) -> KeptGpu:
+        return KeptGpu(id=gpu.id, model=_name(gpu.model), kind=_name(gpu.kind), healthy=gpu.healthy)
 
 
 @dataclass(frozen=True, slots=True)
