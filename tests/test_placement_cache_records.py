@@ -9,7 +9,7 @@ from builders import pod
 from tidal_cli.sample import node
 from tidal_placement.cache import ClusterCache
 from tidal_placement.cycle import cycle
-from tidal_placement.kept import KeptPod
+from tidal_placement.kept import KeptGpu, KeptPod
 from tidal_schemas.fence import fence_decision
 
 
@@ -65,3 +65,13 @@ def test_the_record_keeps_a_pods_fields_and_shares_what_repeats():
     assert cache.queue.entries["default/a"].key is a.key and next(k for k in cache.records if k == a.key) is a.key
     assert a.requests is b.requests and a.gpu is b.gpu and a.tenant is b.tenant
     assert cache.queue.entries["default/a"].pod is a  # the queue holds the kept pod, not the event
+
+
+def test_a_nodes_gpus_are_kept_as_what_grouping_reads():
+    cache = ClusterCache("c1", permit_timeout_s=3600.0, stale_after_s=0.0)
+    topology = node("g0", 1, 2, 4, 1, 64 * 1024, reserved=0, gpus=[("A100", 81920), ("T4", 16384)])
+    cache.apply(topology, 0.0)
+    kept = cache.inventory["g0"]
+    assert [(g.id, g.model, g.kind, g.healthy) for g in kept] == \
+        [(g.id, g.model, g.kind, g.healthy) for g in topology.gpus] and len(kept) == 2
+    assert all(isinstance(g, KeptGpu) and not hasattr(g, "__dict__") for g in kept)  # slotted, no pydantic model
