@@ -49,6 +49,7 @@ from tidal_cli import Stack  # noqa: E402
 from tidal_schemas.fence import DecisionFence  # noqa: E402
 
 DEFAULT_STRATEGY = placement_policy.DEFAULT_STRATEGY
+PUBLISH_WINDOW = 256  # pods published and not yet acked, as burst.py's creator
 
 
 async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0, strategy: str = DEFAULT_STRATEGY,
@@ -93,12 +94,18 @@ async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0, strategy
             if agents is not None:
                 agents.go()
             start = time.perf_counter()
+            in_flight: set[asyncio.Task] = set()  # not one ack at a time: the rate must not hang on the broker
             for i, pod in enumerate(batch):
                 if rate:  # paced arrivals: latency without a burst's queueing
                     await asyncio.sleep(max(start + i / rate - time.perf_counter(), 0))
                 sent[pod.event_key()] = time.perf_counter()
-                await bus.publish(pod)
+                task = asyncio.create_task(bus.publish(pod))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+                if len(in_flight) >= PUBLISH_WINDOW:
+                    await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
             offered = count / max(time.perf_counter() - start, 1e-9)
+            await asyncio.gather(*in_flight)
             await asyncio.wait_for(reader, 600)
             end = max(decided.values())
             cpu = {name: process_row(name, pid, cpu_before[pid], count)["cpu_ms_per_pod"] for name, pid in processes}
