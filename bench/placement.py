@@ -42,7 +42,7 @@ from _common import (  # noqa: E402  (shared by the bus benchmarks)
     Actor, agents_job, collect_oldest_only_when_asked, cpu_seconds, node_sample, pods, process_row, publish_all,
     topologies,
 )
-from burst import SERVICES, wait_for_stages  # noqa: E402
+from burst import BATCHED, SERVICES, nodes_per_event, wait_for_stages  # noqa: E402
 
 from tidal_bus import Bus, StartAt  # noqa: E402
 from tidal_cli import Stack  # noqa: E402
@@ -109,14 +109,16 @@ async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0, strategy
             await asyncio.wait_for(reader, 600)
             end = max(decided.values())
             cpu = {name: process_row(name, pid, cpu_before[pid], count)["cpu_ms_per_pod"] for name, pid in processes}
-            rounds = 0
+            rounds, batching = 0, None
             if agents is not None:
                 agents.stop()
                 rounds = (await asyncio.to_thread(agents.result))["rounds"]
+                batching = {name: await nodes_per_event(bus, name) for name in BATCHED}
     latencies = np.array([(decided[k] - sent[k]) * 1000 for k in sent])
     return {"nodes": nodes, "mode": "bus", "strategy": strategy, "pods": count, "arrival_rate": rate or "burst",
             "offered_per_s": round(offered, 1), "sampling_s": sampling or None,
             "samples": ("aligned" if aligned else "spread") if sampling else None, "sample_rounds": rounds,
+            "nodes_per_event": batching,
             "pods_per_s": round(count / (end - start), 1),
             "p50_ms": round(float(np.percentile(latencies, 50)), 2),
             "p99_ms": round(float(np.percentile(latencies, 99)), 2), "cpu_ms_per_pod": cpu}
