@@ -4,8 +4,9 @@ samples in hand go out together, every sample answered exactly once and a
 node's in order, nothing of another partition in a batch, every event
 acked (nothing comes back to the group), a batch never over its size, a
 batch that cannot be stored dead-letters its events while the others go
-on, and a handler without an output window returns once its batch is
-stored."""
+on, a handler without an output window returns once its batch is
+stored, and samples that come one at a time are gathered for `linger_s`,
+but never so long that a consumer's window waits on the timer."""
 
 from __future__ import annotations
 
@@ -67,8 +68,29 @@ async def nothing_comes_back(bus, group: str = "g") -> bool:
     return seen == []
 
 
-def batches_of(bus, max_items: int = 256, publish=None) -> OutputBatches:
-    return OutputBatches(NodeScores, publish or bus.publish, max_items=max_items)
+def batches_of(bus, max_items: int = 256, publish=None, **options) -> OutputBatches:
+    return OutputBatches(NodeScores, publish or bus.publish, max_items=max_items, **options)
+
+
+async def handle_trickle(bus, batches: OutputBatches, count: int, window: int, gap_s: float) -> list:
+    """The samples published one at a time, `gap_s` apart, while a consumer
+    handles them; what was sent."""
+    handled: list[str] = []
+
+    async def handler(envelope, delivery):
+        await batches.add(score_of(envelope), key=envelope.payload.node, cause=envelope)
+        handled.append(envelope.id)
+
+    consumer = bus.consumer("node.metrics", "g", handler, window=window)
+    task = asyncio.create_task(consumer.run())
+    sent = []
+    for i in range(count):
+        sent.append(await bus.publish(metrics(NODES[i % 8], load=i / 100)))
+        await asyncio.sleep(gap_s)
+    await wait_until(lambda: len(handled) >= count, timeout=20, what="the samples handled")
+    consumer.stop()
+    await asyncio.wait_for(task, 30)
+    return sent
 
 
 async def test_samples_in_hand_go_out_together_each_answered_once_and_in_order(bus_url, namespace):
@@ -130,6 +152,39 @@ async def test_without_a_window_a_handler_returns_once_its_batch_is_stored(bus_u
             assert envelope.id in stored, "returned before its score was stored"
         handled = await handle_all(bus, batches_of(bus, publish=publish), 6, window=1, check=check)
         assert set(handled) == stored
+
+
+async def test_samples_one_at_a_time_are_gathered_for_the_linger(bus_url, namespace):
+    async with make_bus(bus_url, namespace) as bus:
+        sent = await handle_trickle(bus, batches_of(bus, linger_s=2.0), 24, window=64, gap_s=0.02)
+        batches = await stored_batches(bus)
+        assert Counter(s.sample for b in batches for s in b.items) == Counter(e.id for e in sent)
+        assert len(batches) <= 2 * PARTITIONS, "one at a time, gathered per partition for the linger"
+        assert await nothing_comes_back(bus), "every sample acked"
+
+
+async def test_without_a_linger_samples_one_at_a_time_go_out_one_at_a_time(nats_server, namespace):
+    # over NATS: a Kafka fetch waits for more (fetch_max_wait_ms), so there a trickle comes in groups anyway
+    async with make_bus(nats_server.url, namespace) as bus:
+        sent = await handle_trickle(bus, batches_of(bus), 24, window=64, gap_s=0.02)
+        batches = await stored_batches(bus)
+        assert Counter(s.sample for b in batches for s in b.items) == Counter(e.id for e in sent)
+        assert len(batches) > 2 * PARTITIONS  # what the linger saves
+
+
+async def test_a_full_window_does_not_wait_for_the_linger(bus_url, namespace):
+    async with make_bus(bus_url, namespace) as bus:
+        # a linger far past the test's patience: only flush_at sends the batches
+        sent = await handle_trickle(bus, batches_of(bus, linger_s=300.0, flush_at=4), 24, window=4, gap_s=0.0)
+        batches = await stored_batches(bus)
+        assert Counter(s.sample for b in batches for s in b.items) == Counter(e.id for e in sent)
+        assert await nothing_comes_back(bus)
+
+
+def test_a_linger_is_not_negative_and_flush_at_holds_an_event():
+    for options in ({"linger_s": -1.0}, {"flush_at": 0}):
+        with pytest.raises(ValueError, match="linger_s must be >= 0 and flush_at >= 1"):
+            OutputBatches(NodeScores, None, **options)
 
 
 def test_a_batch_holds_at_least_one_item():

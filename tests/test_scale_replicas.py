@@ -81,6 +81,20 @@ def _handlers(replicas: list[RecordingScoring], load: float) -> dict[str, list[i
     return found
 
 
+async def scores_stored(bus_url: str, namespace: str, samples, timeout: float = 15.0) -> None:
+    """Wait until every one of `samples` has its score on `score.node`."""
+    wanted = {e.id for e in samples}
+    deadline = asyncio.get_running_loop().time() + timeout
+    async with make_bus(bus_url, namespace, source="reader") as reader:
+        while True:
+            scores = [e async for _, e in reader.read("score.node", StartAt.earliest())]
+            missing = wanted - {score.sample for score in figures_in(scores)}
+            if not missing:
+                return
+            assert asyncio.get_running_loop().time() < deadline, f"{len(missing)} samples without a stored score"
+            await asyncio.sleep(0.1)
+
+
 def _handled_on_metrics(replica: RecordingScoring) -> Counter:
     """partition -> node.metrics events handled, from the registry its /metrics serves."""
     found = Counter()
@@ -120,6 +134,9 @@ class ScaleContract:
                 first = {node: await agents.publish(_sample(node, 0.25, t0)) for node in NODES}
                 await wait_until(lambda: sum(len(r.live) for r in replicas) >= len(NODES), timeout=15,
                                  what="every node's first sample handled")
+                # and answered: the scores wait out their batch's linger before they are stored and the
+                # samples acked; a sample not acked when its replica dies comes back live, not replayed
+                await scores_stored(bus_url, namespace, first.values())
                 handled = _handlers(replicas, 0.25)
                 assert sorted(handled) == NODES
                 assert all(len(who) == 1 for who in handled.values()), \
@@ -141,6 +158,7 @@ class ScaleContract:
                           for node in NODES}
                 await wait_until(lambda: len(_handlers(survivors, 0.75)) == len(NODES), timeout=15,
                                  what="every node's second sample handled by a survivor")
+                await scores_stored(bus_url, namespace, second.values())
             handled = _handlers(survivors, 0.75)
             assert all(len(who) == 1 for who in handled.values())
             assert moved and all(partition_for(n, PARTITIONS) in survivors[handled[n][0]].owned() for n in moved)

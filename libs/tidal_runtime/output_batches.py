@@ -3,14 +3,22 @@ stream partition): a stage answering every sample (scoring's node scores,
 oversell's allocatable; `tidal_schemas.node_batch`) sends one event for
 the samples it has in hand, not one each.
 
-An item joins its partition's open batch. A batch goes out when it is full
-or when the event loop next runs what is ready, which is when the consumer
-has handled what it had fetched and waits: what one fetch brought travels
-together, and nothing waits for a timer. The events whose items a batch
-holds are acked once it is stored (their consumer's output window holds the
-batch's future, `tidal_bus.output_window`); a handler without a window
-waits for it itself. Batches of one partition are published one after the
-other, in the order they were filled.
+An item joins its partition's open batch. The open batches go out when
+the first of them has waited `linger_s` (0: when the event loop next runs
+what is ready, which is when the consumer has handled what it had fetched
+and waits: what one fetch brought travels together), when they hold the
+items of `flush_at` events, and a batch alone when it is full. Samples come
+as a stream, a node at a time (every node once a period, each at its own
+moment), so without a linger a fetch brings one or two and every batch
+holds a node or two: each then costs its publish, its reading by every
+stage after, and the broker's work for each, per sample. `flush_at` is set
+to the consumer's output window, so that a window never waits for a timer.
+
+The events whose items a batch holds are acked once it is stored (their
+consumer's output window holds the batch's future,
+`tidal_bus.output_window`); a handler without a window waits for it
+itself. Batches of one partition are published one after the other, in the
+order they were filled.
 
 A batch's id derives from every cause's id: a batch sent again keeps its
 id and the broker keeps one copy. After a crash its causes come back and
@@ -50,14 +58,18 @@ class OutputBatches(Generic[T]):
     cluster=, event_id=)` (a service's `publish`)."""
 
     def __init__(self, batch: type[NodeBatch[T]], publish: Callable[..., Awaitable[Any]], *,
-                 max_items: int = MAX_ITEMS):
+                 max_items: int = MAX_ITEMS, linger_s: float = 0.0, flush_at: int | None = None):
         if not 1 <= max_items <= MAX_ITEMS:
             raise ValueError(f"a batch holds at least 1 item and at most {MAX_ITEMS}, not {max_items}")
+        if linger_s < 0 or (flush_at is not None and flush_at < 1):
+            raise ValueError(f"linger_s must be >= 0 and flush_at >= 1, not {linger_s} and {flush_at}")
         self.batch, self.publish, self.max_items = batch, publish, max_items
+        self.linger_s, self.flush_at = linger_s, flush_at
         self.partitions = stream(batch.TYPE).partitions
         self._open: dict[Group, _Batch[T]] = {}
+        self._held = 0  # causes in the open batches
         self._sending: dict[Group, asyncio.Task[None]] = {}
-        self._flush_due = False
+        self._flush: asyncio.Handle | None = None  # the open batches' send, when one is due
 
     async def add(self, item: T, *, key: str, cause: Envelope[Any]) -> None:
         """Add `item`, an output of `cause` about `key`, to its partition's
@@ -69,12 +81,16 @@ class OutputBatches(Generic[T]):
             batch = self._open[group] = _Batch(asyncio.get_running_loop().create_future())
         batch.items.append(item)
         batch.causes.append(cause.id)
-        if len(batch.items) >= self.max_items:
+        self._held += 1
+        if self.flush_at is not None and self._held >= self.flush_at:
+            self._send_all()
+        elif len(batch.items) >= self.max_items:
             self._send(group)
-        elif not self._flush_due:
-            self._flush_due = True
+        elif self._flush is None:
+            loop = asyncio.get_running_loop()
             # in a context of its own: the handler's holds its event's outputs
-            asyncio.get_running_loop().call_soon(self._send_all, context=contextvars.Context())
+            self._flush = loop.call_soon(self._send_all, context=contextvars.Context()) if not self.linger_s \
+                else loop.call_later(self.linger_s, self._send_all, context=contextvars.Context())
         outputs = deferred_outputs()
         if outputs is not None:
             outputs.append(batch.done)
@@ -82,12 +98,15 @@ class OutputBatches(Generic[T]):
             await asyncio.shield(batch.done)
 
     def _send_all(self) -> None:
-        self._flush_due = False
+        if self._flush is not None:
+            self._flush.cancel()  # when sent before it was due
+            self._flush = None
         for group in list(self._open):
             self._send(group)
 
     def _send(self, group: Group) -> None:
         batch = self._open.pop(group)
+        self._held -= len(batch.causes)
         task = asyncio.get_running_loop().create_task(self._publish(group, batch, self._sending.get(group)),
                                                       context=contextvars.Context())
         self._sending[group] = task

@@ -45,7 +45,8 @@ class OversellService(Service):
         self.action_log_ready = asyncio.Event()  # no action before our own log is read back
         self.granted: dict[tuple[str, str], Resources] = {}  # (cluster, node) -> allocatable granted last
         self.pool_metrics = OversellMetrics(self.metrics.registry, self._granted_by_node)
-        self.allocatables = OutputBatches(NodeAllocatables, self.publish)
+        self.allocatables = OutputBatches(NodeAllocatables, self.publish, linger_s=self.settings.output_linger_s,
+                                          flush_at=self.settings.output_window)
         self.inventories = InventoryGate(self.settings.topology_wait_s)
 
     def subscriptions(self) -> list[Subscription]:

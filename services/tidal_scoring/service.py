@@ -63,7 +63,8 @@ class ScoringService(Service):
         self.running = RunningPods()
         self.owned_score_partitions: frozenset[int] = frozenset()
         self.pods_caught_up = asyncio.Event()
-        self.node_scores = OutputBatches(NodeScores, self.publish)
+        self.node_scores = OutputBatches(NodeScores, self.publish, linger_s=self.settings.output_linger_s,
+                                          flush_at=self.settings.output_window)
         self.clock = time.time
         self.fair_share = Gauge("tidal_fair_share_score", "Fair-share score of a user for a resource type (lower: "
                                 "placed first), as last published by this replica", ["cluster", "user", "resource_type"],
