@@ -13,7 +13,9 @@ stream of samples; `--aligned-samples`, a whole round at one instant); 0,
 the default, runs placement alone. `offered_per_s` is the arrival rate this
 script achieved, `pods_per_s` the pods over the time to the last decision,
 `cpu_ms_per_pod` each process's CPU time from the first pod to the last
-decision over the pods (the samples' share included).
+decision over the pods (the samples' share included), `cpu_us_per_sample`
+the same over the samples (the pods' share included: with few pods slowly,
+`--rate 10 --pods 200`, it is what a sample costs).
 
 Prints one JSON line per configuration:
 {"nodes": N, "mode": "in-process" | "bus", "strategy": S, "pods_per_s": X, "p50_ms": Y, "p99_ms": Z, …}
@@ -88,8 +90,6 @@ async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0, strategy
             await asyncio.sleep(1.0)  # let placement absorb the cluster before the burst
             processes = [(s.name, s.process.pid) for s in stack.services] + [("nats-server", stack.nats.pid),
                                                                               ("bench (pods, reader)", os.getpid())]
-            if agents is not None:
-                processes.append(("bench agents", agents.process.pid))
             cpu_before = {pid: cpu_seconds(pid) for _, pid in processes}
             if agents is not None:
                 agents.go()
@@ -108,11 +108,16 @@ async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0, strategy
             await asyncio.gather(*in_flight)
             await asyncio.wait_for(reader, 600)
             end = max(decided.values())
-            cpu = {name: process_row(name, pid, cpu_before[pid], count)["cpu_ms_per_pod"] for name, pid in processes}
-            rounds, batching = 0, None
+            rounds, samples, batching, per_sample = 0, 0, None, None
             if agents is not None:
                 agents.stop()
-                rounds = (await asyncio.to_thread(agents.result))["rounds"]
+                sampled = await asyncio.to_thread(agents.result)
+                rounds, samples = sampled["rounds"], sampled["events"]
+            cpu = {name: process_row(name, pid, cpu_before[pid], count)["cpu_ms_per_pod"] for name, pid in processes}
+            if agents is not None:  # its process has ended: its own count of its CPU time
+                cpu["bench agents"] = round(1000 * sampled["cpu_s"] / count, 2)
+            if samples:
+                per_sample = {name: round(ms * count / samples * 1000) for name, ms in cpu.items()}
                 batching = {name: await nodes_per_event(bus, name) for name in BATCHED}
     latencies = np.array([(decided[k] - sent[k]) * 1000 for k in sent])
     return {"nodes": nodes, "mode": "bus", "strategy": strategy, "pods": count, "arrival_rate": rate or "burst",
@@ -121,7 +126,8 @@ async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0, strategy
             "nodes_per_event": batching,
             "pods_per_s": round(count / (end - start), 1),
             "p50_ms": round(float(np.percentile(latencies, 50)), 2),
-            "p99_ms": round(float(np.percentile(latencies, 99)), 2), "cpu_ms_per_pod": cpu}
+            "p99_ms": round(float(np.percentile(latencies, 99)), 2), "cpu_ms_per_pod": cpu,
+            "cpu_us_per_sample": per_sample}
 
 
 def main() -> None:
