@@ -110,12 +110,12 @@ async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0, strategy
             end = max(decided.values())
             rounds, samples, batching, per_sample = 0, 0, None, None
             if agents is not None:
-                agents.stop()
+                agents.stop()  # it publishes no more after its tick
+            cpu = {name: process_row(name, pid, cpu_before[pid], count)["cpu_ms_per_pod"] for name, pid in processes}
+            if agents is not None:
                 sampled = await asyncio.to_thread(agents.result)
                 rounds, samples = sampled["rounds"], sampled["events"]
-            cpu = {name: process_row(name, pid, cpu_before[pid], count)["cpu_ms_per_pod"] for name, pid in processes}
-            if agents is not None:  # its process has ended: its own count of its CPU time
-                cpu["bench agents"] = round(1000 * sampled["cpu_s"] / count, 2)
+                cpu["bench agents"] = round(1000 * sampled["cpu_s"] / count, 2)  # its process has ended: its own count
             if samples:
                 per_sample = {name: round(ms * count / samples * 1000) for name, ms in cpu.items()}
                 batching = {name: await nodes_per_event(bus, name) for name in BATCHED}
