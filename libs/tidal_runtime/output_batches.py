@@ -17,7 +17,7 @@ to the consumer's output window, so that a window never waits for a timer.
 The events whose items a batch holds are acked once it is stored (their
 consumer's output window holds the batch's future,
 `tidal_bus.output_window`); a handler without a window waits for it
-itself. Batches of one partition are published one after the other, in the
+itself, and its batch goes out without lingering. Batches of one partition are published one after the other, in the
 order they were filled.
 
 A batch's id derives from every cause's id: a batch sent again keeps its
@@ -70,6 +70,7 @@ class OutputBatches(Generic[T]):
         self._held = 0  # causes in the open batches
         self._sending: dict[Group, asyncio.Task[None]] = {}
         self._flush: asyncio.Handle | None = None  # the open batches' send, when one is due
+        self._flush_at = 0.0  # loop time it is due at
 
     async def add(self, item: T, *, key: str, cause: Envelope[Any]) -> None:
         """Add `item`, an output of `cause` about `key`, to its partition's
@@ -82,20 +83,31 @@ class OutputBatches(Generic[T]):
         batch.items.append(item)
         batch.causes.append(cause.id)
         self._held += 1
+        outputs = deferred_outputs()
         if self.flush_at is not None and self._held >= self.flush_at:
             self._send_all()
         elif len(batch.items) >= self.max_items:
             self._send(group)
-        elif self._flush is None:
-            loop = asyncio.get_running_loop()
-            # in a context of its own: the handler's holds its event's outputs
-            self._flush = loop.call_soon(self._send_all, context=contextvars.Context()) if not self.linger_s \
-                else loop.call_later(self.linger_s, self._send_all, context=contextvars.Context())
-        outputs = deferred_outputs()
+        else:  # a handler that waits for its batch itself is not kept waiting for the linger
+            self._due(self.linger_s if outputs is not None else 0.0)
         if outputs is not None:
             outputs.append(batch.done)
         else:
             await asyncio.shield(batch.done)
+
+    def _due(self, linger_s: float) -> None:
+        """Send the open batches in `linger_s` (0: when the event loop next
+        runs what is ready), unless they are due sooner."""
+        loop = asyncio.get_running_loop()
+        at = loop.time() + linger_s
+        if self._flush is not None:
+            if self._flush_at <= at:
+                return
+            self._flush.cancel()
+        self._flush_at = at
+        # in a context of its own: the handler's holds its event's outputs
+        self._flush = loop.call_soon(self._send_all, context=contextvars.Context()) if not linger_s \
+            else loop.call_at(at, self._send_all, context=contextvars.Context())
 
     def _send_all(self) -> None:
         if self._flush is not None:
