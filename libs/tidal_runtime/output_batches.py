@@ -17,8 +17,9 @@ to the consumer's output window, so that a window never waits for a timer.
 The events whose items a batch holds are acked once it is stored (their
 consumer's output window holds the batch's future,
 `tidal_bus.output_window`); a handler without a window waits for it
-itself, and its batch goes out without lingering. Batches of one partition are published one after the other, in the
-order they were filled.
+itself, and its batch goes out without lingering. Batches of one
+partition are published one after the other, in the order they were
+filled.
 
 A batch's id derives from every cause's id: a batch sent again keeps its
 id and the broker keeps one copy. After a crash its causes come back and

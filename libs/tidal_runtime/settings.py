@@ -43,9 +43,9 @@ class ServiceSettings(BaseSettings):
                                "(tidal_bus.output_window; 1: one at a time)")
     output_linger_s: float = Field(0.25, ge=0, le=5, description="a stage answering every sample in batches "
                                    "(scoring's node scores, oversell's allocatable): how long a batch waits for "
-                                   "more samples' answers before it goes out; it goes out sooner once it holds "
-                                   "output_window events' (tidal_runtime.output_batches; 0: what one fetch "
-                                   "brought)")
+                                   "more samples' answers before it goes out; sooner once the open batches hold "
+                                   "the answers of output_window events (tidal_runtime.output_batches; 0: "
+                                   "what one fetch brought)")
     gc_full_every_s: float = Field(300.0, ge=0, description="the process collects its oldest generation of "
                                    "objects this often, and only then (tidal_runtime.collector); 0: when Python "
                                    "would")
