@@ -88,7 +88,10 @@ def batched(items: Sequence, size: int) -> Iterator[Sequence]:
         yield items[i:i + size]
 
 
-async def publish_all(bus: Bus, payloads: Iterable, window: int = 256) -> list:
+PUBLISH_WINDOW = 256  # events published and not yet acked, by every stand-in publisher
+
+
+async def publish_all(bus: Bus, payloads: Iterable, window: int = PUBLISH_WINDOW) -> list:
     """Publish with up to `window` acks outstanding; the envelopes, in order.
     Events of one key keep their order only across calls, so pass at most
     one event per key (e.g. one sampling round) per call."""
@@ -104,7 +107,7 @@ def encoded(payload, cluster: str) -> tuple:
     return stream(envelope.type), envelope.cluster, envelope.key, encode(envelope), envelope.id
 
 
-async def publish_encoded(bus: Bus, items: Sequence[tuple], window: int = 256) -> None:
+async def publish_encoded(bus: Bus, items: Sequence[tuple], window: int = PUBLISH_WINDOW) -> None:
     """`publish_all` for events `encoded` beforehand."""
     for chunk in batched(items, window):
         await asyncio.gather(*(bus.backend.publish(*item) for item in chunk))

@@ -41,8 +41,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 import placement_policy  # noqa: E402  (the in-process benchmark beside this file)
 from _common import (  # noqa: E402  (shared by the bus benchmarks)
-    Actor, agents_job, collect_oldest_only_when_asked, cpu_seconds, node_sample, pods, process_row, publish_all,
-    topologies,
+    Actor, PUBLISH_WINDOW, agents_job, collect_oldest_only_when_asked, cpu_seconds, node_sample, pods, process_row,
+    publish_all, topologies,
 )
 from burst import BATCHED, SERVICES, nodes_per_event, wait_for_stages  # noqa: E402
 
@@ -51,7 +51,6 @@ from tidal_cli import Stack  # noqa: E402
 from tidal_schemas.fence import DecisionFence  # noqa: E402
 
 DEFAULT_STRATEGY = placement_policy.DEFAULT_STRATEGY
-PUBLISH_WINDOW = 256  # pods published and not yet acked, as burst.py's creator
 
 
 async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0, strategy: str = DEFAULT_STRATEGY,
