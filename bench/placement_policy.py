@@ -16,15 +16,16 @@ speed relative to the first (the same cluster and pods, one process:
 a ratio holds on a shared machine where absolute rates swing).
 
 Run: .venv/bin/python bench/placement_policy.py [--nodes 1000 5000 10000] [--pods 20000]
-     [--strategy S [S …]] [--reference] [--seed 0] [--clock wall|cpu] [--relearn N]
+     [--strategy S [S …]] [--reference] [--seed 0] [--clock wall|cpu] [--relearn N] [--drift D]
 
 `--strategy` defaults to the placement service's default GPU strategy
 (`PlacementSettings.gpu_strategy`); `--reference` also runs each cached
 strategy's plain version (the same decisions, slower). The strategy learns
 its target workload from the pods as the service does (`StrategyLearner`:
 after the 1st, 2nd, 4th… pod, then every `--relearn` pods, by default the
-service's `workload_refresh`; the rebuild itself is not timed, the
-decisions after it are); `--relearn 0`, and the plain references, learn
+service's `workload_refresh`, rebuilt when the shapes drifted by more than
+`--drift`, by default its `workload_drift`; the rebuild itself is not
+timed, the decisions after it are); `--relearn 0`, and the plain references, learn
 it once from the first 2,000 pods (compare a cached strategy with its
 reference with `--relearn 0`: one target for both). `--clock cpu` times
 each pod by the CPU time of the thread instead of the wall clock: on a
@@ -51,6 +52,7 @@ from tidal_simulator.topology_builder import make_topology
 MODELS = ("A100", "T4", "V100")
 DEFAULT_STRATEGY = PlacementSettings.model_fields["gpu_strategy"].default
 RELEARN = PlacementSettings.model_fields["workload_refresh"].default
+DRIFT = PlacementSettings.model_fields["workload_drift"].default
 
 
 def build_cluster(n: int, rng: np.random.Generator) -> ClusterState:
@@ -93,15 +95,16 @@ CLOCKS = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
 
 
 def run(nodes: int, pods: int, strategy_name: str, live_per_node: float, seed: int, reference: bool = False,
-        clock: str = "wall", relearn: int = RELEARN) -> dict:
+        clock: str = "wall", relearn: int = RELEARN, drift: float = DRIFT) -> dict:
     """Time decide + assume for `pods` pods on a fresh synthetic cluster
     (`clock`: "wall", or "cpu" for the thread's CPU time), the strategy
-    relearnt every `relearn` pods as the service does (0: learnt once)."""
+    relearnt every `relearn` pods as the service does (0: learnt once) and
+    rebuilt when the shapes drifted by more than `drift`."""
     now = CLOCKS[clock]
     rng = np.random.default_rng(seed)
     state = build_cluster(nodes, rng)
     mix = pod_mix(pods, rng)
-    learner = StrategyLearner(strategy_name, relearn) if relearn and not reference else None
+    learner = StrategyLearner(strategy_name, relearn, drift) if relearn and not reference else None
     if learner is None:
         strategy = make_strategy(strategy_name, typical_workload([p.shape for p in mix[:2000]]), reference=reference)
     live: list[str] = []
@@ -127,6 +130,7 @@ def run(nodes: int, pods: int, strategy_name: str, live_per_node: float, seed: i
             "p50_ms": round(float(np.percentile(latencies, 50)) / 1e6, 4),
             "p99_ms": round(float(np.percentile(latencies, 99)) / 1e6, 4),
             "pods": len(mix), "placed": placed, "clock": clock, "relearn": relearn if learner else 0,
+            "drift": drift if learner else None, "rebuilds": learner.rebuilds if learner else 1,
             "score_cache_states": states, "score_cache_mib": round(score_bytes / 2**20, 1)}
 
 
@@ -142,6 +146,9 @@ def main() -> None:
     parser.add_argument("--relearn", type=int, default=RELEARN,
                         help=f"relearn the target workload every N pods as the service does (default {RELEARN}; "
                              "0: once, from the first 2,000 pods)")
+    parser.add_argument("--drift", type=float, default=DRIFT,
+                        help=f"rebuild the strategy when the shapes drifted by more than this share "
+                             f"(default: the service's, {DRIFT:g}; 0: whenever they changed)")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="time each pod by the wall clock or by the thread's CPU time (shared machines)")
     args = parser.parse_args()
@@ -149,9 +156,11 @@ def main() -> None:
     unknown = [s for s in args.strategy if s not in GPU_STRATEGIES]
     if unknown:
         parser.error(f"unknown strategy {unknown[0]!r}; known: {', '.join(sorted(GPU_STRATEGIES))}")
+    if not 0 <= args.drift <= 1:
+        parser.error("--drift takes a share of the pods between 0 and 1")
     runs = [(s, False) for s in args.strategy] + [(s, True) for s in args.strategy if args.reference and s in ROW_LOCAL]
     for n in args.nodes:
-        rows = [run(n, args.pods, name, args.live, args.seed, reference, args.clock, args.relearn)
+        rows = [run(n, args.pods, name, args.live, args.seed, reference, args.clock, args.relearn, args.drift)
                 for name, reference in runs]
         for row in rows:
             print(json.dumps(row), flush=True)

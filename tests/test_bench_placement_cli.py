@@ -59,12 +59,24 @@ def test_placement_policy_times_by_cpu_when_asked():
     assert row["clock"] == "cpu" and row["pods"] == 40 and row["pods_per_s"] > 0
 
 
+def test_placement_policy_relearns_as_the_service_does():
+    drift = PlacementSettings.model_fields["workload_drift"].default
+    rows = [json.loads(bench("placement_policy.py", "--nodes", "60", "--pods", "2100", *args).stdout)
+            for args in ([], ["--drift", "0"])]
+    assert rows[0]["drift"] == drift and rows[1]["drift"] == 0
+    # due after pods 1, 2, 4 … 256, 501, 1001, 1501 and 2001: every time without a tolerance (a
+    # mix of 56 shapes never repeats exactly), fewer with one once the mix has settled
+    assert rows[1]["rebuilds"] == 13 and 9 <= rows[0]["rebuilds"] < 13
+
+
 @pytest.mark.parametrize("script, args, fragment", [
     ("placement_policy.py", ["--strategy", "nope"], "unknown strategy 'nope'"),
     ("placement_openb.py", ["--strategies", "fgd", "nope"], "unknown strategy 'nope'"),
     ("placement_openb.py", ["--strategies", "fgd-cpu:packing"], "'packing' is not key=value"),
+    ("placement_policy.py", ["--drift", "1.5"], "--drift takes a share of the pods between 0 and 1"),
+    ("openb_online_workload.py", ["--tolerance", "0", "-0.1"], "--tolerance takes shares of the pods between 0 and 1"),
 ])
-def test_a_bad_strategy_exits_2_with_one_line(script, args, fragment):
+def test_a_bad_strategy_or_setting_exits_2_with_one_line(script, args, fragment):
     done = bench(script, *args)
     assert done.returncode == 2
     assert done.stdout == "" and fragment in done.stderr.splitlines()[-1]

@@ -239,10 +239,51 @@ def test_a_relearnt_strategy_starts_from_the_node_states_its_predecessor_knew():
     first = learner.strategy
     state = cluster(("n1", 8, [1000]), ("n2", 8, [500, 1000]))
     first.score(candidates(state), Shape(1000, 500, 1))  # the cache has met the nodes
-    learner.observe(pod)  # the second pod: relearnt
+    learner.observe(SimpleNamespace(**{**vars(pod), "gpu": GpuAsk(count=1)}))  # the second pod: relearnt
     assert learner.strategy is not first
     assert learner.strategy._states is not first._states  # a copy: the first may still be deciding
     assert learner.strategy._states.ids == first._states.ids  # both nodes' states, numbered as before
     scored = learner.strategy.score(candidates(state), Shape(1000, 500, 1))
-    plain = make_strategy("fgd-cpu", typical_workload([Shape(1000, 500, 1)] * 2), reference=True)
+    plain = make_strategy("fgd-cpu", typical_workload([Shape(1000, 500, 1), Shape(1000, 1000, 1)]), reference=True)
     assert scored.cost.tolist() == plain.score(candidates(state), Shape(1000, 500, 1)).cost.tolist()
+
+
+def test_drift_is_the_share_of_pods_whose_shape_moved():
+    from tidal_placement.gpu_workload import drift
+    mix = typical_workload([A] * 6 + [B] * 3 + [C])
+    assert drift(mix, typical_workload([A] * 60 + [B] * 30 + [C] * 10)) == pytest.approx(0.0)
+    assert drift(mix, typical_workload([Shape(8000)] * 4)) == pytest.approx(1.0)
+    # a tenth of the pods moved from A to a shape not seen before
+    assert drift(mix, typical_workload([A] * 5 + [B] * 3 + [C] + [Shape(8000)])) == pytest.approx(0.1)
+    # hand-built targets compare by their popularity
+    assert drift(WORKLOAD, TargetWorkload((A, B), np.array([0.5, 0.5]))) == pytest.approx(0.25)
+
+
+def test_a_learner_keeps_its_strategy_while_the_mix_stays_within_the_tolerance():
+    from tidal_placement.learning import StrategyLearner
+    learner = StrategyLearner("fgd-cpu", every=10, tolerance=0.15)
+    for shape in [A, B] * 5 + [A]:  # due after pods 1, 2, 4, 8 and 11: built at 1 and 2 (A, then half B)
+        learner.observe_shape(shape)
+    built, kept = learner.rebuilds, learner.strategy
+    assert built == 2
+    for shape in [A, B] * 5:  # pod 21: the same mix
+        learner.observe_shape(shape)
+    assert learner.strategy is kept and learner.rebuilds == built
+    for shape in [C] * 10:  # pod 31: a third of the last pods are C, which the strategy never saw
+        learner.observe_shape(shape)
+    assert learner.strategy is not kept and learner.rebuilds == built + 1
+    assert C in learner.workload.shapes
+
+    always = StrategyLearner("fgd-cpu", every=10)  # tolerance 0: rebuilt whenever the mix moved at all
+    for shape in [A, B, C, C] + [A] * 4 + [B] * 3 + [C] * 10:
+        always.observe_shape(shape)
+    assert always.rebuilds == 6  # after pods 1, 2, 4, 8, 11 and 21 (refresh_due): no two mixes alike
+
+
+def test_the_drift_tolerated_is_a_share_of_the_pods():
+    from pydantic import ValidationError
+
+    from tidal_placement import PlacementSettings
+    assert PlacementSettings().workload_drift == 0.05
+    with pytest.raises(ValidationError):
+        PlacementSettings(workload_drift=1.5)

@@ -90,6 +90,19 @@ def typical_workload(shapes: Iterable[Shape], coverage: float = 0.95) -> TargetW
                           observed=tuple(_ranked(counts)), coverage=coverage)
 
 
+def drift(old: TargetWorkload, new: TargetWorkload) -> float:
+    """The share of pods whose shape would have to change to turn `old`'s
+    pods into `new`'s (total variation between the shape counts observed,
+    or the targets' popularity when built by hand): 0 for the same mix, 1
+    for mixes with no shape in common."""
+    def shares(w: TargetWorkload) -> dict[Shape, float]:
+        counts = w.observed or tuple(zip(w.shapes, w.popularity.tolist()))
+        total = sum(n for _, n in counts)
+        return {shape: n / total for shape, n in counts}
+    a, b = shares(old), shares(new)
+    return 0.5 * sum(abs(a.get(shape, 0.0) - b.get(shape, 0.0)) for shape in a.keys() | b.keys())
+
+
 def by_model(workload: TargetWorkload) -> TargetWorkload:
     """The workload's target with the cut made on shapes without their model
     constraint and each kept shape split over its constraints (see the

@@ -9,7 +9,7 @@ from collections import deque
 
 from .gpu_score_cache import ScoreCache
 from .gpu_strategies import make_strategy
-from .gpu_workload import Shape, typical_workload
+from .gpu_workload import Shape, TargetWorkload, drift, typical_workload
 from .kept import PodLike
 from .pod_request import PodRequest
 
@@ -30,13 +30,16 @@ def refresh_due(seen: int, every: int) -> bool:
 class StrategyLearner:
     """`strategy` is best-fit until the first pod shape is seen, then the
     configured strategy over the last SHAPES_KEPT shapes, rebuilt when
-    `refresh_due`."""
+    `refresh_due` and the shapes seen have drifted from those it was built
+    from by more than `tolerance` (`drift`; 0: whenever they changed)."""
 
-    def __init__(self, name: str, every: int) -> None:
-        self.name, self.every = name, every
+    def __init__(self, name: str, every: int, tolerance: float = 0.0) -> None:
+        self.name, self.every, self.tolerance = name, every, tolerance
         self.seen = 0
         self.shapes: deque = deque(maxlen=SHAPES_KEPT)
         self.strategy = make_strategy("best-fit")
+        self.workload: TargetWorkload | None = None  # what `strategy` was built from
+        self.rebuilds = 0
 
     def observe(self, pod: PodLike) -> None:
         self.observe_shape(PodRequest.from_pod(pod).shape)
@@ -44,12 +47,19 @@ class StrategyLearner:
     def observe_shape(self, shape: Shape) -> None:
         self.shapes.append(shape)
         self.seen += 1
-        if refresh_due(self.seen, self.every):
-            try:
-                strategy = make_strategy(self.name, typical_workload(list(self.shapes)))
-            except ValueError as exc:
-                log.warning("GPU strategy %s unavailable (%s); using best-fit", self.name, exc)
-                return
-            if isinstance(strategy, ScoreCache):
-                strategy.succeed(self.strategy)
-            self.strategy = strategy
+        if not refresh_due(self.seen, self.every):
+            return
+        workload = typical_workload(list(self.shapes))
+        # A strategy rebuilt scores every node state afresh for every shape: not
+        # worth it for a mix that moved no more than sampling noise (see settings)
+        if self.workload is not None and drift(self.workload, workload) <= self.tolerance:
+            return
+        try:
+            strategy = make_strategy(self.name, workload)
+        except ValueError as exc:
+            log.warning("GPU strategy %s unavailable (%s); using best-fit", self.name, exc)
+            return
+        if isinstance(strategy, ScoreCache):
+            strategy.succeed(self.strategy)
+        self.strategy, self.workload = strategy, workload
+        self.rebuilds += 1

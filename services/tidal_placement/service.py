@@ -46,7 +46,8 @@ class PlacementService(Service):
         self.settings: PlacementSettings
         self.clusters: dict[str, ClusterCache] = {}
         self.leadership = Leadership(self.settings.takeover_settle_s)
-        self.learner = StrategyLearner(self.settings.gpu_strategy, self.settings.workload_refresh)
+        self.learner = StrategyLearner(self.settings.gpu_strategy, self.settings.workload_refresh,
+                                       self.settings.workload_drift)
         self.caught_up: set[str] = set()
         self.wake = asyncio.Event()
         self.decisions = 0
