@@ -35,6 +35,9 @@ from .gpu_workload import Shape
 # that and far below a point.
 MARGIN = 1e-6
 REMEMBERED = 1 << 14  # distinct per-device figures kept, at most (a node's GPUs change only by its pods)
+# A node's F before a pod is the same for every shape, and after one often is
+# too (the same CPU step and the same GPUs taken): F is kept per device figures,
+# by W's row and what the pod takes, and computed once.
 
 
 class PlainFrag:
@@ -65,9 +68,9 @@ class PlainFrag:
         for left, ok, model, cpu in zip(c.gpu_free.tolist(), c.eligible.tolist(), c.model.tolist(),
                                         c.cpu_free.tolist()):
             k = self.no_model if model < 0 else model
-            idle, can, small = self._gpu_figures(left)
+            idle, can, small, known = self._gpu_figures(left)
             row, after_row = self._row(k, cpu), self._row(k, cpu - shape.cpu_milli)
-            before = self._frag(row, k, idle, can, small)
+            before = self._known_frag(known, row, k, idle, can, small)
             if share:
                 milli, by_free = shape.gpu_milli, {}  # devices with as much left score alike
                 per_device = []
@@ -76,7 +79,11 @@ class PlainFrag:
                         per_device.append(-1.0)
                         continue
                     if free not in by_free:
-                        by_free[free] = step(before - self._share(after_row, k, idle, can, small, free, milli))
+                        after = known.get((after_row, free, milli))
+                        if after is None:
+                            after = known[after_row, free, milli] = self._share(after_row, k, idle, can, small,
+                                                                                free, milli)
+                        by_free[free] = step(before - after)
                     per_device.append(by_free[free])
                 if None in by_free.values():
                     return None
@@ -89,29 +96,41 @@ class PlainFrag:
                 continue
             if shape.gpu_count:
                 gpus = shape.gpu_count
-                score = step(before - self._frag(after_row, k, idle - GPU_MILLI * gpus, [n - gpus for n in can], small))
+                after = known.get((after_row, gpus))
+                if after is None:
+                    after = known[after_row, gpus] = self._frag(after_row, k, idle - GPU_MILLI * gpus,
+                                                                [n - gpus for n in can], small)
+                score = step(before - after)
             elif after_row == row:
                 # the reference computes both figures from the same numbers: Δ is 0 exactly,
                 # a step (50) that no rounding margin could settle
                 score = 50.0
             else:
-                score = step(before - self._frag(after_row, k, idle, can, small))
+                score = step(before - self._known_frag(known, after_row, k, idle, can, small))
             if score is None:
                 return None
             out.append((score, -1))
         return out
 
-    def _gpu_figures(self, left: list[int]) -> tuple[int, list[int], list[int]]:
+    def _gpu_figures(self, left: list[int]) -> tuple[int, list[int], list[int], dict]:
         # idle, and per demand the devices able to host it and the milli left on
-        # the others (FragModel.figures): the same for every shape, CPU and model
+        # the others (FragModel.figures): the same for every shape, CPU and model;
+        # and the F known for these figures: by W's row, by (row, whole GPUs taken)
+        # and by (row, device's milli left, share taken)
         key = tuple(left)
         figures = self._by_gpus.get(key)
         if figures is None:
             if len(self._by_gpus) >= REMEMBERED:
                 self._by_gpus.clear()
             figures = self._by_gpus[key] = (sum(left), [sum(1 for x in left if x >= m) for m in self.milli],
-                                            [sum(x for x in left if x < m) for m in self.milli])
+                                            [sum(x for x in left if x < m) for m in self.milli], {})
         return figures
+
+    def _known_frag(self, known: dict, row: int, k: int, idle: int, can: list[int], small: list[int]) -> float:
+        frag = known.get(row)
+        if frag is None:
+            frag = known[row] = self._frag(row, k, idle, can, small)
+        return frag
 
     def _row(self, k: int, cpu: int) -> int:
         # W's row for a node of model k with `cpu` milli-CPU left (FragModel.q3_weight)
