@@ -25,6 +25,8 @@ Reports, and prints as one JSON line:
   observer_p99_ms  the decision event's time -> read here (how much of the
                    latency is this script's own delay)
   placed / pending the first decisions' outcomes (pending: no room now)
+  pending_filtered why: per filter, the nodes it took out of a pending pod's
+                   candidates, on average over the pods left pending
   nodes_per_event  how many nodes' figures a score.node / node.allocatable
                    event held on average over the run (one event per
                    partition for the samples a stage had in hand)
@@ -80,6 +82,7 @@ class Decisions:
 
     def __init__(self) -> None:
         self.first: dict[str, tuple[float, str, float]] = {}  # pod -> (read at, outcome, decision time)
+        self.filtered: dict[str, dict[str, int]] = {}  # pod left pending -> nodes filtered out, by reason
         self.arrived = asyncio.Event()
 
     async def follow(self, bus: Bus) -> None:
@@ -88,6 +91,8 @@ class Decisions:
             d = event.payload
             if fence.admit(d) and d.outcome != "fence" and d.event_key() not in self.first:
                 self.first[d.event_key()] = (time.time(), d.outcome, event.time.timestamp())
+                if d.outcome == "pending":
+                    self.filtered[d.event_key()] = d.filtered
                 self.arrived.set()
 
     async def wait_for(self, keys: set[str], timeout: float) -> None:
@@ -101,6 +106,16 @@ class Decisions:
                 await asyncio.wait_for(self.arrived.wait(), 1.0)
             except asyncio.TimeoutError:
                 pass
+
+
+def pending_filtered(filtered: list[dict[str, int]]) -> dict[str, float]:
+    """Why pods were left pending: per filter, the nodes it took out of a
+    pending pod's candidates, on average over those pods."""
+    totals: dict[str, int] = {}
+    for counts in filtered:
+        for reason, nodes in counts.items():
+            totals[reason] = totals.get(reason, 0) + nodes
+    return {reason: round(total / len(filtered), 1) for reason, total in sorted(totals.items(), key=lambda kv: -kv[1])}
 
 
 async def wait_for_stages(stack: Stack, stream: str, count: int, timeout: float = 600) -> None:
@@ -201,6 +216,7 @@ async def drive(stack: Stack, args: argparse.Namespace, broker: tuple[int | None
         "max_ms": percentile_ms(latency, 100), "observer_p50_ms": percentile_ms(observer, 50),
         "observer_p99_ms": percentile_ms(observer, 99),
         "placed": outcomes.count("placed"), "pending": outcomes.count("pending"),
+        "pending_filtered": pending_filtered([decisions.filtered[key] for key in first if key in decisions.filtered]),
         "loadavg_1m": [round(load_before[0], 1), round(load_after[0], 1)],
         "nodes_per_event": batching,
         "memory": memory,
@@ -250,7 +266,9 @@ def main() -> None:
                  ("publish_s", "drain_s", "decided_50pct_s", "decided_90pct_s", "decided_99pct_s", "decisions_per_s",
                   "p50_ms", "p99_ms", "max_ms", "observer_p50_ms", "observer_p99_ms", "placed", "pending", "setup_s",
                   "loadavg_1m")] + [{"figure": f"nodes per {name} event", "value": per}
-                                    for name, per in result["nodes_per_event"].items()], ["figure", "value"]))
+                                    for name, per in result["nodes_per_event"].items()]
+                + [{"figure": f"pending, nodes filtered: {reason}", "value": nodes}
+                   for reason, nodes in result["pending_filtered"].items()], ["figure", "value"]))
     print()
     print(table(result["memory"], ["process", "pid", "peak_rss_mib", "rss_now_mib", "cpu_s", "cpu_ms_per_pod"]))
     print(json.dumps(result), flush=True)

@@ -92,3 +92,13 @@ def test_strategy_labels_carry_options():
     assert parse_label("fgd") == ("fgd", {})
     assert parse_label("fgd-cpu:packing=true,rho_scale=0.5,deficit_unit=100,target=typical") == (
         "fgd-cpu", {"packing": True, "rho_scale": 0.5, "deficit_unit": 100, "target": "typical"})
+
+
+def test_the_burst_says_why_pods_were_left_pending():
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from burst import pending_filtered
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    assert pending_filtered([{"cpu": 10, "gpu": 2}, {"cpu": 20, "stale: no metrics for 30s": 4}]) == {
+        "cpu": 15.0, "stale: no metrics for 30s": 2.0, "gpu": 1.0}  # the filter taking out most nodes first
