@@ -24,9 +24,13 @@ Reports, and prints as one JSON line:
                    first decision read here
   observer_p99_ms  the decision event's time -> read here (how much of the
                    latency is this script's own delay)
-  placed / pending the first decisions' outcomes (pending: no room now)
-  pending_filtered why: per filter, the nodes it took out of a pending pod's
-                   candidates, on average over the pods left pending
+  placed / pending the first decisions' outcomes (pending: no room now, or
+                   held back: §C's waiting queue, a pod of the same resource
+                   type with a better score waits for room, so this one is
+                   not tried until that one is placed or its permit expires)
+  held_back        of the pending, those held back (no node tried)
+  pending_filtered why the others: per filter, the nodes it took out of a
+                   pod's candidates, on average over the pods without room
   nodes_per_event  how many nodes' figures a score.node / node.allocatable
                    event held on average over the run (one event per
                    partition for the samples a stage had in hand)
@@ -82,7 +86,8 @@ class Decisions:
 
     def __init__(self) -> None:
         self.first: dict[str, tuple[float, str, float]] = {}  # pod -> (read at, outcome, decision time)
-        self.filtered: dict[str, dict[str, int]] = {}  # pod left pending -> nodes filtered out, by reason
+        self.filtered: dict[str, dict[str, int]] = {}  # pod left pending -> nodes filtered out, by reason (none:
+        # held back behind a better pod of its type, not tried)
         self.arrived = asyncio.Event()
 
     async def follow(self, bus: Bus) -> None:
@@ -216,7 +221,9 @@ async def drive(stack: Stack, args: argparse.Namespace, broker: tuple[int | None
         "max_ms": percentile_ms(latency, 100), "observer_p50_ms": percentile_ms(observer, 50),
         "observer_p99_ms": percentile_ms(observer, 99),
         "placed": outcomes.count("placed"), "pending": outcomes.count("pending"),
-        "pending_filtered": pending_filtered([decisions.filtered[key] for key in first if key in decisions.filtered]),
+        "held_back": sum(1 for key in first if key in decisions.filtered and not decisions.filtered[key]),
+        "pending_filtered": pending_filtered([decisions.filtered[key] for key in first
+                                              if decisions.filtered.get(key)]),
         "loadavg_1m": [round(load_before[0], 1), round(load_after[0], 1)],
         "nodes_per_event": batching,
         "memory": memory,
@@ -264,7 +271,7 @@ def main() -> None:
           f"({result['gpu_strategy']}, {sampling})")
     print(table([{"figure": k, "value": result[k]} for k in
                  ("publish_s", "drain_s", "decided_50pct_s", "decided_90pct_s", "decided_99pct_s", "decisions_per_s",
-                  "p50_ms", "p99_ms", "max_ms", "observer_p50_ms", "observer_p99_ms", "placed", "pending", "setup_s",
+                  "p50_ms", "p99_ms", "max_ms", "observer_p50_ms", "observer_p99_ms", "placed", "pending", "held_back", "setup_s",
                   "loadavg_1m")] + [{"figure": f"nodes per {name} event", "value": per}
                                     for name, per in result["nodes_per_event"].items()]
                 + [{"figure": f"pending, nodes filtered: {reason}", "value": nodes}
