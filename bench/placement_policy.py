@@ -4,9 +4,11 @@ Synthetic clusters of 1,000 / 5,000 / 10,000 nodes (1, 2, 4 or 8 NUMA
 nodes of 8–32 CPUs, 0–8 GPUs of three models, some nodes without exclusive
 CPUs, loads from a NodeScore-like update) and a pod mix shaped like the
 openb trace (CPU-only, GPU shares, whole and multi-GPU pods) plus pods
-asking exclusive CPUs under spread / single-numa / auto. Pods depart in
-arrival order once the cluster holds `--live` pods per node, so the cache
-stays part full; only decide + assume is timed.
+asking exclusive CPUs under spread / single-numa / auto; the pods ask one
+of 5 CPU sizes (56 shapes in all), or of `--cpu-values N` sizes for more
+distinct shapes. Pods depart in arrival order once the cluster holds
+`--live` pods per node, so the cache stays part full; only decide +
+assume is timed.
 
 Prints one JSON line per configuration:
 {"nodes": N, "mode": "in-process", "strategy": S, "pods_per_s": X, "p50_ms": Y, "p99_ms": Z, …,
@@ -17,6 +19,7 @@ a ratio holds on a shared machine where absolute rates swing).
 
 Run: .venv/bin/python bench/placement_policy.py [--nodes 1000 5000 10000] [--pods 20000]
      [--strategy S [S …]] [--reference] [--seed 0] [--clock wall|cpu] [--relearn N] [--drift D]
+     [--cpu-values N]
 
 `--strategy` defaults to the placement service's default GPU strategy
 (`PlacementSettings.gpu_strategy`); `--reference` also runs each cached
@@ -69,12 +72,24 @@ def build_cluster(n: int, rng: np.random.Generator) -> ClusterState:
     return state
 
 
-def pod_mix(count: int, rng: np.random.Generator) -> list[PodRequest]:
-    """Pods shaped like the openb mix, with 10 % exclusive-CPU pods."""
+CPU_VALUES = (1000, 2000, 4000, 8000, 12000)  # what the pods ask, in milli-CPU (56 shapes in all)
+
+
+def cpu_values(n: int) -> tuple[int, ...]:
+    """The CPU requests pods draw from: CPU_VALUES for 5, else `n` values
+    spread evenly over 0.5–30 CPUs (in steps of 100 milli-CPU)."""
+    if n == len(CPU_VALUES):
+        return CPU_VALUES
+    return tuple(sorted({int(round(v, -2)) for v in np.linspace(500, 30000, n)}))
+
+
+def pod_mix(count: int, rng: np.random.Generator, cpus: tuple[int, ...] = CPU_VALUES) -> list[PodRequest]:
+    """Pods shaped like the openb mix, with 10 % exclusive-CPU pods, asking
+    CPU from `cpus`."""
     pods = []
     for i in range(count):
         kind = rng.choice(["cpu", "exclusive", "share", "one", "multi"], p=[0.25, 0.10, 0.30, 0.30, 0.05])
-        cpu = int(rng.choice([1000, 2000, 4000, 8000, 12000]))
+        cpu = int(rng.choice(cpus))
         mem = int(rng.choice([1024, 4096, 16384]))
         if kind == "cpu":
             pods.append(PodRequest(f"p{i}", cpu, mem))
@@ -95,15 +110,17 @@ CLOCKS = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
 
 
 def run(nodes: int, pods: int, strategy_name: str, live_per_node: float, seed: int, reference: bool = False,
-        clock: str = "wall", relearn: int = RELEARN, drift: float = DRIFT) -> dict:
+        clock: str = "wall", relearn: int = RELEARN, drift: float = DRIFT,
+        cpus: tuple[int, ...] = CPU_VALUES) -> dict:
     """Time decide + assume for `pods` pods on a fresh synthetic cluster
     (`clock`: "wall", or "cpu" for the thread's CPU time), the strategy
     relearnt every `relearn` pods as the service does (0: learnt once) and
-    rebuilt when the shapes drifted by more than `drift`."""
+    rebuilt when the shapes drifted by more than `drift`; the pods ask CPU
+    from `cpus`."""
     now = CLOCKS[clock]
     rng = np.random.default_rng(seed)
     state = build_cluster(nodes, rng)
-    mix = pod_mix(pods, rng)
+    mix = pod_mix(pods, rng, cpus)
     learner = StrategyLearner(strategy_name, relearn, drift) if relearn and not reference else None
     if learner is None:
         strategy = make_strategy(strategy_name, typical_workload([p.shape for p in mix[:2000]]), reference=reference)
@@ -129,7 +146,7 @@ def run(nodes: int, pods: int, strategy_name: str, live_per_node: float, seed: i
             "pods_per_s": round(len(mix) / total_s, 1),
             "p50_ms": round(float(np.percentile(latencies, 50)) / 1e6, 4),
             "p99_ms": round(float(np.percentile(latencies, 99)) / 1e6, 4),
-            "pods": len(mix), "placed": placed, "clock": clock, "relearn": relearn if learner else 0,
+            "pods": len(mix), "shapes": len({p.shape for p in mix}), "placed": placed, "clock": clock, "relearn": relearn if learner else 0,
             "drift": drift if learner else None, "rebuilds": learner.rebuilds if learner else 1,
             "score_cache_states": states, "score_cache_mib": round(score_bytes / 2**20, 1)}
 
@@ -149,6 +166,9 @@ def main() -> None:
     parser.add_argument("--drift", type=float, default=DRIFT,
                         help=f"rebuild the strategy when the shapes drifted by more than this share "
                              f"(default: the service's, {DRIFT:g}; 0: whenever they changed)")
+    parser.add_argument("--cpu-values", type=int, default=len(CPU_VALUES),
+                        help=f"how many distinct CPU requests the pods draw from (default {len(CPU_VALUES)}: "
+                             "1, 2, 4, 8, 12 CPUs; more: spread over 0.5-30 CPUs), for more distinct pod shapes")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="time each pod by the wall clock or by the thread's CPU time (shared machines)")
     args = parser.parse_args()
@@ -156,11 +176,14 @@ def main() -> None:
     unknown = [s for s in args.strategy if s not in GPU_STRATEGIES]
     if unknown:
         parser.error(f"unknown strategy {unknown[0]!r}; known: {', '.join(sorted(GPU_STRATEGIES))}")
+    if not 2 <= args.cpu_values <= 296:
+        parser.error("--cpu-values takes 2 to 296 (distinct steps of 100 milli-CPU between 0.5 and 30 CPUs)")
     if not 0 <= args.drift <= 1:
         parser.error("--drift takes a share of the pods between 0 and 1")
     runs = [(s, False) for s in args.strategy] + [(s, True) for s in args.strategy if args.reference and s in ROW_LOCAL]
     for n in args.nodes:
-        rows = [run(n, args.pods, name, args.live, args.seed, reference, args.clock, args.relearn, args.drift)
+        rows = [run(n, args.pods, name, args.live, args.seed, reference, args.clock, args.relearn, args.drift,
+                    cpu_values(args.cpu_values))
                 for name, reference in runs]
         for row in rows:
             print(json.dumps(row), flush=True)

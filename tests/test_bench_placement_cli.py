@@ -59,6 +59,12 @@ def test_placement_policy_times_by_cpu_when_asked():
     assert row["clock"] == "cpu" and row["pods"] == 40 and row["pods_per_s"] > 0
 
 
+def test_placement_policy_varies_the_pod_shapes_when_asked():
+    rows = [json.loads(bench("placement_policy.py", "--nodes", "60", "--pods", "400", *args).stdout)
+            for args in ([], ["--cpu-values", "60"])]
+    assert rows[0]["shapes"] <= 56 < rows[1]["shapes"]
+
+
 def test_placement_policy_relearns_as_the_service_does():
     drift = PlacementSettings.model_fields["workload_drift"].default
     rows = [json.loads(bench("placement_policy.py", "--nodes", "60", "--pods", "2100", *args).stdout)
@@ -74,6 +80,7 @@ def test_placement_policy_relearns_as_the_service_does():
     ("placement_openb.py", ["--strategies", "fgd", "nope"], "unknown strategy 'nope'"),
     ("placement_openb.py", ["--strategies", "fgd-cpu:packing"], "'packing' is not key=value"),
     ("placement_policy.py", ["--drift", "1.5"], "--drift takes a share of the pods between 0 and 1"),
+    ("placement_policy.py", ["--cpu-values", "1"], "--cpu-values takes 2 to 296"),
     ("openb_online_workload.py", ["--tolerance", "0", "-0.1"], "--tolerance takes shares of the pods between 0 and 1"),
 ])
 def test_a_bad_strategy_or_setting_exits_2_with_one_line(script, args, fragment):
