@@ -35,9 +35,6 @@ from .gpu_workload import Shape
 # that and far below a point.
 MARGIN = 1e-6
 REMEMBERED = 1 << 14  # distinct per-device figures kept, at most (a node's GPUs change only by its pods)
-# A node's F before a pod is the same for every shape, and after one often is
-# too (the same CPU step and the same GPUs taken): F is kept per device figures,
-# by W's row and what the pod takes, and computed once.
 
 
 class PlainFrag:
@@ -115,8 +112,9 @@ class PlainFrag:
     def _gpu_figures(self, left: list[int]) -> tuple[int, list[int], list[int], dict]:
         # idle, and per demand the devices able to host it and the milli left on
         # the others (FragModel.figures): the same for every shape, CPU and model;
-        # and the F known for these figures: by W's row, by (row, whole GPUs taken)
-        # and by (row, device's milli left, share taken)
+        # and the F known for these figures, by W's row, by (row, whole GPUs taken)
+        # and by (row, device's milli left, share taken): a node's F before a pod
+        # is the same for every shape, and after one often is too
         key = tuple(left)
         figures = self._by_gpus.get(key)
         if figures is None:
