@@ -11,7 +11,8 @@ pods as fast as the broker acks them (256 in flight), a process standing for
 the node agents samples every node every `--metrics-interval` seconds (each
 node at its own phase, so the samples come as an even stream, as from
 agents started at different times; `--aligned-samples`: a whole round at
-one instant, the worst case), and this script only reads `placement.decision` back. Nothing binds the pods (placement's bind timeout
+one instant, the worst case), and this script only reads
+`placement.decision` back. Nothing binds the pods (placement's bind timeout
 is raised past the run), so placement's own work is what is measured.
 
 Reports, and prints as one JSON line:
@@ -86,8 +87,8 @@ class Decisions:
 
     def __init__(self) -> None:
         self.first: dict[str, tuple[float, str, float]] = {}  # pod -> (read at, outcome, decision time)
-        self.filtered: dict[str, dict[str, int]] = {}  # pod left pending -> nodes filtered out, by reason (none:
-        # held back behind a better pod of its type, not tried)
+        # pod left pending -> nodes filtered out, by reason (none: held back behind a better pod of its type)
+        self.filtered: dict[str, dict[str, int]] = {}
         self.arrived = asyncio.Event()
 
     async def follow(self, bus: Bus) -> None:
@@ -271,8 +272,8 @@ def main() -> None:
           f"({result['gpu_strategy']}, {sampling})")
     print(table([{"figure": k, "value": result[k]} for k in
                  ("publish_s", "drain_s", "decided_50pct_s", "decided_90pct_s", "decided_99pct_s", "decisions_per_s",
-                  "p50_ms", "p99_ms", "max_ms", "observer_p50_ms", "observer_p99_ms", "placed", "pending", "held_back", "setup_s",
-                  "loadavg_1m")] + [{"figure": f"nodes per {name} event", "value": per}
+                  "p50_ms", "p99_ms", "max_ms", "observer_p50_ms", "observer_p99_ms", "placed", "pending",
+                  "held_back", "setup_s", "loadavg_1m")] + [{"figure": f"nodes per {name} event", "value": per}
                                     for name, per in result["nodes_per_event"].items()]
                 + [{"figure": f"pending, nodes filtered: {reason}", "value": nodes}
                    for reason, nodes in result["pending_filtered"].items()], ["figure", "value"]))

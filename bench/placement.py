@@ -93,7 +93,9 @@ async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0, strategy
             if agents is not None:
                 agents.go()
             start = time.perf_counter()
-            in_flight: set[asyncio.Task] = set()  # not one ack at a time: the rate must not hang on the broker
+            # Not one ack at a time: the rate must not hang on the broker. A sliding window, not
+            # tidal_runtime's PublishWindow, which waits for a whole window and would bunch the arrivals.
+            in_flight: set[asyncio.Task] = set()
             for i, pod in enumerate(batch):
                 if rate:  # paced arrivals: latency without a burst's queueing
                     await asyncio.sleep(max(start + i / rate - time.perf_counter(), 0))

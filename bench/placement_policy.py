@@ -146,7 +146,8 @@ def run(nodes: int, pods: int, strategy_name: str, live_per_node: float, seed: i
             "pods_per_s": round(len(mix) / total_s, 1),
             "p50_ms": round(float(np.percentile(latencies, 50)) / 1e6, 4),
             "p99_ms": round(float(np.percentile(latencies, 99)) / 1e6, 4),
-            "pods": len(mix), "shapes": len({p.shape for p in mix}), "placed": placed, "clock": clock, "relearn": relearn if learner else 0,
+            "pods": len(mix), "shapes": len({p.shape for p in mix}), "placed": placed, "clock": clock,
+            "relearn": relearn if learner else 0,
             "drift": drift if learner else None, "rebuilds": learner.rebuilds if learner else 1,
             "score_cache_states": states, "score_cache_mib": round(score_bytes / 2**20, 1)}
 
