@@ -93,6 +93,24 @@ class BusContract:
             await _stop(task)
         assert [e.payload.node_cpu_util for e in seen.events] == [i / 100 for i in range(30)]
 
+    async def test_a_lingering_consumer_takes_a_trickle_with_its_first_event(self, bus_url, namespace):
+        """`linger_s`: an event is handed over only after the linger, with
+        those that came meanwhile; every one of them, in order per key."""
+        async with make_bus(bus_url, namespace) as bus:
+            await bus.ensure_streams(["node.metrics"])
+            seen = _Collector()
+            task = await _run(bus.consumer("node.metrics", "g", seen, linger_s=2.0))
+            await bus.publish(metrics("node-a", load=0.0))
+            await asyncio.sleep(0.3)
+            assert not seen.events, "handed over before its linger"
+            for i in range(1, 5):
+                await bus.publish(metrics("node-a", load=i / 100))
+            await wait_until(lambda: len(seen.events) == 5, what="the first event and the trickle")
+            await bus.publish(metrics("node-b", load=0.5))  # and after the batch, the next
+            await wait_until(lambda: len(seen.events) == 6, what="an event after the batch")
+            await _stop(task)
+        assert [e.payload.node_cpu_util for e in seen.events] == [0.0, 0.01, 0.02, 0.03, 0.04, 0.5]
+
     async def test_group_splits_keys_and_takes_over(self, bus_url, namespace):
         keys = [f"node-{i}" for i in range(24)]
         async with make_bus(bus_url, namespace) as bus:

@@ -1,7 +1,8 @@
 """Pulling from a JetStream consumer over the pull protocol (`nats_pull`),
 against a real NATS server: every message once and in order, later messages
 without a new fetch's request, a timeout when there is nothing, no busy loop
-on a consumer that is gone, and unread messages handed back at close."""
+on a consumer that is gone, unread messages handed back at close, and a
+lingering fetch that the server answers with what it stored meanwhile."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import asyncio
 import nats
 import nats.errors
 import nats.js.errors
+import orjson
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 
@@ -117,5 +119,64 @@ async def test_close_hands_unread_messages_back_at_once(jetstream):
                                                               ack_wait=30.0))
     try:  # well within ack_wait: they were handed back, not left to time out
         assert sorted(await _fetch_all(second, 2, batch=16)) == [1, 2]
+    finally:
+        await second.close()
+
+
+async def test_lingering_the_server_holds_a_trickle_and_sends_it_as_one_batch(jetstream):
+    nc, js, stream = jetstream
+    requests: list[dict] = []
+    publish = nc.publish
+
+    async def counted(subject: str, payload: bytes = b"", **options) -> None:
+        if ".CONSUMER.MSG.NEXT." in subject:
+            requests.append(orjson.loads(payload))
+        await publish(subject, payload, **options)
+    nc.publish = counted
+    puller = await Puller.open(nc, js, stream, ConsumerConfig(ack_policy=AckPolicy.NONE))
+    try:
+        await _publish(js, stream, 1)
+        fetching = asyncio.create_task(puller.fetch(64, timeout=5.0, linger=3.0))
+        await wait_until(lambda: len(puller._arrived) == 1, 5, "the first message")
+        for i in range(1, 6):  # a trickle during the linger: stored, not delivered
+            await _publish(js, stream, 1, first=i)
+            await asyncio.sleep(0.05)
+        assert len(puller._arrived) == 1 and not fetching.done()
+        assert [int(m.data) for m in await fetching] == list(range(6))
+        # one request for the first message, one for the rest (no_wait: answered from what is stored)
+        assert [r["batch"] for r in requests] == [1, 63] and requests[1].get("no_wait") is True
+    finally:
+        await puller.close()
+
+
+async def test_lingering_never_returns_more_than_asked_and_loses_nothing(jetstream):
+    nc, js, stream = jetstream
+    await _publish(js, stream, 20)
+    puller = await Puller.open(nc, js, stream, ConsumerConfig(ack_policy=AckPolicy.NONE))
+    try:
+        sizes, got = [], []
+        while len(got) < 20:
+            batch = await puller.fetch(8, timeout=2.0, linger=0.05)
+            sizes.append(len(batch))
+            got += [int(m.data) for m in batch]
+        assert got == list(range(20)) and sizes == [8, 8, 4]
+    finally:
+        await puller.close()
+
+
+async def test_a_fetch_cancelled_while_lingering_leaves_its_messages_to_be_handed_back(jetstream):
+    nc, js, stream = jetstream
+    config = dict(durable_name="group", ack_policy=AckPolicy.EXPLICIT, ack_wait=30.0)
+    await _publish(js, stream, 1)
+    first = await Puller.open(nc, js, stream, ConsumerConfig(**config))
+    fetching = asyncio.create_task(first.fetch(16, timeout=5.0, linger=10.0))
+    await wait_until(lambda: len(first._arrived) == 1, 5, "the first message")
+    fetching.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await fetching
+    await first.close(return_unread=True)
+    second = await Puller.open(nc, js, stream, ConsumerConfig(**config))
+    try:  # well within ack_wait: handed back at close, not left to time out
+        assert await _fetch_all(second, 1, batch=16) == [0]
     finally:
         await second.close()

@@ -135,6 +135,28 @@ async def test_not_ready_until_started(nats_server, namespace):
     assert service.ready() == (False, "starting")
 
 
+async def test_windowed_subscriptions_read_in_lingering_batches_and_the_others_do_not(nats_server, namespace):
+    class PerSample(EchoService):
+        def subscriptions(self) -> list[Subscription]:
+            return [Subscription("node.metrics", self.on_metrics, windowed=True),
+                    Subscription("node.topology", self.on_topology)]
+
+        async def on_topology(self, envelope, delivery) -> None:
+            pass
+
+    settings = EchoSettings(bus_url=nats_server.url, namespace=namespace, cluster="c1", http_port=0,
+                            http_host="127.0.0.1", input_linger_s=0.5)
+    service = PerSample(settings)
+    task = asyncio.create_task(service.run())
+    await wait_until(lambda: service.ready()[0], what="service ready")
+    assert {c.spec.name: c.linger_s for c in service.consumers} == {"node.metrics": 0.5, "node.topology": 0.0}
+    async with make_bus(nats_server.url, namespace) as bus:
+        await bus.publish(metrics("n1", load=0.4))
+        await wait_until(lambda: service.samples.get("n1") == 1, what="the sample handled after its linger")
+    service.stop()
+    await asyncio.wait_for(task, 30)
+
+
 def test_settings_read_shared_and_prefixed_variables(monkeypatch):
     monkeypatch.setenv("TIDAL_BUS_URL", "kafka://broker:9092")
     monkeypatch.setenv("TIDAL_CLUSTER", "eu-1")
@@ -153,6 +175,11 @@ def test_settings_reject_bad_values_naming_them(monkeypatch):
     monkeypatch.setenv("TIDAL_NAMESPACE", "Bad Name")
     with pytest.raises(ValidationError, match="namespace"):
         EchoSettings()
+    monkeypatch.delenv("TIDAL_NAMESPACE")
+    for linger in ("-0.1", "6"):
+        monkeypatch.setenv("TIDAL_ECHO_INPUT_LINGER_S", linger)
+        with pytest.raises(ValidationError, match="input_linger_s"):
+            EchoSettings()
 
 
 def test_json_log_lines():

@@ -188,8 +188,11 @@ class Backend(abc.ABC):
         start: StartAt,
         *,
         on_assign: AssignmentListener | None = None,
+        linger_s: float = 0.0,
     ) -> GroupSubscription:
-        """Join consumer group `group` on the stream."""
+        """Join consumer group `group` on the stream. `linger_s` > 0: once a
+        message is there, wait that long for more before handing them over,
+        so that a trickle is read in batches (latency traded for CPU)."""
 
     @abc.abstractmethod
     def read(

@@ -110,6 +110,7 @@ class Consumer:
         on_assign: Callable[[frozenset[int], frozenset[int]], Awaitable[None]] | None = None,
         observer: ConsumerObserver | None = None,
         window: int = 1,
+        linger_s: float = 0.0,
     ) -> None:
         self.bus = bus
         self.spec = spec
@@ -124,6 +125,7 @@ class Consumer:
         self._on_assign_hook = on_assign
         self.observer: ConsumerObserver = observer or _NoObserver()
         self.window = OutputWindow(window, self._finish, f"{group}:{spec.name}")
+        self.linger_s = linger_s  # see Backend.subscribe
         self.subscription: GroupSubscription | None = None
         self.ready = asyncio.Event()
         self._stop_requested = False
@@ -133,7 +135,7 @@ class Consumer:
         handled messages are committed) or cancellation (abrupt: like a
         crash, unacknowledged messages come back to the group later)."""
         self.subscription = await self.bus.backend.subscribe(
-            self.spec, self.group, self.start, on_assign=self._assigned
+            self.spec, self.group, self.start, on_assign=self._assigned, linger_s=self.linger_s
         )
         if self._stop_requested:
             self.subscription.request_stop()

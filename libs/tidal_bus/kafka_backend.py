@@ -147,9 +147,9 @@ class KafkaBackend(Backend):
             raise BusError(f"partition {partition} of {topic} is not known to the broker")
 
     async def subscribe(self, spec: StreamSpec, group: str, start: StartAt, *,
-                        on_assign: AssignmentListener | None = None) -> GroupSubscription:
+                        on_assign: AssignmentListener | None = None, linger_s: float = 0.0) -> GroupSubscription:
         await self.ensure_stream(spec)
-        sub = KafkaGroupSubscription(self, spec, group, start, on_assign)
+        sub = KafkaGroupSubscription(self, spec, group, start, on_assign, linger_s)
         await sub.start()
         return sub
 

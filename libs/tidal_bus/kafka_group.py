@@ -35,8 +35,9 @@ log = logging.getLogger(__name__)
 
 class KafkaGroupSubscription(GroupSubscription):
     def __init__(self, backend: "KafkaBackend", spec: StreamSpec, group: str, start: StartAt,
-                 on_assign: AssignmentListener | None) -> None:
+                 on_assign: AssignmentListener | None, linger_s: float = 0.0) -> None:
         self._backend = backend
+        self._linger_s = linger_s
         self._spec = spec
         self._topic = kafka_topic(backend.namespace, spec)
         self._start = start
@@ -92,7 +93,7 @@ class KafkaGroupSubscription(GroupSubscription):
             raise_if_cancelling()
             await self._commit()
             try:
-                batch = await self._consumer.getmany(timeout_ms=500, max_records=self._backend.fetch_batch)
+                batch = await self._fetch()
             except KafkaError as exc:
                 log.warning("kafka fetch on %s: %s; retrying", self._topic, exc)
                 await asyncio.sleep(0.5)
@@ -130,6 +131,19 @@ class KafkaGroupSubscription(GroupSubscription):
 
             asyncio.get_running_loop().create_task(resume()).add_done_callback(_log_failure)
         return nak
+
+    async def _fetch(self) -> dict[TopicPartition, list]:
+        """A batch of records; lingering, the first is held `linger_s` for more
+        to join it (the client fetches on in the background meanwhile)."""
+        most = self._backend.fetch_batch
+        batch = await self._consumer.getmany(timeout_ms=500, max_records=most)
+        count = sum(map(len, batch.values()))
+        if not self._linger_s or not count or count >= most:
+            return batch
+        await asyncio.sleep(self._linger_s)
+        for tp, records in (await self._consumer.getmany(timeout_ms=0, max_records=most - count)).items():
+            batch[tp] = batch.get(tp, []) + records
+        return batch
 
     async def _commit(self) -> None:
         if not self._acked:

@@ -250,9 +250,10 @@ class NatsBackend(Backend):
         start: StartAt,
         *,
         on_assign: AssignmentListener | None = None,
+        linger_s: float = 0.0,
     ) -> GroupSubscription:
         await self.ensure_stream(spec)
-        sub = NatsGroupSubscription(self, spec, group, start, on_assign)
+        sub = NatsGroupSubscription(self, spec, group, start, on_assign, linger_s)
         try:
             await sub.start()
         except (nats.errors.Error, asyncio.TimeoutError) as exc:

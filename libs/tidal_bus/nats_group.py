@@ -33,8 +33,9 @@ class NatsGroupSubscription(GroupSubscription):
     """Owns one pull fetcher per owned partition, feeding one queue."""
 
     def __init__(self, backend: "NatsBackend", spec: StreamSpec, group: str, start: StartAt,
-                 on_assign: AssignmentListener | None) -> None:
+                 on_assign: AssignmentListener | None, linger_s: float = 0.0) -> None:
         self._backend = backend
+        self._linger_s = linger_s
         self._spec = spec
         self._group = group
         self._start = start
@@ -178,7 +179,7 @@ class NatsGroupSubscription(GroupSubscription):
         try:
             while self._fetchers.get(partition) is me and not me.cancelling():
                 try:
-                    batch = await psub.fetch(self._backend.fetch_batch, timeout=1.0)
+                    batch = await psub.fetch(self._backend.fetch_batch, timeout=1.0, linger=self._linger_s)
                 except (nats.errors.TimeoutError, asyncio.TimeoutError):
                     continue  # nothing new within the poll window
                 except nats.errors.Error as exc:  # reconnecting, draining, consumer being recreated

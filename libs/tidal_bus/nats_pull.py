@@ -7,7 +7,9 @@ task of its own with a timer of its own (a uuid, two tasks and a wait_for per
 message): about a third of the CPU a followed event cost to read. Here a
 batch costs one wait, and a request stays open until the server has sent
 its batch or says it expired, so messages published meanwhile arrive without
-a new request."""
+a new request. A lingering fetch (a stage's samples) keeps no request open
+while it waits: the server stores what comes meanwhile and sends it in one
+answer, rather than a delivery (and a wake-up of the reader) per message."""
 
 from __future__ import annotations
 
@@ -85,22 +87,27 @@ class Puller:
                 self._failure = exc
         self._changed.set()
 
-    async def fetch(self, batch: int, timeout: float) -> list[Msg]:
+    async def fetch(self, batch: int, timeout: float, linger: float = 0.0) -> list[Msg]:
         """Up to `batch` messages: those already here, else the first to come
         within `timeout` and those with it. Raises nats' TimeoutError when
-        none came, and the server's error when it refused the pull."""
+        none came, and the server's error when it refused the pull.
+
+        With `linger` (seconds), the first is held that long and the rest
+        asked for then, in one request the server answers from what it
+        stored meanwhile: a trickle of messages (a stage's samples, a few
+        each millisecond over eight partitions) comes as one delivery per
+        batch rather than one per message (see `ServiceSettings.input_linger_s`)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         self._cut_short = False
+        ask = 1 if linger else batch  # lingering: an open request brings only the first
         while not self._arrived and self._failure is None:
             now = loop.time()
             if now >= deadline:
                 raise nats.errors.TimeoutError
             self._changed.clear()  # before the publish, which may let deliveries in
             if (self._owed <= 0 or now > self._open_until) and not self._cut_short:
-                self._owed, self._open_until = batch, now + timeout + GRACE_S
-                request = orjson.dumps({"batch": batch, "expires": int(timeout * 1e9)})
-                await self._nc.publish(self._next, request, reply=self._inbox)
+                await self._ask({"batch": ask, "expires": int(timeout * 1e9)}, now + timeout + GRACE_S)
             try:
                 await asyncio.wait_for(self._changed.wait(), deadline - now)
             except asyncio.TimeoutError:
@@ -108,7 +115,30 @@ class Puller:
         if self._failure is not None:
             failure, self._failure = self._failure, None
             raise failure
+        if linger and len(self._arrived) < batch:
+            await asyncio.sleep(linger)  # cancelled here, what arrived stays for close() to return
+            await self._top_up(batch - len(self._arrived))
         return [self._arrived.popleft() for _ in range(min(batch, len(self._arrived)))]
+
+    async def _ask(self, request: dict, open_until: float) -> None:
+        self._owed, self._open_until = request["batch"], open_until
+        await self._nc.publish(self._next, orjson.dumps(request), reply=self._inbox)
+
+    async def _top_up(self, want: int) -> None:
+        """Ask for up to `want` more of what the server holds now, and wait
+        until they came or it said there are no more (or GRACE_S passed)."""
+        if want <= 0 or (self._owed > 0 and asyncio.get_running_loop().time() <= self._open_until):
+            return  # a request is still open: what it brings arrives by itself
+        loop = asyncio.get_running_loop()
+        until = loop.time() + GRACE_S
+        self._changed.clear()
+        await self._ask({"batch": want, "no_wait": True}, until)  # ended by the last message or a 404 / 408
+        while self._owed > 0 and self._failure is None and (left := until - loop.time()) > 0:
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), left)
+            except asyncio.TimeoutError:
+                return
 
     async def consumer_info(self):
         return await self._js.consumer_info(self.stream, self.consumer)

@@ -44,7 +44,8 @@ class Subscription:
     """Told (gained, lost) partitions before gained ones are replayed."""
     windowed: bool = False
     """Outputs are waited for `settings.output_window` events at a time
-    (the per-sample stages: an output per event, 500 events a second)."""
+    (the per-sample stages: an output per event, 500 events a second), and
+    the events read in batches that linger `settings.input_linger_s`."""
 
 
 class Service:
@@ -140,6 +141,7 @@ class Service:
                     clusters=self.settings.handled_clusters(), ordered=sub.ordered,
                     replay_on_assign=sub.replay_on_assign, on_assign=sub.on_assign, observer=self.metrics,
                     window=self.settings.output_window if sub.windowed else 1,
+                    linger_s=self.settings.input_linger_s if sub.windowed else 0.0,
                 )
                 for sub in self.subscriptions()
             ]
