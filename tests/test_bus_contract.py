@@ -111,6 +111,18 @@ class BusContract:
             await _stop(task)
         assert [e.payload.node_cpu_util for e in seen.events] == [0.0, 0.01, 0.02, 0.03, 0.04, 0.5]
 
+    async def test_a_lingering_consumer_reads_a_backlog_without_lingering(self, bus_url, namespace):
+        async with make_bus(bus_url, namespace) as bus:
+            for i in range(300):  # one key, one partition: a backlog of several batches
+                await bus.publish(metrics("node-a", load=i / 1000))
+            seen = _Collector()
+            task = await _run(bus.consumer("node.metrics", "g", seen, linger_s=5.0))
+            # every full batch before a linger could end (a last, short one may wait its linger)
+            await wait_until(lambda: len(seen.events) >= 256, timeout=4, what="the backlog's full batches")
+            await wait_until(lambda: len(seen.events) == 300, what="the whole backlog")
+            await _stop(task)
+        assert [e.payload.node_cpu_util for e in seen.events] == [i / 1000 for i in range(300)]
+
     async def test_group_splits_keys_and_takes_over(self, bus_url, namespace):
         keys = [f"node-{i}" for i in range(24)]
         async with make_bus(bus_url, namespace) as bus:

@@ -164,6 +164,19 @@ async def test_lingering_never_returns_more_than_asked_and_loses_nothing(jetstre
         await puller.close()
 
 
+async def test_lingering_does_not_slow_a_backlog(jetstream):
+    nc, js, stream = jetstream
+    await _publish(js, stream, 200)
+    puller = await Puller.open(nc, js, stream, ConsumerConfig(ack_policy=AckPolicy.NONE))
+    try:  # more stored than a batch: no linger (5 s) before each batch
+        got = []
+        for _ in range(3):
+            got += [int(m.data) for m in await asyncio.wait_for(puller.fetch(64, timeout=5.0, linger=5.0), 4.0)]
+        assert got == list(range(192))
+    finally:
+        await puller.close()
+
+
 async def test_a_fetch_cancelled_while_lingering_leaves_its_messages_to_be_handed_back(jetstream):
     nc, js, stream = jetstream
     config = dict(durable_name="group", ack_policy=AckPolicy.EXPLICIT, ack_wait=30.0)

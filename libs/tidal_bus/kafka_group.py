@@ -134,13 +134,15 @@ class KafkaGroupSubscription(GroupSubscription):
 
     async def _fetch(self) -> dict[TopicPartition, list]:
         """A batch of records; lingering, the first is held `linger_s` for more
-        to join it (the client fetches on in the background meanwhile)."""
+        to join it (the client fetches on in the background meanwhile),
+        unless the broker holds more already (a backlog: read at full speed)."""
         most = self._backend.fetch_batch
         batch = await self._consumer.getmany(timeout_ms=500, max_records=most)
         count = sum(map(len, batch.values()))
         if not self._linger_s or not count or count >= most:
             return batch
-        await asyncio.sleep(self._linger_s)
+        if all((self._consumer.highwater(tp) or 0) <= records[-1].offset + 1 for tp, records in batch.items()):
+            await asyncio.sleep(self._linger_s)  # a trickle, not a backlog: wait for more
         for tp, records in (await self._consumer.getmany(timeout_ms=0, max_records=most - count)).items():
             batch[tp] = batch.get(tp, []) + records
         return batch

@@ -25,6 +25,8 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig
 from nats.js.client import JetStreamContext
 
+from .nats_delivery import delivery_of
+
 JS_API = "$JS.API"  # the backend's JetStream context uses the default API prefix
 HEARTBEAT = "100"
 EXPIRED = "408"  # the request's time is up: a new one is asked for at once
@@ -94,7 +96,8 @@ class Puller:
 
         With `linger` (seconds), the first is held that long and the rest
         asked for then, in one request the server answers from what it
-        stored meanwhile: a trickle of messages (a stage's samples, a few
+        stored meanwhile (at once when more were stored already: a backlog
+        is read at full speed): a trickle of messages (a stage's samples, a few
         each millisecond over eight partitions) comes as one delivery per
         batch rather than one per message (see `ServiceSettings.input_linger_s`)."""
         loop = asyncio.get_running_loop()
@@ -116,7 +119,8 @@ class Puller:
             failure, self._failure = self._failure, None
             raise failure
         if linger and len(self._arrived) < batch:
-            await asyncio.sleep(linger)  # cancelled here, what arrived stays for close() to return
+            if not delivery_of(self._arrived[-1]).pending:  # a trickle, not a backlog: wait for more
+                await asyncio.sleep(linger)  # cancelled here, what arrived stays for close() to return
             await self._top_up(batch - len(self._arrived))
         return [self._arrived.popleft() for _ in range(min(batch, len(self._arrived)))]
 
