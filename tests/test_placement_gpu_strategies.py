@@ -3,6 +3,8 @@ FGD-CPU's tie-breaks, and the §B two-node example under FGD."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -278,6 +280,21 @@ def test_a_learner_keeps_its_strategy_while_the_mix_stays_within_the_tolerance()
     for shape in [A, B, C, C] + [A] * 4 + [B] * 3 + [C] * 10:
         always.observe_shape(shape)
     assert always.rebuilds == 6  # after pods 1, 2, 4, 8, 11 and 21 (refresh_due): no two mixes alike
+
+
+def test_a_learner_counts_the_shapes_it_keeps_as_they_come_and_go(monkeypatch):
+    from tidal_placement import learning
+    monkeypatch.setattr(learning, "SHAPES_KEPT", 7)
+    learner = learning.StrategyLearner("fgd-cpu", every=5)
+    learner.shapes = learning.deque(maxlen=7)  # built before the patch: as SHAPES_KEPT now says
+    seen = [A, B, A, C, C, C, B, A, A, A, B, C, A, A, A, A, A, A, A, B]
+    for i, shape in enumerate(seen, 1):
+        learner.observe_shape(shape)
+        window = seen[max(0, i - 7):i]
+        assert learner.counts == Counter(window) and 0 not in learner.counts.values()
+    built = typical_workload(seen[9:16])  # last built after pod 16 (refresh_due), from pods 10-16
+    assert (learner.workload.shapes, learner.workload.observed) == (built.shapes, built.observed)
+    assert learner.workload.popularity.tolist() == built.popularity.tolist()
 
 
 def test_the_drift_tolerated_is_a_share_of_the_pods():

@@ -81,7 +81,11 @@ def _cut(counts: Counter, coverage: float) -> list[tuple[Shape, int]]:
 
 def typical_workload(shapes: Iterable[Shape], coverage: float = 0.95) -> TargetWorkload:
     """The most popular shapes covering ≥ `coverage` of `shapes`, renormalised."""
-    counts = Counter(shapes)
+    return workload_of_counts(Counter(shapes), coverage)
+
+
+def workload_of_counts(counts: Counter, coverage: float = 0.95) -> TargetWorkload:
+    """`typical_workload` of the shapes `counts` counts (none counted zero times)."""
     if not counts:
         raise ValueError("a target workload needs at least one pod shape")
     kept = _cut(counts, coverage)
