@@ -55,7 +55,8 @@ async def test_every_message_once_and_in_order_across_batches(jetstream):
         await puller.close()
 
 
-async def test_a_batch_is_never_larger_than_asked(jetstream):
+@pytest.mark.parametrize("linger", [0.0, 0.05])
+async def test_a_batch_is_never_larger_than_asked(jetstream, linger):
     nc, js, stream = jetstream
     await _publish(js, stream, 30)
     puller = await Puller.open(nc, js, stream, ConsumerConfig(ack_policy=AckPolicy.NONE))
@@ -63,10 +64,12 @@ async def test_a_batch_is_never_larger_than_asked(jetstream):
         sizes = []
         got: list[int] = []
         while len(got) < 30:
-            batch = await puller.fetch(8, timeout=2.0)
+            batch = await puller.fetch(8, timeout=2.0, linger=linger)
             sizes.append(len(batch))
             got += [int(m.data) for m in batch]
         assert got == list(range(30)) and max(sizes) <= 8
+        if linger:  # the first, then the rest of the batch from what is stored
+            assert sizes == [8, 8, 8, 6]
     finally:
         await puller.close()
 
@@ -145,21 +148,6 @@ async def test_lingering_the_server_holds_a_trickle_and_sends_it_as_one_batch(je
         assert [int(m.data) for m in await fetching] == list(range(6))
         # one request for the first message, one for the rest (no_wait: answered from what is stored)
         assert [r["batch"] for r in requests] == [1, 63] and requests[1].get("no_wait") is True
-    finally:
-        await puller.close()
-
-
-async def test_lingering_never_returns_more_than_asked_and_loses_nothing(jetstream):
-    nc, js, stream = jetstream
-    await _publish(js, stream, 20)
-    puller = await Puller.open(nc, js, stream, ConsumerConfig(ack_policy=AckPolicy.NONE))
-    try:
-        sizes, got = [], []
-        while len(got) < 20:
-            batch = await puller.fetch(8, timeout=2.0, linger=0.05)
-            sizes.append(len(batch))
-            got += [int(m.data) for m in batch]
-        assert got == list(range(20)) and sizes == [8, 8, 4]
     finally:
         await puller.close()
 
