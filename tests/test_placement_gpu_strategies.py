@@ -286,7 +286,6 @@ def test_a_learner_counts_the_shapes_it_keeps_as_they_come_and_go(monkeypatch):
     from tidal_placement import learning
     monkeypatch.setattr(learning, "SHAPES_KEPT", 7)
     learner = learning.StrategyLearner("fgd-cpu", every=5)
-    learner.shapes = learning.deque(maxlen=7)  # built before the patch: as SHAPES_KEPT now says
     seen = [A, B, A, C, C, C, B, A, A, A, B, C, A, A, A, A, A, A, A, B]
     for i, shape in enumerate(seen, 1):
         learner.observe_shape(shape)
