@@ -111,6 +111,36 @@ class BusContract:
             await _stop(task)
         assert [e.payload.node_cpu_util for e in seen.events] == [0.0, 0.01, 0.02, 0.03, 0.04, 0.5]
 
+    async def test_a_lingering_follower_takes_a_trickle_with_its_first_event(self, bus_url, namespace):
+        """`catch_up_then_follow(linger_s=…)`: the history at once, then
+        each live event held its linger, with those that came meanwhile."""
+        seen: list[float] = []
+        caught_up = asyncio.Event()
+
+        async def on_event(envelope) -> None:
+            seen.append(envelope.payload.node_cpu_util)
+
+        async def done() -> None:
+            caught_up.set()
+
+        async with make_bus(bus_url, namespace) as bus:
+            await bus.publish(metrics("node-a", load=0.0))
+            task = asyncio.create_task(bus.catch_up_then_follow("node.metrics", on_event, done, linger_s=2.0))
+            try:
+                await asyncio.wait_for(caught_up.wait(), 30)
+                assert seen == [0.0]
+                await asyncio.sleep(1.0)  # the follower under way
+                await bus.publish(metrics("node-a", load=0.01))
+                await asyncio.sleep(0.5)
+                assert seen == [0.0], "handed over before its linger"
+                for i in range(2, 5):
+                    await bus.publish(metrics("node-a", load=i / 100))
+                await wait_until(lambda: len(seen) == 5, what="the trickle after the linger")
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        assert seen == [0.0, 0.01, 0.02, 0.03, 0.04]
+
     async def test_a_lingering_consumer_reads_a_backlog_without_lingering(self, bus_url, namespace):
         async with make_bus(bus_url, namespace) as bus:
             for i in range(300):  # one key, one partition: a backlog of several batches

@@ -203,10 +203,11 @@ class Backend(abc.ABC):
         partitions: frozenset[int] | None = None,
         until: dict[int, int] | None = None,
         follow: bool = False,
+        linger_s: float = 0.0,
     ) -> AsyncIterator[RawMessage]:
         """Read without a group (tail, replay, state rebuild). With `until`,
         stop in each partition after that position; without `follow`, stop
-        at the end of what exists now."""
+        at the end of what exists now. Following, `linger_s` as in `subscribe`."""
 
     @abc.abstractmethod
     async def delete_stream(self, spec: StreamSpec) -> None:

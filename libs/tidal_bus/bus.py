@@ -158,12 +158,13 @@ class Bus:
         return Consumer(self, stream(stream_name), group, handler, start=start or StartAt.earliest(), **options)
 
     async def catch_up_then_follow(
-        self, stream_name: str, on_event, on_caught_up
+        self, stream_name: str, on_event, on_caught_up, *, linger_s: float = 0.0
     ) -> None:
         """Read a stream from its start without a group: hand every event to
         `on_event`, call `on_caught_up` once the backlog present at the start
-        is done, then keep following. For state every replica needs whole
-        (e.g. the table of running pods)."""
+        is done, then keep following (in batches that linger `linger_s`, see
+        `Backend.subscribe`). For state every replica needs whole (e.g. the
+        table of running pods)."""
         last: dict[int, int] = {}
         seen = SeenIds()  # a retried publish may have stored an event twice (StreamSpec.written_by_nodes)
 
@@ -187,17 +188,17 @@ class Bus:
             last[raw.partition] = raw.position
             await hand_over(raw, event, live=False)
         await on_caught_up()
-        async for raw, event in self.read(stream_name, StartAt.after(last), follow=True):
+        async for raw, event in self.read(stream_name, StartAt.after(last), follow=True, linger_s=linger_s):
             await hand_over(raw, event, live=True)
 
     async def read(
-        self, stream_name: str, start: StartAt, *, follow: bool = False
+        self, stream_name: str, start: StartAt, *, follow: bool = False, linger_s: float = 0.0
     ) -> AsyncIterator[tuple[RawMessage, Envelope[Any] | SchemaError]]:
         """Read a stream without a group: each message with its decoded
         event, or the SchemaError that says why it is refused (see
         `intake.accept`: oversized, undecodable, wrong stream, identity)."""
         spec: StreamSpec = stream(stream_name)
-        async for raw in self.backend.read(spec, start, follow=follow):
+        async for raw in self.backend.read(spec, start, follow=follow, linger_s=linger_s):
             try:
                 yield raw, accept(raw.data, spec.name, key=raw.key, cluster=raw.cluster)
             except IdentityError as exc:  # a forgery: say so, though readers do not file dead letters

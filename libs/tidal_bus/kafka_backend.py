@@ -25,7 +25,7 @@ from .auth import BusAuth
 from .errors import BusError
 from .intake import EventTooLarge
 from .kafka_group import KafkaGroupSubscription
-from .kafka_records import noop_ack, noop_nak, position_of, raw_message, record_key, seek
+from .kafka_records import linger_for_more, noop_ack, noop_nak, position_of, raw_message, record_key, seek
 from .kafka_topics import ensure_topic
 from .membership import raise_if_cancelling
 from .subjects import kafka_topic
@@ -154,7 +154,8 @@ class KafkaBackend(Backend):
         return sub
 
     async def read(self, spec: StreamSpec, start: StartAt, *, partitions: frozenset[int] | None = None,
-                   until: dict[int, int] | None = None, follow: bool = False) -> AsyncIterator[RawMessage]:
+                   until: dict[int, int] | None = None, follow: bool = False,
+                   linger_s: float = 0.0) -> AsyncIterator[RawMessage]:
         await self.ensure_stream(spec)
         topic = kafka_topic(self.namespace, spec)
         chosen = sorted(partitions) if partitions is not None else list(range(spec.partitions))
@@ -182,6 +183,8 @@ class KafkaBackend(Backend):
                 at_ends = not follow and all(at[p] >= stop[p] for p in stop if p not in done)
                 batch = await consumer.getmany(timeout_ms=PAST_END_WAIT_MS if at_ends else 500,
                                                max_records=self.fetch_batch)
+                if follow:
+                    batch = await linger_for_more(consumer, batch, self.fetch_batch, linger_s)
                 if not batch and not follow:
                     # nothing more arrives: done when the consumer's positions (past any gap
                     # in the offsets) reached the ends (a list first: `await` inside all()'s

@@ -23,7 +23,7 @@ from tidal_schemas.streams import StreamSpec
 from .api import AssignmentListener, GroupSubscription, RawMessage, StartAt
 from .errors import BusError
 from .kafka_assignor import rendezvous_assignor
-from .kafka_records import raw_message, seek
+from .kafka_records import linger_for_more, raw_message, seek
 from .membership import raise_if_cancelling
 from .subjects import kafka_topic
 
@@ -133,19 +133,9 @@ class KafkaGroupSubscription(GroupSubscription):
         return nak
 
     async def _fetch(self) -> dict[TopicPartition, list]:
-        """A batch of records; lingering, the first is held `linger_s` for more
-        to join it (the client fetches on in the background meanwhile),
-        unless the broker holds more already (a backlog: read at full speed)."""
         most = self._backend.fetch_batch
         batch = await self._consumer.getmany(timeout_ms=500, max_records=most)
-        count = sum(map(len, batch.values()))
-        if not self._linger_s or not count or count >= most:
-            return batch
-        if all((self._consumer.highwater(tp) or 0) <= records[-1].offset + 1 for tp, records in batch.items()):
-            await asyncio.sleep(self._linger_s)  # a trickle, not a backlog: wait for more
-        for tp, records in (await self._consumer.getmany(timeout_ms=0, max_records=most - count)).items():
-            batch[tp] = batch.get(tp, []) + records
-        return batch
+        return await linger_for_more(self._consumer, batch, most, self._linger_s)
 
     async def _commit(self) -> None:
         if not self._acked:

@@ -3,6 +3,7 @@ key), a record as a `RawMessage`, and seeking a consumer to a `StartAt`."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timezone
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -79,3 +80,19 @@ async def seek(consumer: AIOKafkaConsumer, tps: list[TopicPartition], start: Sta
 async def position_of(consumer: AIOKafkaConsumer, tps: list[TopicPartition], partition: int) -> int:
     tp = next(tp for tp in tps if tp.partition == partition)
     return await consumer.position(tp)
+
+
+async def linger_for_more(consumer: AIOKafkaConsumer, batch: dict, most: int, linger_s: float) -> dict:
+    """`batch` (a `getmany`'s records), joined by what came within
+    `linger_s` when it was short of `most`: the client fetches on in the
+    background meanwhile. Not held when the broker has more already (a
+    high watermark past the batch: a backlog, read at full speed); a
+    backlog's last, short batch may wait one linger."""
+    count = sum(map(len, batch.values()))
+    if not linger_s or not count or count >= most:
+        return batch
+    if all((consumer.highwater(tp) or 0) <= records[-1].offset + 1 for tp, records in batch.items()):
+        await asyncio.sleep(linger_s)  # a trickle, not a backlog: wait for more
+    for tp, records in (await consumer.getmany(timeout_ms=0, max_records=most - count)).items():
+        batch[tp] = batch.get(tp, []) + records
+    return batch

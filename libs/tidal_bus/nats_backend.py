@@ -262,8 +262,9 @@ class NatsBackend(Backend):
         return sub
 
     def read(self, spec: StreamSpec, start: StartAt, *, partitions: frozenset[int] | None = None,
-             until: dict[int, int] | None = None, follow: bool = False) -> AsyncIterator[RawMessage]:
-        return read_stream(self, spec, start, partitions=partitions, until=until, follow=follow)
+             until: dict[int, int] | None = None, follow: bool = False,
+             linger_s: float = 0.0) -> AsyncIterator[RawMessage]:
+        return read_stream(self, spec, start, partitions=partitions, until=until, follow=follow, linger_s=linger_s)
 
     async def puller(self, stream_name: str, config: ConsumerConfig) -> Puller:
         """The pulling end of a consumer of `stream_name` (created when it does not exist)."""

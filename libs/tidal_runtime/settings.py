@@ -47,8 +47,9 @@ class ServiceSettings(BaseSettings):
                                    "the answers of output_window events (tidal_runtime.output_batches; 0: "
                                    "what one fetch brought)")
     input_linger_s: float = Field(0.25, ge=0, le=5, description="a stage reading every sample (scoring, "
-                                  "oversell, remediation on node.metrics): once a sample is there, how long it "
-                                  "waits for more before reading them, in one pull; samples trickling in a few "
+                                  "oversell, remediation on node.metrics; scoring and oversell also on the pod "
+                                  "events they follow for their books): once an event is there, how long it "
+                                  "waits for more before reading them, in one pull; events trickling in a few "
                                   "at a time then cost one delivery per batch, not one each (0: each as it comes)")
     gc_full_every_s: float = Field(300.0, ge=0, description="the process collects its oldest generation of "
                                    "objects this often, and only then (tidal_runtime.collector); 0: when Python "

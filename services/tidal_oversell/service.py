@@ -80,7 +80,7 @@ class OversellService(Service):
         async def done() -> None:
             return None
 
-        await self.bus.catch_up_then_follow("pod.lifecycle", on_event, done)
+        await self.bus.catch_up_then_follow("pod.lifecycle", on_event, done, linger_s=self.settings.input_linger_s)
 
     async def follow_action_log(self) -> None:
         def apply(envelope: Envelope[Any]) -> None:

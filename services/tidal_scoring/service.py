@@ -127,7 +127,8 @@ class ScoringService(Service):
         async def on_caught_up() -> None:
             self.pods_caught_up.set()
 
-        await self.bus.catch_up_then_follow("pod.lifecycle", on_event, on_caught_up)
+        await self.bus.catch_up_then_follow("pod.lifecycle", on_event, on_caught_up,
+                                            linger_s=self.settings.input_linger_s)
 
     def _handles(self, cluster: str) -> bool:
         clusters = self.settings.handled_clusters()
