@@ -1,5 +1,6 @@
 """Kafka records as the bus sees them: the record key (cluster and event
-key), a record as a `RawMessage`, and seeking a consumer to a `StartAt`."""
+key), a record as a `RawMessage`, seeking a consumer to a `StartAt`, and
+a short batch lingering for more (the group member's and the reader's)."""
 
 from __future__ import annotations
 
