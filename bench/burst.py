@@ -94,12 +94,12 @@ class Decisions:
     async def follow(self, bus: Bus) -> None:
         fence = DecisionFence()
         async for _, event in bus.read("placement.decision", StartAt.earliest(), follow=True):
-            d = event.payload
-            if fence.admit(d) and d.outcome != "fence" and d.event_key() not in self.first:
-                self.first[d.event_key()] = (time.time(), d.outcome, event.time.timestamp())
-                if d.outcome == "pending":
-                    self.filtered[d.event_key()] = d.filtered
-                self.arrived.set()
+            for d in event.payload.items:  # a scheduling cycle's decisions, published together at its time
+                if fence.admit(d) and d.outcome != "fence" and d.event_key() not in self.first:
+                    self.first[d.event_key()] = (time.time(), d.outcome, event.time.timestamp())
+                    if d.outcome == "pending":
+                        self.filtered[d.event_key()] = d.filtered
+                    self.arrived.set()
 
     async def wait_for(self, keys: set[str], timeout: float) -> None:
         deadline = time.monotonic() + timeout

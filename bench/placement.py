@@ -79,11 +79,11 @@ async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0, strategy
             async def collect() -> None:
                 fence = DecisionFence()
                 async for _, event in bus.read("placement.decision", StartAt.earliest(), follow=True):
-                    d = event.payload
-                    if fence.admit(d) and d.outcome != "fence":
-                        decided.setdefault(d.event_key(), time.perf_counter())
-                        if len(decided) == count:
-                            return
+                    for d in event.payload.items:
+                        if fence.admit(d) and d.outcome != "fence":
+                            decided.setdefault(d.event_key(), time.perf_counter())
+                    if len(decided) == count:
+                        return
 
             reader = asyncio.create_task(collect())
             await asyncio.sleep(1.0)  # let placement absorb the cluster before the burst

@@ -12,7 +12,7 @@ import pytest
 from tidal_audit.registry import CHECKS, audit
 from tidal_schemas import (
     ActionResult, BindResult, CpuAssignment, GpuAsk, GpuShare, NodeAction, NodeAllocatable, NodeAllocatables, NodeMetrics,
-    PlacementDecision, PodLifecycle, PodUsage, Resources, TenantConfig, make_envelope,
+    PlacementDecision, PlacementDecisions, PodLifecycle, PodUsage, Resources, TenantConfig, make_envelope,
 )
 from tidal_schemas.fence import fence_decision
 from tidal_simulator.topology_builder import make_topology
@@ -55,8 +55,9 @@ def usage(*pods: tuple[str, str, int]) -> NodeMetrics:
 
 
 def violations(*payloads) -> list[str]:
-    return [v.line() for v in audit([make_envelope(p, cluster="c1", source="test") for p in payloads],
-                                    cluster="c1")]
+    """The audit's lines for events of `payloads`, a decision alone as an event of one."""
+    events = [PlacementDecisions.of(p) if isinstance(p, PlacementDecision) else p for p in payloads]
+    return [v.line() for v in audit([make_envelope(p, cluster="c1", source="test") for p in events], cluster="c1")]
 
 
 def only(name: str, lines: list[str]) -> list[str]:
@@ -162,6 +163,15 @@ def test_a_violation_names_the_events_that_prove_it():
     assert len(lines) == 1
     assert "pod t/p placed on n1 while still placed on n1 under the same fence (epoch 1, leader a)" in lines[0]
     assert lines[0].count("placement.decision ") == 2
+
+
+def test_decisions_of_one_event_are_audited_each_in_log_order():
+    lines = violations(PlacementDecisions.of(fence_decision(1, "a"), placed("p", "d1", epoch=1, leader="a"),
+                                             placed("p", "d2", epoch=1, leader="a")))
+    assert len(lines) == 1 and "pod t/p placed on n1 while still placed on n1" in lines[0]
+    # the fence of the same event counts for the decisions after it, not before
+    assert violations(PlacementDecisions.of(placed("p", "d1", epoch=1, leader="a"), fence_decision(1, "a"),
+                                            placed("p", "d2", epoch=1, leader="a"))) == []
 
 
 def test_other_clusters_are_not_audited():

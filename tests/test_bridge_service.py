@@ -18,7 +18,8 @@ from fake_kube_api import FakeKubeApi
 from tidal_bridge.service import BridgeService
 from tidal_bridge.settings import BridgeSettings
 from tidal_bus import Bus, StartAt
-from tidal_schemas import NodeAction, NodeAllocatable, NodeAllocatables, PlacementDecision, Resources, make_envelope
+from tidal_schemas import (NodeAction, NodeAllocatable, NodeAllocatables, PlacementDecision, PlacementDecisions,
+                           Resources, make_envelope)
 
 
 def settings(nats, namespace, fake, cluster="c1", **overrides) -> BridgeSettings:
@@ -90,9 +91,14 @@ class Stream:
         return self.events
 
 
-def placed(name="web", node="n1", decision_id="d1", **fields) -> PlacementDecision:
+def decision(name="web", node="n1", decision_id="d1", **fields) -> PlacementDecision:
     return PlacementDecision(decision_id=decision_id, namespace="default", name=name, outcome="placed", node=node,
                              **fields)
+
+
+def placed(name="web", node="n1", decision_id="d1", **fields) -> PlacementDecisions:
+    """One decision, as placement publishes it: an event of a cycle's decisions."""
+    return PlacementDecisions.of(decision(name, node, decision_id, **fields))
 
 
 def published(service, stream: str) -> float:
@@ -209,8 +215,8 @@ async def test_a_placed_decision_is_persisted_bound_and_reported(nats_server, na
     results = Stream(bus, "bind.result")
     async with running(settings(nats_server, namespace, fake)):
         await bus.publish(placed(numa_cpus={0: 1}))
-        await bus.publish(PlacementDecision(decision_id="d0", namespace="default", name="web", outcome="pending",
-                                            reason="quota"))
+        await bus.publish(PlacementDecisions.of(PlacementDecision(
+            decision_id="d0", namespace="default", name="web", outcome="pending", reason="quota")))
         (result,) = await results.wait(lambda es: len(es) == 1, "bind result")
     assert (result.payload.ok, result.payload.node, result.payload.decision_id) == (True, "n1", "d1")
     assert result.cluster == "c1" and result.causation_id is not None
@@ -224,6 +230,23 @@ async def test_a_placed_decision_is_persisted_bound_and_reported(nats_server, na
     assert fake.count("POST", "/binding") == 1 and len(await results.read()) == 1
 
 
+async def test_a_cycles_decisions_in_one_event_are_each_carried_out(nats_server, namespace, fake, bus):
+    for name in ("a", "b", "c"):
+        fake.add_pod(name)
+    results = Stream(bus, "bind.result")
+    async with running(settings(nats_server, namespace, fake)):
+        await bus.publish(PlacementDecisions.of(
+            decision("a", decision_id="da"), decision("b", decision_id="db"),
+            PlacementDecision(decision_id="dc", namespace="default", name="c", outcome="pending",
+                              reason="0/2 nodes fit: 2 cpu", filtered={"cpu": 2}, nodes=2)))
+        events = await results.wait(lambda es: len(es) == 2, "two bind results")
+        await wait_until(lambda: fake.count("PATCH", "/status") == 1, 30, "the pending pod explained")
+    assert [(e.payload.decision_id, e.payload.node, e.payload.ok) for e in events] == \
+        [("da", "n1", True), ("db", "n1", True)]
+    assert len({e.id for e in events}) == 2  # one cause, two outputs: each its own id
+    assert [fake.pod("default", name)["spec"].get("nodeName") for name in "abc"] == ["n1", "n1", None]
+
+
 async def test_a_binding_never_waits_behind_pending_pods_explained(nats_server, namespace, fake, bus):
     # Placement retrying its waiting pods publishes a pending decision for each:
     # with a slow API server, writing them all before the next binding would
@@ -235,8 +258,9 @@ async def test_a_binding_never_waits_behind_pending_pods_explained(nats_server, 
     results = Stream(bus, "bind.result")
     async with running(settings(nats_server, namespace, fake)) as (bridge,):
         for i, name in enumerate(waiting):
-            await bus.publish(PlacementDecision(decision_id=f"w{i}", namespace="default", name=name,
-                                                outcome="pending", reason="0/1 nodes fit: 1 cpu", nodes=1))
+            await bus.publish(PlacementDecisions.of(PlacementDecision(
+                decision_id=f"w{i}", namespace="default", name=name, outcome="pending", reason="0/1 nodes fit: 1 cpu",
+                nodes=1)))
         await bus.publish(placed())
         await results.wait(lambda es: len(es) == 1, "bind result")
         written = fake.count("PATCH", "/status")

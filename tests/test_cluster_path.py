@@ -96,9 +96,9 @@ class Path:
     async def pending_reason(self, name: str) -> str:
         fence, reason = DecisionFence(), None
         async for _, event in self.bus.read("placement.decision", StartAt.earliest()):
-            d = event.payload
-            if fence.admit(d) and d.name == name and d.outcome in ("placed", "pending"):
-                reason = d.reason if d.outcome == "pending" else "placed"
+            for d in event.payload.items:
+                if fence.admit(d) and d.name == name and d.outcome in ("placed", "pending"):
+                    reason = d.reason if d.outcome == "pending" else "placed"
         return reason or ""
 
     async def wait_pending(self, name: str, says: str, timeout: float = 20) -> None:

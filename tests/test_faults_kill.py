@@ -287,8 +287,7 @@ def check_invariants(run: Run) -> None:
     # none placed twice: one counted placement per pod, one successful bind, no refused bind
     fence, placed = DecisionFence(), Counter()
     for event in run.events["placement.decision"]:
-        if fence.admit(event.payload) and event.payload.outcome == "placed":
-            placed[event.payload.event_key()] += 1
+        placed.update(d.event_key() for d in event.payload.items if fence.admit(d) and d.outcome == "placed")
     assert placed and max(placed.values()) == 1, placed
     assert record.bind_results["failed"] == 0 and record.bind_results["ok"] == len(placed)
     # no CPU or GPU held twice at the end

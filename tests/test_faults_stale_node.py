@@ -81,7 +81,8 @@ def score(name: str, sampled_s: float) -> NodeScores:
 
 
 async def last_decision(bus, name: str):
-    found = [e.payload async for _, e in bus.read("placement.decision", StartAt.earliest()) if e.payload.name == name]
+    found = [d async for _, e in bus.read("placement.decision", StartAt.earliest()) for d in e.payload.items
+             if d.name == name]
     return found[-1] if found else None
 
 

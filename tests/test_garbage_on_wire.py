@@ -146,8 +146,8 @@ async def test_garbage_on_every_stream_the_services_read(nats_server, namespace,
                           if s.name in ("oversell", "remediation")}
         scores_before, allocatable_before = len(scores), len(allocatable)
         await bus.publish(pod("after-garbage", cpu_milli=1000, exclusive_cpus=True))
-        await wait_until(lambda: any(e.payload.name == "after-garbage" and e.payload.outcome == "placed"
-                                     for e in decisions), timeout=30, what="the pod placed")
+        await wait_until(lambda: any(d.name == "after-garbage" and d.outcome == "placed"
+                                     for e in decisions for d in e.payload.items), timeout=30, what="the pod placed")
         await wait_until(lambda: any(e.payload.pod == "default/after-garbage" for e in assignments), timeout=20,
                          what="its exclusive CPU")
         await wait_until(lambda: len(scores) > scores_before and len(allocatable) > allocatable_before,
@@ -163,7 +163,7 @@ async def test_garbage_on_every_stream_the_services_read(nats_server, namespace,
         await asyncio.gather(*followers, return_exceptions=True)
     for service, task in zip(services, tasks):
         await stop_service(service, task)
-    placed = next(e.payload for e in decisions if e.payload.name == "after-garbage" and e.payload.outcome == "placed")
+    placed = next(d for e in decisions for d in e.payload.items if d.name == "after-garbage" and d.outcome == "placed")
     assert placed.node == AGENT_NODE and sum(placed.numa_cpus.values()) == 1
 
 

@@ -47,7 +47,7 @@ def test_pod_names_with_a_slash_are_refused_so_keys_cannot_collide(namespace, na
                                "created_at": "2026-01-01T00:00:00Z"}),
             ("placement.decision", {"decision_id": "d", "namespace": namespace, "name": name, "outcome": "pending"}),
             ("bind.result", {"decision_id": "d", "namespace": namespace, "name": name, "node": "n", "ok": True})):
-        with pytest.raises(SchemaError, match=r"field 'payload\.(namespace|name)'"):
+        with pytest.raises(SchemaError, match=r"field 'payload\.(items\.0\.)?(namespace|name)'"):
             decode(_event(event_type, payload))
 
 

@@ -26,8 +26,9 @@ HTTP = dict(http_port=0, http_host="127.0.0.1", cluster="c1")
 
 async def _decision(bus, name: str):
     async for _, e in bus.read("placement.decision", StartAt.earliest()):
-        if e.payload.name == name and e.payload.outcome == "placed":
-            return e.payload
+        for d in e.payload.items:
+            if d.name == name and d.outcome == "placed":
+                return d
     return None
 
 

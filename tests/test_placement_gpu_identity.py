@@ -166,8 +166,9 @@ async def _decision(bus, name: str, outcome: str, timeout: float = 20):
     async def find():
         while True:
             async for _, event in bus.read("placement.decision", StartAt.earliest()):
-                if event.payload.name == name and event.payload.outcome == outcome:
-                    return event.payload
+                for d in event.payload.items:
+                    if d.name == name and d.outcome == outcome:
+                        return d
             await asyncio.sleep(0.1)
     return await asyncio.wait_for(find(), timeout)
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 from builders import pod
 from tidal_bus.tracing import handler_span
 from tidal_placement.pod_traces import PodTraces
-from tidal_schemas import PlacementDecision, make_envelope
+from tidal_bus.trace_context import carried_by
+from tidal_schemas import make_envelope
 
 
 def read(traces: PodTraces, payload) -> object:
@@ -20,20 +21,24 @@ def read(traces: PodTraces, payload) -> object:
     return span.context
 
 
-def decision(outcome: str) -> PlacementDecision:
-    return PlacementDecision(decision_id=f"d-{outcome}", namespace="default", name="p", outcome=outcome,
-                             node="n1" if outcome == "placed" else None)
-
-
 def test_a_waiting_pods_decisions_continue_its_trace_until_it_is_placed():
     traces = PodTraces()
     trace = read(traces, pod("p"))
     assert trace is not None and len(traces) == 1
-    assert traces.of("c1", decision("pending")) == trace
-    assert traces.of("c1", decision("pending")) == trace  # still waiting: kept
-    assert traces.of("c2", decision("placed")) is None  # another cluster's pod of that name
-    assert traces.of("c1", decision("placed")) == trace
-    assert len(traces) == 0 and traces.of("c1", decision("placed")) is None
+    assert traces.of("c1", "default/p", placed=False) == trace
+    assert traces.of("c1", "default/p", placed=False) == trace  # still waiting: kept
+    assert traces.of("c2", "default/p", placed=True) is None  # another cluster's pod of that name
+    assert traces.of("c1", "default/p", placed=True) == trace
+    assert len(traces) == 0 and traces.of("c1", "default/p", placed=True) is None
+
+
+def test_a_decision_names_its_pods_trace_in_its_fields():
+    traces = PodTraces()
+    trace = read(traces, pod("p"))
+    fields = traces.fields("c1", "default/p", placed=True)
+    assert fields == {"trace": trace.headers()["traceparent"], "trace_state": ""}
+    assert carried_by(fields["trace"], fields["trace_state"]) == trace
+    assert traces.fields("c1", "default/p", placed=True) == {}  # placed: the pod's trace ended there
 
 
 def test_a_pod_no_longer_pending_or_not_ours_leaves_no_trace():

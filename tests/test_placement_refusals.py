@@ -19,8 +19,8 @@ from tidal_schemas import GpuAsk, TenantConfig
 
 
 async def _decisions(bus, name: str) -> list:
-    return [e.payload async for _, e in bus.read("placement.decision", StartAt.earliest())
-            if e.payload.outcome != "fence" and e.payload.name == name]
+    return [d async for _, e in bus.read("placement.decision", StartAt.earliest()) for d in e.payload.items
+            if d.outcome != "fence" and d.name == name]
 
 
 async def _pending_reason(bus, name: str, timeout: float = 20.0) -> str:

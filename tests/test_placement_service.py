@@ -10,6 +10,7 @@ from builders import pod
 from conftest import make_bus, start_service, stop_service, wait_until
 from tidal_bus import StartAt
 from tidal_cli.sample import node
+from tidal_placement.cycle import in_events
 from tidal_placement.service import PlacementService
 from tidal_placement.settings import PlacementSettings
 from tidal_schemas import BindResult, GpuAsk
@@ -35,9 +36,38 @@ async def _admitted(bus) -> list:
     """Placed decisions that count, by the same fence rule every reader uses."""
     fence, counted = DecisionFence(), []
     async for _, event in bus.read("placement.decision", StartAt.earliest()):
-        if fence.admit(event.payload) and event.payload.outcome == "placed":
-            counted.append(event.payload)
+        counted += [d for d in event.payload.items if fence.admit(d) and d.outcome == "placed"]
     return counted
+
+
+async def test_a_cycles_decisions_go_out_publish_window_to_an_event_in_the_order_taken(nats_server, namespace):
+    async with make_bus(nats_server.url, namespace) as bus:  # five pods queued before placement starts
+        await bus.publish(node("n1", 1, 2, 4, 1, 64 * 1024, reserved=0))
+        for i in range(5):
+            await bus.publish(pod(f"p{i}", cpu_milli=1000))
+        service, task = await _start(_settings(nats_server.url, namespace, publish_window=2))
+        await wait_until(lambda: service.decisions >= 5, timeout=20, what="five decisions")
+        events = [e.payload.items async for _, e in bus.read("placement.decision", StartAt.earliest())]
+    await _stop(service, task)
+    assert [[d.outcome for d in items] for items in events] == [["fence"], ["placed"] * 2, ["placed"] * 2, ["placed"]]
+    taken = [d for items in events[1:] for d in items]
+    assert sorted(d.name for d in taken) == [f"p{i}" for i in range(5)]
+    assert [d.queue_position for d in taken] == sorted(d.queue_position for d in taken)  # the order taken
+    assert all(d.trace for d in taken)  # each in its own pod's trace
+    assert len({d.trace.split("-")[1] for d in taken}) == 5
+
+
+def test_in_events_yields_each_event_as_soon_as_it_is_full():
+    taken: list[int] = []
+
+    def decide():
+        for i in range(5):
+            taken.append(i)
+            yield i
+    events = in_events(decide(), 2)
+    assert next(events) == [0, 1] and taken == [0, 1]  # nothing decided past a full event before it is published
+    assert list(events) == [[2, 3], [4]]
+    assert list(in_events(iter(()), 2)) == []
 
 
 async def test_pending_pod_to_decision_and_rollback(nats_server, namespace):
@@ -68,8 +98,8 @@ async def test_pending_pod_to_decision_and_rollback(nats_server, namespace):
         await bus.publish(pod("huge", cpu_milli=64000))
         pending = None
         for _ in range(100):
-            found = [e.payload async for _, e in bus.read("placement.decision", StartAt.earliest())
-                     if e.payload.name == "huge" and e.payload.outcome == "pending"]
+            found = [d async for _, e in bus.read("placement.decision", StartAt.earliest()) for d in e.payload.items
+                     if d.name == "huge" and d.outcome == "pending"]
             if found:
                 pending = found[0]
                 break

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from tidal_schemas import (
     ActionResult, BindResult, CpuAssignment, DeadLetter, NodeAction, NodeAllocatable, NodeAllocatables, NodeMetrics, NodeScore, NodeScores,
-    NodeTopology, PlacementDecision, PodLifecycle, SchemaError, TenantConfig, TenantUsage, UserScore, decode,
-    decode_obj,
+    NodeTopology, PlacementDecision, PlacementDecisions, PodLifecycle, SchemaError, TenantConfig, TenantUsage,
+    UserScore, decode, decode_obj,
     encode, event_types, make_envelope,
 )
 from tidal_schemas.errors import MAX_MESSAGE
@@ -56,11 +56,13 @@ SAMPLES = {
     "score.user": UserScore(user="u", resource_type="A100", score=1.5, usage=2.0, updated_at=T0, adjust_time_s=60),
     "score.node": NodeScores.of(NodeScore(node="n1", load=0.5, numa_load={0: 0.5}, sampled_at=T0, peak={
         "estimator": "percentile", "window_s": 300, "samples": 10, "utilisation": 0.6, "cpu_milli": 100})),
-    "placement.decision": PlacementDecision(
+    "placement.decision": PlacementDecisions.of(PlacementDecision(
         decision_id="d", namespace="ns", name="p", outcome="placed", node="n1", numa_cpus={0: 2}, numa_nodes=[0],
         gpus=[{"gpu": "gpu0", "milli": 1000}], chosen={"node": "n1", "score": 1.0, "breakdown": {"load": 0.5}},
         runners_up=[{"node": "n2", "score": 2.0}], filtered={"memory": 1}, reason="ok", queue_position=0,
-        fair_share_score=0.1, epoch=1, leader="a"),
+        fair_share_score=0.1, epoch=1, leader="a", trace="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        PlacementDecision(decision_id="e", namespace="ns", name="q", outcome="pending", reason="0/1 nodes fit",
+                          filtered={"cpu": 1}, nodes=1)),
     "bind.result": BindResult(decision_id="d", namespace="ns", name="p", node="n1", ok=False, reason="gone"),
     "node.action": NodeAction(action_id="a", node="n1", kind="set-cpuset", pod="ns/p", cpuset=[1, 2], mems=[0],
                               reason="hot", measured={"load": 0.9}, dry_run=True, requested_by="remediation"),

@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 from builders import metrics, pod
 from conftest import ROOT
 from tidal_schemas import (
-    Gpu, NodeAction, NodeTopology, SchemaError, decode, derived_id, encode, event_types, make_envelope,
+    Gpu, NodeAction, NodeTopology, PlacementDecision, PlacementDecisions, SchemaError, decode, derived_id, encode,
+    event_types, make_envelope,
 )
+from tidal_schemas.placement import MAX_DECISIONS
 from tidal_schemas import export
 from tidal_schemas.envelope import _EVENT_ID_NAMESPACE as EVENT_ID_NAMESPACE
 from tidal_schemas.streams import STREAMS
@@ -103,6 +105,24 @@ def test_a_derived_id_is_the_uuid5_of_its_parts(cause, event_type, key, discrimi
     published again only while the same parts give the same id."""
     name = f"{cause}/{event_type}/{key}/{discriminator}"
     assert derived_id(cause, event_type, key, discriminator) == str(uuid.uuid5(EVENT_ID_NAMESPACE, name))
+
+def test_a_cycles_decisions_travel_as_one_event_and_a_version_1_decision_as_a_batch_of_one():
+    a, b = (PlacementDecision(decision_id=f"d-{n}", namespace="ns", name=n, outcome="placed", node="n1") for n in "ab")
+    event = make_envelope(PlacementDecisions.of(a, b), cluster="c1", source="placement")
+    assert (event.version, event.key) == (2, "ns/a") and decode(encode(event)).payload.items == [a, b]
+    # what placement published before batches: the decision itself as the payload
+    old = {**_wire(PlacementDecisions.of(b)), "version": 1, "key": "ns/b"}
+    old["payload"] = old["payload"]["items"][0]
+    assert decode(orjson.dumps(old)).payload.items == [b]
+    with pytest.raises(SchemaError, match="identity"):  # the key is the first decision's pod
+        decode(orjson.dumps({**_wire(PlacementDecisions.of(a, b)), "key": "ns/b"}))
+    with pytest.raises(SchemaError, match="payload.items"):
+        decode(orjson.dumps(_wire(PlacementDecisions.of(a), **{"payload.items": []})))
+    with pytest.raises(ValueError, match="items"):
+        PlacementDecisions(items=[a] * (MAX_DECISIONS + 1))
+    with pytest.raises(ValueError, match="trace"):
+        PlacementDecision.model_validate(a.model_dump() | {"trace": "x" * 257})
+
 
 def test_every_event_type_has_a_stream_and_a_key():
     assert set(event_types()) == set(STREAMS)

@@ -251,7 +251,7 @@ async def test_what_a_node_agents_credentials_can_and_cannot_do(generated):
     """The table in docs/security.md, row by row (the forged-identity rows
     are the tests above; the consumer-group row is in test_security_nats_auth)."""
     from tidal_bus.auth import BusPermissionError
-    from tidal_schemas import PlacementDecision
+    from tidal_schemas import PlacementDecision, PlacementDecisions
 
     async with generated.bus("admin") as admin:
         await admin.ensure_streams()
@@ -266,7 +266,7 @@ async def test_what_a_node_agents_credentials_can_and_cannot_do(generated):
         assert "node-b" in actions  # can read every node's actions
         for forbidden in (metrics("node-b"), result("node-b"),  # node-b's subjects
                           NodeAction(action_id="a", node="node-a", kind="freeze", pod="default/p", reason="x"),
-                          PlacementDecision(decision_id="d", namespace="default", name="p", outcome="placed",
-                                            node="node-a")):
+                          PlacementDecisions.of(PlacementDecision(decision_id="d", namespace="default", name="p",
+                                                                  outcome="placed", node="node-a"))):
             with pytest.raises(BusPermissionError):
                 await agent_a.publish(forbidden)

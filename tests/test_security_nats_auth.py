@@ -25,7 +25,7 @@ from tidal_placement.service import PlacementService
 from tidal_placement.settings import PlacementSettings
 from tidal_remediation.service import RemediationService
 from tidal_remediation.settings import RemediationSettings
-from tidal_schemas import ActionResult, PlacementDecision
+from tidal_schemas import ActionResult, PlacementDecision, PlacementDecisions
 from tidal_scoring.service import ScoringService
 from tidal_scoring.settings import ScoringSettings
 from tidal_topology.service import TopologyService
@@ -95,8 +95,8 @@ async def test_node_agent_publishes_only_its_own_node(admin_streams):
 async def test_a_service_cannot_publish_another_services_stream(admin_streams):
     async with admin_streams.bus("scoring", publish_timeout_s=10.0) as bus:
         with pytest.raises(BusPermissionError, match="placement_decision"):
-            await bus.publish(PlacementDecision(decision_id="forged", namespace="default", name="p",
-                                                outcome="placed", node="node-a"))
+            await bus.publish(PlacementDecisions.of(PlacementDecision(
+                decision_id="forged", namespace="default", name="p", outcome="placed", node="node-a")))
     async with admin_streams.bus("topology-node-b", publish_timeout_s=10.0) as bus:
         with pytest.raises(BusPermissionError, match="pod_lifecycle"):
             await bus.publish(pod("forged", phase="running", node="node-b"))
@@ -175,8 +175,8 @@ async def test_the_pipeline_runs_with_the_permitted_users(admin_streams, tmp_pat
             await bridge.publish(pod("web", cpu_milli=500))
         await wait_until(lambda: placement.decisions >= 1, timeout=30, what="a placement decision")
         async with secure.bus("admin") as admin:
-            decisions = [e.payload async for _, e in admin.read("placement.decision", StartAt.earliest())
-                         if e.payload.outcome == "placed"]
+            decisions = [d async for _, e in admin.read("placement.decision", StartAt.earliest())
+                         for d in e.payload.items if d.outcome == "placed"]
             scores = figures_in([e async for _, e in admin.read("score.node", StartAt.earliest())])
         assert [(d.name, d.node) for d in decisions] == [("web", "node-a")]
         assert {s.node for s in scores} == {"node-a"}

@@ -42,7 +42,7 @@ class Machines:
         self.model = ClusterModel(nodes, specs)
         self.published: list = []
 
-        async def publish(payload, cause=None, delivery=None) -> None:
+        async def publish(payload, cause=None, delivery=None, discriminator="") -> None:
             self.published.append(payload)
         self.agents = NodeAgents((n.topology for n in nodes), self.model.cgroups, publish)
         self.tree = self.model.cgroups["n1"]

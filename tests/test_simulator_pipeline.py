@@ -144,7 +144,7 @@ expect:
     assert any(r.ok and r.event_key() == first_failed for r in results), "placed after its failed bind"
     # every failed bind was rolled back and the pod decided again: one placed decision per bind
     async with make_bus(nats_server.url, namespace, cluster="sim") as bus:
-        decisions = [e.payload async for _, e in bus.read("placement.decision", StartAt.earliest())]
+        decisions = [d async for _, e in bus.read("placement.decision", StartAt.earliest()) for d in e.payload.items]
     assert sum(1 for d in decisions if d.outcome == "placed") == binds["ok"] + binds["failed"]
     running = [p for p in lifecycle if p.phase == "running" and p.name.startswith("train")]
     assert sorted(p.event_key() for p in running) == [f"t/train-{i}" for i in range(4)]
@@ -170,7 +170,7 @@ pods: [{name: db, tenant: t, cpu_milli: 2000, exclusive_cpus: true}]
             await bus.publish(TenantConfig(tenant="t"))
             await wait_until(lambda: "sim" in placement.active, timeout=30, what="placement fenced the cluster")
             fences = [e async for _, e in bus.read("placement.decision", StartAt.earliest())]
-        assert [e.payload.outcome for e in fences] == ["fence"]
+        assert [[d.outcome for d in e.payload.items] for e in fences] == [["fence"]]
         await asyncio.sleep(1.5)  # older than what the simulator follows from its start (1 s before it)
         plan = simulate_cmd.build_plan(parse("--scenario", str(scenario), "--bus", nats_server.url,
                                              "--namespace", namespace))

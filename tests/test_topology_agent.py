@@ -14,7 +14,7 @@ from builders import pod
 from conftest import make_bus, start_service, stop_service, wait_until
 from test_topology_cgroup_real import CGROUP, allowed_cpus, cpu_ticks, stays_flat, v1_pod  # noqa: F401
 from tidal_bus import StartAt
-from tidal_schemas import NodeAction, PlacementDecision
+from tidal_schemas import NodeAction, PlacementDecision, PlacementDecisions
 from tidal_topology.service import TopologyService
 from tidal_topology.settings import TopologySettings
 
@@ -60,8 +60,8 @@ async def test_exclusive_cpus_assigned_checkpointed_and_released(nats_server, na
     settings = _settings(nats_server.url, namespace, tmp_path)
     service, task = await _start(settings)
     async with make_bus(nats_server.url, namespace) as bus:
-        await bus.publish(PlacementDecision(decision_id="d1", namespace="ns", name="db", outcome="placed",
-                                            node="node-under-test", numa_cpus={1: 1}))
+        await bus.publish(PlacementDecisions.of(PlacementDecision(
+            decision_id="d1", namespace="ns", name="db", outcome="placed", node="node-under-test", numa_cpus={1: 1})))
         assigned = (await _first(bus, "cpu.assignment", lambda e: not e.payload.released)).payload
         assert (assigned.pod, assigned.cpuset) == ("ns/db", [1])
         await _stop(service, task)
@@ -77,11 +77,26 @@ async def test_exclusive_cpus_assigned_checkpointed_and_released(nats_server, na
     await _stop(service, task)
 
 
+async def test_a_cycles_decisions_for_this_node_each_publish_their_cpuset(nats_server, namespace, tmp_path):
+    # one event, two pods on this node: two cpu.assignment events of one cause and one key (the node),
+    # each with its own id, or the broker would keep only the first
+    service, task = await _start(_settings(nats_server.url, namespace, tmp_path))
+    async with make_bus(nats_server.url, namespace) as bus:
+        await bus.publish(PlacementDecisions.of(*(PlacementDecision(
+            decision_id=f"d-{name}", namespace="ns", name=name, outcome="placed", node="node-under-test",
+            numa_cpus={numa: 1}) for numa, name in enumerate(("db", "web")))))
+        await wait_until(lambda: service.cpu_state.held_by("ns/web") == {1}, what="both assignments")
+        assigned = [e async for _, e in bus.read("cpu.assignment", StartAt.earliest())]
+    await _stop(service, task)
+    assert [(e.payload.pod, e.payload.cpuset) for e in assigned] == [("ns/db", [0]), ("ns/web", [1])]
+    assert len({e.id for e in assigned}) == 2 and {e.causation_id for e in assigned} == {assigned[0].causation_id}
+
+
 async def test_corrupt_checkpoint_is_reported_and_rebuilt_from_the_stream(nats_server, namespace, tmp_path, caplog):
     settings = _settings(nats_server.url, namespace, tmp_path)
     async with make_bus(nats_server.url, namespace) as bus:
-        await bus.publish(PlacementDecision(decision_id="d1", namespace="ns", name="db", outcome="placed",
-                                            node="node-under-test", numa_cpus={0: 1}))
+        await bus.publish(PlacementDecisions.of(PlacementDecision(
+            decision_id="d1", namespace="ns", name="db", outcome="placed", node="node-under-test", numa_cpus={0: 1})))
         service, task = await _start(settings)
         await wait_until(lambda: service.cpu_state.held_by("ns/db") == {0}, what="assignment")
         await _stop(service, task)

@@ -28,7 +28,7 @@ from tidal_bus import Bus, StartAt
 from tidal_cli import main as cli
 from tidal_placement.service import PlacementService
 from tidal_placement.settings import PlacementSettings
-from tidal_schemas import BindResult, NodeAction, PlacementDecision
+from tidal_schemas import BindResult, NodeAction, PlacementDecision, PlacementDecisions
 from tidal_schemas.fence import DecisionFence
 from tidal_topology.cpuset import parse_cpuset
 from tidal_topology.service import TopologyService
@@ -128,9 +128,11 @@ def assert_clean(settings, capsys) -> None:
     assert code == 0 and report["violations"] == [], report
 
 
-def decision(name: str, did: str, numa_cpus=None, numa_nodes=()) -> PlacementDecision:
-    return PlacementDecision(decision_id=did, namespace="default", name=name, outcome="placed", node=NODE,
-                             numa_cpus=numa_cpus or {}, numa_nodes=list(numa_nodes or (numa_cpus or {})))
+def decision(name: str, did: str, numa_cpus=None, numa_nodes=()) -> PlacementDecisions:
+    """One decision, as placement publishes it: an event of a cycle's decisions."""
+    return PlacementDecisions.of(PlacementDecision(
+        decision_id=did, namespace="default", name=name, outcome="placed", node=NODE, numa_cpus=numa_cpus or {},
+        numa_nodes=list(numa_nodes or (numa_cpus or {}))))
 
 
 def running(name: str, p: Pod, did: str = "", numa_cpus=None, **fields):
@@ -246,9 +248,9 @@ async def _placed(bus, name: str) -> PlacementDecision:
         while True:
             fence = DecisionFence()
             async for _, event in bus.read("placement.decision", StartAt.earliest()):
-                d = event.payload
-                if fence.admit(d) and d.outcome == "placed" and d.name == name:
-                    return d
+                for d in event.payload.items:
+                    if fence.admit(d) and d.outcome == "placed" and d.name == name:
+                        return d
             await asyncio.sleep(0.1)
     return await asyncio.wait_for(find(), 20)
 

@@ -18,7 +18,7 @@ from tidal_bus.kafka_records import record_key
 from tidal_bus.nats_backend import NatsBackend
 from tidal_bus.subjects import kafka_topic, nats_subject
 from tidal_bus.trace_context import TraceContext
-from tidal_schemas import PlacementDecision, encode, make_envelope
+from tidal_schemas import BindResult, PlacementDecision, PlacementDecisions, encode, make_envelope
 from tidal_schemas.streams import partition_for, stream
 
 BAD_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -29,10 +29,10 @@ def bus_url(request) -> str:
     return request.getfixturevalue(f"{request.param}_server").url
 
 
-def decision_for(envelope) -> PlacementDecision:
+def decision_for(envelope) -> PlacementDecisions:
     p = envelope.payload
-    return PlacementDecision(decision_id=f"d-{p.name}", namespace=p.namespace, name=p.name, outcome="placed",
-                             node="n1")
+    return PlacementDecisions.of(PlacementDecision(decision_id=f"d-{p.name}", namespace=p.namespace, name=p.name,
+                                                   outcome="placed", node="n1"))
 
 
 class Chain:
@@ -224,3 +224,67 @@ def test_a_handler_span_continues_the_received_trace_and_the_vendors_state(spans
     assert (trace_id(finished), parent_id(finished)) == (BAD_TRACE, "00f067aa0ba902b7")
     assert span.context == TraceContext(BAD_TRACE, span_id(finished), True, "congo=t61rcWkgMzE,rojo=1")
     assert finished.context.trace_state.to_header() == "congo=t61rcWkgMzE,rojo=1"
+
+
+ITEM_TRACES = [TraceContext("a" * 32, "1" * 16, True, "rojo=1"), TraceContext("b" * 32, "2" * 16, True)]
+
+
+EVENT_TRACE = TraceContext("c" * 32, "3" * 16, True)
+
+
+def _items(traces=None) -> PlacementDecisions:
+    """An event of two decisions, each naming its own pod's trace."""
+    traces = traces or [(c.headers()["traceparent"], c.state) for c in ITEM_TRACES]
+    return PlacementDecisions.of(*(PlacementDecision(
+        decision_id=f"d{i}", namespace="default", name=f"p{i}", outcome="placed", node="n1", trace=parent,
+        trace_state=state) for i, (parent, state) in enumerate(traces)))
+
+
+async def _process_items(url: str, namespace: str, event: PlacementDecisions | None = None) -> dict:
+    """A bridge-like consumer handles each decision of one event inside
+    `tracing.processing` and publishes a bind result for it; the results'
+    trace headers on the wire, by pod."""
+    async with make_bus(url, namespace, source="placement") as placement, \
+            make_bus(url, namespace, source="bridge") as bridge:
+        async def bind(envelope, delivery) -> None:
+            for d in envelope.payload.items:
+                with tracing.processing("bridge", "bridge", envelope, d):
+                    await bridge.publish(BindResult(decision_id=d.decision_id, namespace=d.namespace, name=d.name,
+                                                    node="n1", ok=True), cause=envelope, discriminator=d.decision_id)
+        consumer = bridge.consumer("placement.decision", "bridge", bind)
+        task = asyncio.create_task(consumer.run())
+        await wait_until(consumer.ready.is_set, 30, "consumer joined")
+        await placement.publish(event or _items(), trace=EVENT_TRACE)
+        results = {}
+        for _ in range(300):
+            results = {raw.key: raw.trace async for raw, _ in bridge.read("bind.result", StartAt.earliest())}
+            if len(results) == 2:
+                break
+            await asyncio.sleep(0.1)
+        consumer.stop()
+        await asyncio.wait_for(task, 30)
+    return results
+
+
+async def test_each_item_of_a_batch_event_is_handled_in_its_own_trace(bus_url, namespace):
+    results = await _process_items(bus_url, namespace)
+    # without spans, each decision's output goes on in the trace the decision names, as it came
+    assert results == {"default/p0": ITEM_TRACES[0], "default/p1": ITEM_TRACES[1]}
+
+
+async def test_each_item_of_a_batch_event_gets_a_span_in_its_own_trace(nats_server, namespace, spans):
+    results = await _process_items(nats_server.url, namespace)
+    for i, context in enumerate(ITEM_TRACES):
+        key = f"default/p{i}"
+        processed = spans.one("bridge process placement.decision", key=key)
+        bound = spans.one("bridge publish bind.result", key=key)
+        assert (trace_id(processed), parent_id(processed)) == (context.trace_id, context.span_id)
+        assert parent_id(bound) == span_id(processed) and results[key].trace_id == context.trace_id
+    event = spans.one("bridge placement.decision")  # the event's own span, in the trace its headers name
+    assert trace_id(event) == EVENT_TRACE.trace_id
+
+
+async def test_an_item_naming_no_valid_trace_is_handled_in_the_events(nats_server, namespace):
+    bad = [(f"00-{BAD_TRACE}-zzzzzzzzzzzzzzzz-01", "congo=1"), ("", "")]
+    results = await _process_items(nats_server.url, namespace, _items(bad))
+    assert results == {"default/p0": EVENT_TRACE, "default/p1": EVENT_TRACE}

@@ -2,7 +2,9 @@
 pod from the (fake, real wire protocol) Kubernetes API, placement decides,
 the bridge binds, and the node agent takes the decision into its CPU books
 and publishes the pod's cpuset, over a real NATS server. With the SDK's
-in-memory exporter, every span of that way belongs to one trace."""
+in-memory exporter, every span of that way belongs to one trace: the
+decision travels in an event of its cycle's decisions, and names its pod's
+trace itself."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ async def test_one_pods_spans_share_one_trace_across_four_services(nats_server, 
         # the agent's cpuset for the pod (a node's event: its key is the node)
         await wait_until(lambda: spans.named("topology publish cpu.assignment", key=NODE), 20, "the cpuset published")
 
-    decided = spans.one("placement publish placement.decision", key=key)
+    decided = spans.one("placement create placement.decision", key=key)  # the pod's decision
     assert decided.attributes["tidal.outcome"] == "ok"
     trace = trace_id(decided)
     reported = [s for s in spans.named("bridge publish pod.lifecycle", key=key) if trace_id(s) == trace]
@@ -42,14 +44,16 @@ async def test_one_pods_spans_share_one_trace_across_four_services(nats_server, 
     followed = [s for s in spans.named("placement pod.lifecycle", key=key) if trace_id(s) == trace]
     assert [parent_id(s) for s in followed] == [span_id(reported[0])]
     assert parent_id(decided) == span_id(followed[0])
+    sent = spans.one("placement publish placement.decision", key=key)  # the event, in its first decision's trace
+    assert parent_id(sent) == span_id(decided)
 
-    bind = spans.one("bridge placement.decision", key=key)  # the bridge's binder
+    bind = spans.one("bridge process placement.decision", key=key)  # the bridge's binder, on this pod's decision
     bound = spans.one("bridge publish bind.result", key=key)
-    agent_took = spans.one("topology placement.decision", key=key)
+    agent_took = spans.one("topology process placement.decision", key=key)
     cpuset = spans.one("topology publish cpu.assignment", key=NODE)
     assert parent_id(bind) == span_id(decided) and parent_id(agent_took) == span_id(decided)
     assert parent_id(bound) == span_id(bind) and parent_id(cpuset) == span_id(agent_took)
-    chain = [reported[0], followed[0], decided, bind, bound, agent_took, cpuset]
+    chain = [reported[0], followed[0], decided, sent, bind, bound, agent_took, cpuset]
     assert {trace_id(s) for s in chain} == {trace}
     assert {s.attributes["tidal.service"] for s in chain} == {"bridge", "placement", "topology"}
     assert {s.attributes["tidal.outcome"] for s in chain} == {"ok"}

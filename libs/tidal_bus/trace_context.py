@@ -115,6 +115,14 @@ def carried(headers: Iterable[tuple[str, str | bytes]]) -> TraceContext | None:
     return context
 
 
+def carried_by(traceparent: str, tracestate: str = "") -> TraceContext | None:
+    """The context an item of a batch event names in its own fields (the
+    event's headers name one trace only), as `carried` reads headers."""
+    if not traceparent:
+        return None
+    return carried(((TRACEPARENT, traceparent), (TRACESTATE, tracestate)))
+
+
 def _text(value: str | bytes | None, limit: int) -> str | None:
     """A header value as text, when it is short enough to look at and ASCII."""
     if value is None or len(value) > limit:

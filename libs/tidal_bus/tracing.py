@@ -14,6 +14,14 @@ invocation gets a CONSUMER span (`"{service} {stream}"`) and every
 publish a PRODUCER span (`"{service} publish {stream}"`), with the
 stream, key, event id, cluster and outcome as attributes.
 
+An event holding many items (placement's decisions, a cycle's in one
+event) names one trace in its headers, and each item names its own in its
+fields: `created` gives an item its context (with spans on, a PRODUCER span
+`"{service} create {stream}"` in the item's trace), and a consumer handles
+each item inside `processing` (with spans on, a CONSUMER span
+`"{service} process {stream}"`), so what it publishes for the item
+continues the item's trace.
+
 The event being handled is known by its accepted identity (type, cluster,
 key, id), never by anything its headers say.
 """
@@ -27,7 +35,7 @@ from typing import Any
 
 from tidal_schemas import Envelope
 
-from .trace_context import TraceContext, new_trace
+from .trace_context import TraceContext, carried_by, new_trace
 
 _provider: Any = None  # an opentelemetry TracerProvider, or None: spans off
 _tracer: Any = None
@@ -110,6 +118,41 @@ def handler_span(service: str, group: str, envelope: Envelope[Any], received: Tr
         return HandlerSpan(envelope, received or new_trace())
     span = _start(f"{service} {envelope.type}", "CONSUMER", received, _attributes(service, envelope, group))
     return HandlerSpan(envelope, _context_of(span, received), span)
+
+
+def created(service: str, stream: str, cluster: str, key: str, parent: TraceContext | None) -> TraceContext | None:
+    """The context an item about `key` of a batch event carries: `parent`
+    (None: none), or with spans on a PRODUCER span's in `parent`'s trace
+    (a new one when None) marking the item made."""
+    if _tracer is None:
+        return parent
+    span = _start(f"{service} create {stream}", "PRODUCER", parent,
+                  {"tidal.service": service, "tidal.stream": stream, "tidal.key": key, "tidal.cluster": cluster})
+    context = _context_of(span, parent)
+    _finish(span, "ok", None)
+    return context
+
+
+@contextlib.contextmanager
+def processing(service: str, group: str, envelope: Envelope[Any], item: Any) -> Iterator[None]:
+    """Handle `item` of the event `envelope` (being handled) in the trace
+    the item names (its `trace` and `trace_state`; none: the event's):
+    outputs of `envelope` published inside continue it; with spans on,
+    inside a CONSUMER span keyed by the item's `event_key()`."""
+    handling = _handling.get()
+    parent = carried_by(item.trace, item.trace_state) or (handling[1] if handling is not None else None)
+    span = None
+    if _tracer is not None:
+        span = _start(f"{service} process {envelope.type}", "CONSUMER", parent,
+                      {**_attributes(service, envelope, group), "tidal.key": item.event_key()})
+    item = HandlerSpan(envelope, _context_of(span, parent) if span is not None else parent or new_trace(), span)
+    try:
+        with item.current():
+            yield
+    except BaseException as exc:
+        item.end("failed", exc)
+        raise
+    item.end("ok")
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ from .envelope import (
 )
 from .errors import SchemaError
 from .node import Cpu, Gpu, NodeAllocatable, NodeAllocatables, NodeMetrics, NodeTopology, NumaNode, PodUsage
-from .placement import BindResult, GpuShare, NodeCandidate, PlacementDecision
+from .placement import BindResult, GpuShare, NodeCandidate, PlacementDecision, PlacementDecisions
 from .pod import HOLDING_PHASES, GpuAsk, GpuBinding, GpuGroup, PodLifecycle, TenantConfig, requested
 from .resource_type import CPU_TYPE, GPU_TYPE, resource_type
 from .scores import NodeScore, NodeScores, PeakEstimate, UserScore
@@ -26,7 +26,7 @@ __all__ = [
     "STOP_SCHEDULING_TAINT", "ActionResult", "BindResult", "Cpu", "CpuAssignment", "DeadLetter", "Envelope", "Gpu",
     "HOLDING_PHASES", "GpuAsk", "GpuBinding", "GpuGroup", "GpuShare", "NodeAction", "NodeAllocatable",
     "NodeAllocatables", "NodeCandidate", "NodeMetrics", "NodeScore", "NodeScores", "NodeTopology", "NumaNode",
-    "Payload", "PeakEstimate", "PlacementDecision", "PodLifecycle", "PodUsage", "Resources",
+    "Payload", "PeakEstimate", "PlacementDecision", "PlacementDecisions", "PodLifecycle", "PodUsage", "Resources",
     "SchemaError", "TenantConfig", "TenantUsage", "UserScore", "decode", "decode_obj", "derived_id",
     "encode", "event_types", "make_envelope", "payload_model", "pod_key", "requested", "resource_type",
 ]

@@ -1,8 +1,17 @@
-"""What placement decides and what binding it reports back."""
+"""What placement decides and what binding it reports back.
+
+Placement publishes the decisions of a scheduling cycle together, up to
+MAX_DECISIONS to an event (`PlacementDecisions`, version 2 of the
+`placement.decision` stream): each event costs its producer, the broker and
+every reader far more than a decision's few hundred bytes. Version 1
+carried one decision as the payload itself; such an event reads as a batch
+of one. A decision carries the trace of its own pod (`trace`), since the
+event's headers can name one trace only.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -27,11 +36,13 @@ class NodeCandidate(Record):
     numa_nodes: list[NonNegInt] = Field(default_factory=list)
 
 
-@register
-class PlacementDecision(Payload):
-    """Where a pod goes (`placed`), or why it cannot go anywhere yet (`pending`)."""
+MAX_DECISIONS = 128  # per event: about a kilobyte each, well under the 1 MiB event limit
+MAX_TRACEPARENT = 256  # as tidal_bus.trace_context, which parses them
+MAX_TRACESTATE = 512
 
-    TYPE = "placement.decision"
+
+class PlacementDecision(Record):
+    """Where a pod goes (`placed`), or why it cannot go anywhere yet (`pending`)."""
 
     decision_id: Name
     namespace: PodName
@@ -60,8 +71,12 @@ class PlacementDecision(Payload):
     fair_share_score: float | None = None
     epoch: NonNegInt = Field(0, description="the placement leader's term; see tidal_schemas.fence")
     leader: str = ""
+    trace: str = Field("", max_length=MAX_TRACEPARENT, description="the W3C traceparent of the pod's trace this "
+                       "decision continues (\"\": none); never part of an id or an identity check")
+    trace_state: str = Field("", max_length=MAX_TRACESTATE, description="the W3C tracestate that came with it")
 
     def event_key(self) -> str:
+        """The pod's key."""
         return pod_key(self.namespace, self.name)
 
     @model_validator(mode="after")
@@ -69,6 +84,31 @@ class PlacementDecision(Payload):
         if self.outcome == "placed" and not self.node:
             raise ValueError("a placed decision must name its node")
         return self
+
+
+@register
+class PlacementDecisions(Payload):
+    """`items`: decisions in the order they were taken, the decision log's order."""
+
+    TYPE = "placement.decision"
+    VERSION = 2
+
+    items: list[PlacementDecision] = Field(min_length=1, max_length=MAX_DECISIONS)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_decision(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "items" not in data and "decision_id" in data:
+            return {"items": [data]}  # version 1: the decision itself
+        return data
+
+    @classmethod
+    def of(cls, *decisions: PlacementDecision) -> "PlacementDecisions":
+        return cls(items=list(decisions))
+
+    def event_key(self) -> str:
+        """The first decision's pod: the stream has one partition, so the key routes nothing."""
+        return self.items[0].event_key()
 
 
 @register

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from tidal_schemas import Envelope, NodeAllocatables, NodeTopology, PlacementDecision, PodLifecycle, Resources
+from tidal_schemas import Envelope, NodeAllocatables, NodeTopology, PlacementDecisions, PodLifecycle, Resources
 
 from .holdings import Holding, grew, holding
 from .violation import Violation, cite
@@ -41,8 +41,9 @@ class OverAllocated:
             self.topology[p.node] = p
         elif isinstance(p, NodeAllocatables):
             self.oversold.update((figures.node, figures.allocatable) for figures in p.items)
-        elif isinstance(p, PlacementDecision) and p.outcome == "placed" and p.node in self.topology:
-            self.at_decision[p.decision_id] = self.allocatable(p.node)
+        elif isinstance(p, PlacementDecisions):
+            self.at_decision.update((d.decision_id, self.allocatable(d.node)) for d in p.items
+                                    if d.outcome == "placed" and d.node in self.topology)
         elif isinstance(p, PodLifecycle):
             return self._pod(p, envelope)
         return []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidal_schemas import BindResult, Envelope, PlacementDecision, PodLifecycle
+from tidal_schemas import BindResult, Envelope, PlacementDecision, PlacementDecisions, PodLifecycle
 from tidal_schemas.fence import DecisionFence
 
 from .violation import Violation, cite
@@ -22,19 +22,8 @@ class PlacedTwice:
 
     def feed(self, envelope: Envelope[Any]) -> list[Violation]:
         p = envelope.payload
-        if isinstance(p, PlacementDecision):
-            if not self.fence.admit(p) or p.outcome != "placed":
-                return []
-            key, found = p.event_key(), []
-            held = self.live.get(key)
-            if held is not None and held[0].decision_id != p.decision_id \
-                    and (held[0].epoch, held[0].leader) == (p.epoch, p.leader):
-                first, where = held
-                found.append(Violation(NAME, f"pod {key} placed on {p.node} while still placed on {first.node} "
-                                             f"under the same fence (epoch {p.epoch}, leader {p.leader or '-'})",
-                                       (cite(where, f"placed {first.decision_id}"), cite(envelope, "placed again"))))
-            self.live[key] = (p, envelope)
-            return found
+        if isinstance(p, PlacementDecisions):
+            return [found for d in p.items for found in self._decision(d, envelope)]
         if isinstance(p, BindResult) and not p.ok:
             held = self.live.get(p.event_key())
             if held is not None and held[0].decision_id == p.decision_id:
@@ -42,3 +31,17 @@ class PlacedTwice:
         elif isinstance(p, PodLifecycle) and p.phase == "deleted":
             self.live.pop(p.event_key(), None)
         return []
+
+    def _decision(self, d: PlacementDecision, envelope: Envelope[Any]) -> list[Violation]:
+        if not self.fence.admit(d) or d.outcome != "placed":
+            return []
+        key, found = d.event_key(), []
+        held = self.live.get(key)
+        if held is not None and held[0].decision_id != d.decision_id \
+                and (held[0].epoch, held[0].leader) == (d.epoch, d.leader):
+            first, where = held
+            found.append(Violation(NAME, f"pod {key} placed on {d.node} while still placed on {first.node} "
+                                         f"under the same fence (epoch {d.epoch}, leader {d.leader or '-'})",
+                                   (cite(where, f"placed {first.decision_id}"), cite(envelope, "placed again"))))
+        self.live[key] = (d, envelope)
+        return found

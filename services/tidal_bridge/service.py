@@ -33,10 +33,9 @@ Consumes only its own cluster's events (the runtime filters by
 `handled_clusters()`, which the settings pin to the own cluster; handlers
 check again). `node.allocatable` becomes node annotations for operators,
 written when they change (node_annotations.py); placement reads the stream
-itself. Evictions run in their own, unordered
-consumer group so that one held back by a PodDisruptionBudget (429, retried
-with growing delays, then reported `refused`) does not hold back other
-actions; taints stay ordered per node.
+itself. Evictions run in their own, unordered consumer group so that one
+held back by a PodDisruptionBudget (429, retried with growing delays, then
+reported `refused`) does not hold back the others; taints stay ordered per node.
 """
 
 from __future__ import annotations
@@ -45,6 +44,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tidal_bus import Delivery, RetryPolicy, StartAt
+from tidal_bus.tracing import processing
 from tidal_schemas.fence import DecisionFence
 from tidal_runtime import Service, Subscription
 from tidal_schemas import (ActionResult, BindResult, Envelope, NodeAllocatable, NodeTopology, PlacementDecision,
@@ -225,23 +225,24 @@ class BridgeService(Service):
         return True
 
     async def on_decision(self, envelope: Envelope[Any], delivery: Delivery) -> None:
-        decision = envelope.payload
-        counts = self.fence.admit(decision)  # in log order, replayed or not: see tidal_schemas.fence
-        if delivery.replaying or not counts or not self._ours(envelope, delivery):
-            return
-        if decision.outcome == "pending":
-            if self._still_pending(decision):
+        ours = self._ours(envelope, delivery)
+        for decision in envelope.payload.items:  # admitted in log order, replayed or not: tidal_schemas.fence
+            if not self.fence.admit(decision) or not ours:
+                continue
+            if decision.outcome == "pending" and self._still_pending(decision):
                 self.pod_status.submit(decision)
-            return
-        if decision.outcome != "placed":
-            return
+            elif decision.outcome == "placed":
+                with processing(self.name, self.group, envelope, decision):
+                    await self._bind(decision, envelope, delivery)
+
+    async def _bind(self, decision: PlacementDecision, envelope: Envelope[Any], delivery: Delivery) -> None:
         try:
             outcome = await self.binder.bind(decision)
         except BridgeError as exc:
             outcome = BindOutcome(False, unavailable(exc, delivery.attempt, self.settings.api_attempts))
         await self.publish(BindResult(decision_id=decision.decision_id, namespace=decision.namespace,
                                       name=decision.name, node=decision.node, ok=outcome.ok, reason=outcome.reason),
-                           cause=envelope, delivery=delivery)
+                           cause=envelope, delivery=delivery, discriminator=decision.decision_id)
         if outcome.ok:
             self.pod_status.bound(decision.namespace, decision.name)
         if outcome.ok and outcome.pod is not None and not outcome.reason:

@@ -125,8 +125,9 @@ async def _decisions(bus: Bus) -> dict[str, PlacementDecision]:
     """The latest decision that counts for each pod."""
     fence, latest = DecisionFence(), {}
     async for _, event in bus.read("placement.decision", StartAt.earliest()):
-        if not isinstance(event, SchemaError) and fence.admit(event.payload) and event.payload.outcome != "fence":
-            latest[event.payload.event_key()] = event.payload
+        for d in () if isinstance(event, SchemaError) else event.payload.items:
+            if fence.admit(d) and d.outcome != "fence":
+                latest[d.event_key()] = d
     return latest
 
 

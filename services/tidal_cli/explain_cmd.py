@@ -33,9 +33,9 @@ def run(args: argparse.Namespace) -> int:
             async for _, event in bus.read("placement.decision", StartAt.earliest()):
                 if isinstance(event, SchemaError) or event.cluster != args.cluster:
                     continue
-                d = event.payload
-                if fence.admit(d) and (d.namespace, d.name) == (namespace, name):
-                    found = d
+                for d in event.payload.items:
+                    if fence.admit(d) and (d.namespace, d.name) == (namespace, name):
+                        found = d
             if found is not None:  # the pod's own event says what it asked for
                 async for _, event in bus.read("pod.lifecycle", StartAt.earliest()):
                     if not isinstance(event, SchemaError) and event.cluster == args.cluster \

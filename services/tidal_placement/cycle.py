@@ -22,10 +22,10 @@ nothing yet: one that fits nowhere keeps that reason while it waits its turn.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from tidal_schemas import PlacementDecision, derived_id
+from tidal_schemas import PlacementDecision, PlacementDecisions, derived_id
 
 from .cache import ClusterCache
 from .decide import decide
@@ -56,11 +56,14 @@ def gist(placement: Placement) -> tuple:
 
 def cycle(cache: ClusterCache, strategy: Any, now: float,
           attempted: Callable[[str], None] = lambda code: None,
-          repeat_s: float | None = None) -> Iterator[PlacementDecision]:
+          repeat_s: float | None = None,
+          traced: Callable[[str, bool], dict[str, str]] = lambda key, placed: {}) -> Iterator[PlacementDecision]:
     """Try every queued pod that may place now; yield each decision to publish
     (placed ones; pending ones whose reason changed, or tried again `repeat_s`
     or more after the last published; None: never repeated). `attempted` is
-    told each attempt's status code (a pod held back: once per hold)."""
+    told each attempt's status code (a pod held back: once per hold);
+    `traced(pod key, placed)` gives the fields naming the trace a decision
+    continues (`PodTraces.fields`)."""
     queue, state, fence = cache.queue, cache.state, cache.fence
     queue.expire_waits(now)
     # Waiting and refused pods are tried again only when room, holdings or a
@@ -73,6 +76,7 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
     # Tenant usage is needed only for quotas and groups; most clusters have neither.
     usage = cache.tenant_usage() if cache.governed() else {}
     nodes = len(state.rows)
+    log_of = f"placement/{fence.epoch}/{fence.leader}"  # whose decision log the ids belong to
     for position, (entry, held_back) in enumerate(queue.cycle()):
         if queue.entries.get(entry.key) is not entry:
             continue  # placed, bound or deleted by events read while earlier decisions were published
@@ -87,18 +91,18 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
                 # try would flip its condition at every permit period.
                 continue
             entry.announced, entry.said = now, (WAIT, held_back)
-            decision_id = derived_id(f"placement/{fence.epoch}/{fence.leader}", PlacementDecision.TYPE, entry.key,
+            decision_id = derived_id(log_of, PlacementDecisions.TYPE, entry.key,
                                      f"{cache.tries(entry.key)}/{entry.attempts}/held-back")
             yield placement_decision(entry.pod, Placement(False, reason=held_back), decision_id,
                                      epoch=fence.epoch, leader=fence.leader, queue_position=position,
-                                     fair_share_score=entry.score, nodes=nodes)
+                                     fair_share_score=entry.score, nodes=nodes, **traced(entry.key, False))
             continue
         if not queue.due(entry, now):
             continue
         pod = entry.pod
         placement = place(cache, pod, usage, strategy)
-        decision_id = derived_id(f"placement/{fence.epoch}/{fence.leader}", PlacementDecision.TYPE, entry.key,
-                                 f"{cache.tries(entry.key)}/{entry.attempts}")
+        tries = f"{cache.tries(entry.key)}/{entry.attempts}"
+        decision_id = derived_id(log_of, PlacementDecisions.TYPE, entry.key, tries)
         extra: dict[str, Any] = dict(epoch=fence.epoch, leader=fence.leader, queue_position=position,
                                      fair_share_score=entry.score)
         if placement.code == PLACED:
@@ -123,7 +127,22 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
                 continue  # the same reasons: said already, and not long ago
             entry.announced, entry.said = now, said
             extra["nodes"] = nodes
-        decision = placement_decision(pod, placement, decision_id, **extra)
+        decision = placement_decision(pod, placement, decision_id, **extra,
+                                      **traced(entry.key, placement.code == PLACED))
         if placement.code == PLACED:
             cache.placed(decision, pod, now)
         yield decision
+
+
+def in_events(decisions: Iterable[PlacementDecision], size: int) -> Iterator[list[PlacementDecision]]:
+    """`decisions`, `size` to an event (the last of a cycle may hold fewer),
+    each list yielded as soon as it is full: the cycle decides on once its
+    event is published."""
+    taken: list[PlacementDecision] = []
+    for decision in decisions:
+        taken.append(decision)
+        if len(taken) == size:
+            yield taken
+            taken = []
+    if taken:
+        yield taken

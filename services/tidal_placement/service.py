@@ -2,8 +2,8 @@
 one `ClusterCache` per cluster (cache.py); the replica elected by the single
 partition of `tenant.config` fences the decision log (leadership.py) and
 runs the scheduling cycle (cycle.py) for the clusters it leads, publishing
-decisions as they are taken (a window in flight). Each is assumed at once,
-confirmed by a good bind result, forgotten on a failed bind or timeout.
+its decisions `publish_window` to an event, each in its pod's trace. Each is
+assumed at once, confirmed by a good bind result, forgotten on a failed bind or timeout.
 
 One clock, injectable (`clock`, wall seconds), for permits, bind timeouts,
 takeovers and staleness."""
@@ -15,16 +15,18 @@ import contextlib
 import math
 import time
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
 from tidal_bus import Delivery
-from tidal_schemas import PlacementDecision, TenantUsage
+from tidal_bus.trace_context import carried_by
+from tidal_schemas import PlacementDecisions, TenantUsage
 from tidal_schemas.fence import fence_decision
 
-from tidal_runtime import PublishWindow, Service, Subscription
+from tidal_runtime import Service, Subscription
 
 from .cache import ClusterCache
-from .cycle import cycle
+from .cycle import cycle, in_events
 from .leadership import Leadership
 from .learning import StrategyLearner
 from .metrics import SchedulingMetrics
@@ -99,14 +101,16 @@ class PlacementService(Service):
         cache, p, now = self.cluster(envelope.cluster), envelope.payload, self.clock()
         self.scheduling.observe(envelope, counting="bind.result" in self.caught_up)
         self.traces.read(envelope)
-        if not isinstance(p, PlacementDecision):
+        if not isinstance(p, PlacementDecisions):
             if cache.apply(p, now):
                 self.wake.set()
             return
-        admitted = cache.apply_decision(p, self.bus.backend.member_id, now)
-        if p.outcome == "fence":
-            self.leadership.fence_read(envelope.cluster, p, admitted, self.bus.backend.member_id)
-            self.wake.set()
+        me = self.bus.backend.member_id
+        for decision in p.items:
+            admitted = cache.apply_decision(decision, me, now)
+            if decision.outcome == "fence":
+                self.leadership.fence_read(envelope.cluster, decision, admitted, me)
+                self.wake.set()
 
     async def on_leadership(self, gained: frozenset[int], lost: frozenset[int]) -> None:
         self.leadership.assigned(bool(gained), bool(lost), self.clock())
@@ -122,7 +126,8 @@ class PlacementService(Service):
         clusters = {*self.clusters, *(self.settings.handled_clusters() or ())}
         fences = {name: cache.fence for name, cache in self.clusters.items()}
         for cluster, epoch in self.leadership.claims(clusters, fences, self.clock()):
-            await self.bus.publish(fence_decision(epoch, self.bus.backend.member_id), cluster=cluster)
+            await self.bus.publish(PlacementDecisions.of(fence_decision(epoch, self.bus.backend.member_id)),
+                                   cluster=cluster)
 
     def held_back(self, cluster: str, key: str) -> bool:
         """Whether the queued pod `key` is held back behind a waiting pod of its type: no
@@ -151,16 +156,16 @@ class PlacementService(Service):
 
     async def schedule_cluster(self, name: str) -> None:
         attempts, strategy = self.scheduling.attempts, self.learner.strategy
-        async with PublishWindow(self.settings.publish_window) as window:
-            for decision in cycle(self.clusters[name], strategy, self.clock(),
-                                  attempted=lambda code: attempts.labels(name, code).inc(),
-                                  repeat_s=self.settings.pending_repeat_s):
-                if decision.outcome == "placed":
-                    self.decisions += 1
-                    self.scheduling.decisions.labels(name, strategy.name).inc()
-                published = self.publish(decision, cluster=name, trace=self.traces.of(name, decision))
-                if await window.add(published) and name not in self.active:
-                    return  # deposed while publishing: the new leader decides the rest
+        decisions = cycle(self.clusters[name], strategy, self.clock(),
+                          attempted=lambda code: attempts.labels(name, code).inc(),
+                          repeat_s=self.settings.pending_repeat_s, traced=partial(self.traces.fields, name))
+        for taken in in_events(decisions, self.settings.publish_window):
+            self.decisions += (placed := sum(d.outcome == "placed" for d in taken))
+            self.scheduling.decisions.labels(name, strategy.name).inc(placed)
+            await self.publish(PlacementDecisions(items=taken), cluster=name,
+                               trace=carried_by(taken[0].trace, taken[0].trace_state))
+            if name not in self.active:
+                return  # deposed while publishing: the new leader decides the rest
 
     async def bind_timeouts(self) -> None:
         timeout = self.settings.bind_timeout_s

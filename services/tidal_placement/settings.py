@@ -6,6 +6,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from tidal_runtime import ServiceSettings
+from tidal_schemas.placement import MAX_DECISIONS
 
 from .gpu_strategies import GPU_STRATEGIES
 
@@ -18,8 +19,8 @@ class PlacementSettings(ServiceSettings):
     retry_backoff_s: float = Field(1.0, ge=0, description="a waiting pod is tried again no sooner than this after "
                                    "its first attempt, twice that after the second… (kube-scheduler's pod back-off)")
     retry_backoff_max_s: float = Field(10.0, ge=0, description="the longest back-off between a waiting pod's attempts")
-    publish_window: int = Field(64, ge=1, description="decisions of a cycle in flight to the broker together "
-                                "(each waits for its acknowledgement)")
+    publish_window: int = Field(64, ge=1, le=MAX_DECISIONS, description="decisions of a cycle published as one "
+                                "event (the cycle goes on once the broker has stored it)")
     bind_timeout_s: float = Field(60.0, gt=0, description="an assumed pod without a bind result is forgotten")
     takeover_settle_s: float = Field(3.0, ge=0, description="a replica that lost a fence waits this long "
                                      "(longer than a membership hand-over) before claiming again")

@@ -41,9 +41,10 @@ async def read_fences(sim) -> None:
     simulator follows it from its start): without the latest, an agent
     would take every decision of the current leader for a deposed one's."""
     async for _, event in sim.bus.read("placement.decision", StartAt.earliest()):
-        if not isinstance(event, SchemaError) and event.cluster == sim.settings.cluster \
-                and event.payload.outcome == "fence":
-            await sim.agents.on_decision(event.payload)
+        if not isinstance(event, SchemaError) and event.cluster == sim.settings.cluster:
+            for decision in event.payload.items:
+                if decision.outcome == "fence":
+                    await sim.agents.on_decision(decision)
 
 
 async def caught_up(sim, timeout_s: float = 60.0) -> bool:

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from tidal_schemas import (
-    HOLDING_PHASES, STOP_SCHEDULING_TAINT, Envelope, NodeAction, NodeTopology, PlacementDecision, PodLifecycle,
+    HOLDING_PHASES, STOP_SCHEDULING_TAINT, Envelope, NodeAction, NodeTopology, PlacementDecisions, PodLifecycle,
     TenantConfig, UserScore, derived_id,
 )
 from tidal_schemas.node_batch import NodeBatch
@@ -202,15 +202,14 @@ def recorded_reasons(decisions: Iterable[Recorded], plan: ReplayPlan, window: Wi
     that count (fenced) in the window."""
     fence = DecisionFence()
     for r in decisions:
-        d = r.envelope.payload
-        if not isinstance(d, PlacementDecision) or not fence.admit(d) or d.outcome != "pending":
+        if not isinstance(r.envelope.payload, PlacementDecisions):
             continue
-        if window.before(r.time) or window.after(r.time):
-            continue
-        key = d.event_key()
-        outcome = plan.recorded.get(key)
-        if outcome is not None and outcome.node is None:
-            plan.recorded[key] = RecordedOutcome(None, reason=d.reason or "pending")
+        for d in r.envelope.payload.items:
+            if not fence.admit(d) or d.outcome != "pending" or window.before(r.time) or window.after(r.time):
+                continue
+            outcome = plan.recorded.get(d.event_key())
+            if outcome is not None and outcome.node is None:
+                plan.recorded[d.event_key()] = RecordedOutcome(None, reason=d.reason or "pending")
 
 
 @dataclass(frozen=True)

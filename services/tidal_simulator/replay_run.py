@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidal_bus import Bus, StartAt
-from tidal_schemas import BindResult, Envelope, PlacementDecision, PodLifecycle, SchemaError
+from tidal_schemas import BindResult, Envelope, PlacementDecision, PlacementDecisions, PodLifecycle, SchemaError
 from tidal_schemas.fence import DecisionFence
 from tidal_schemas.streams import STREAMS
 
@@ -79,12 +79,12 @@ class SandboxBinder:
     async def follow(self) -> None:
         fence = DecisionFence()
         async for _, event in self.bus.read("placement.decision", StartAt.earliest(), follow=True):
-            if isinstance(event, SchemaError) or not fence.admit(event.payload) or event.payload.outcome == "fence":
-                continue
-            await self._on_decision(event)
+            for decision in () if isinstance(event, SchemaError) else event.payload.items:
+                if fence.admit(decision) and decision.outcome != "fence":
+                    await self._on_decision(decision, event)
 
-    async def _on_decision(self, envelope: Envelope[PlacementDecision]) -> None:
-        d, key = envelope.payload, envelope.payload.event_key()
+    async def _on_decision(self, d: PlacementDecision, envelope: Envelope[PlacementDecisions]) -> None:
+        key = d.event_key()
         pod = self.plan.pods.get(key)
         if pod is None or key not in self.plan.recorded:
             return
@@ -93,10 +93,10 @@ class SandboxBinder:
             self.outcome.placed[key] = Placed(d.node, tuple((g.gpu, g.milli) for g in d.gpus))
             self.outcome.why.pop(key, None)
             await self.bus.publish(BindResult(decision_id=d.decision_id, namespace=d.namespace, name=d.name,
-                                              node=d.node, ok=True), cause=envelope)
+                                              node=d.node, ok=True), cause=envelope, discriminator=d.decision_id)
             bound = pod.model_copy(update={"phase": "bound", "node": d.node, "numa_cpus": dict(d.numa_cpus),
                                            "gpus": list(d.gpus)})
-            await self.bus.publish(bound, cause=envelope, discriminator="bound")
+            await self.bus.publish(bound, cause=envelope, discriminator=f"bound/{d.decision_id}")
         else:
             self.outcome.why[key] = d.reason or "pending"
         waiter = self.waiters.pop(key, None)

@@ -35,8 +35,8 @@ import numpy as np
 
 from tidal_bus import Delivery, StartAt
 from tidal_schemas import (
-    ActionResult, BindResult, Envelope, NodeAction, NodeAllocatables, NodeMetrics, Payload, PlacementDecision,
-    PodLifecycle, make_envelope,
+    ActionResult, BindResult, Envelope, NodeAction, NodeAllocatables, NodeMetrics, Payload,
+    PlacementDecisions, PodLifecycle, make_envelope,
 )
 from tidal_schemas import crd
 
@@ -72,7 +72,8 @@ class SimulatorService(Service):
         self.workload = workload
         self.model = ClusterModel(workload.nodes, workload.pods)
         self.agents = NodeAgents((n.topology for n in workload.nodes), self.model.cgroups,
-                                 lambda payload, cause=None, delivery=None: self.emit(payload, cause=cause))
+                                 lambda payload, cause=None, delivery=None, discriminator="":
+                                 self.emit(payload, cause=cause, discriminator=discriminator))
         self.clock = SimClock(s.start or datetime.now(timezone.utc).replace(microsecond=0),
                               s.tick_s or workload.tick_s, real_time=s.clock == "real-time")
         self.bind_rng = np.random.default_rng([s.seed, 1])
@@ -168,18 +169,18 @@ class SimulatorService(Service):
             self._touch()
             await self.agents.on_pod(envelope.payload, cause=envelope)
 
-    async def on_decision(self, envelope: Envelope[PlacementDecision], delivery: Delivery) -> None:
-        decision, t = envelope.payload, self.clock.t_s
-        if envelope.cluster == self.settings.cluster:
-            await self.agents.on_decision(decision, cause=envelope)
-        key = decision.event_key()
-        pod = self.model.pods.get(key)
-        if pod is None or (decision.uid and decision.uid != pod.request.uid):
-            return  # not a pod of this simulation
-        self._touch()
-        self.record.decision(t, key, decision, time.monotonic())
-        if decision.outcome == "pending":
-            self.settle(key, "pending")
+    async def on_decision(self, envelope: Envelope[PlacementDecisions], delivery: Delivery) -> None:
+        for decision in envelope.payload.items:
+            if envelope.cluster == self.settings.cluster:
+                await self.agents.on_decision(decision, cause=envelope)
+            key = decision.event_key()
+            pod = self.model.pods.get(key)
+            if pod is None or (decision.uid and decision.uid != pod.request.uid):
+                continue  # not a pod of this simulation
+            self._touch()
+            self.record.decision(self.clock.t_s, key, decision, time.monotonic())
+            if decision.outcome == "pending":
+                self.settle(key, "pending")
 
     async def on_bind_result(self, envelope: Envelope[BindResult], delivery: Delivery) -> None:
         result = envelope.payload

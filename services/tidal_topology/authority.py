@@ -29,7 +29,7 @@ from .checkpoint import CpuState, save_state
 from tidal_policy.cpu_pick import CpuLike
 from .cpuset_plan import expected_cpusets
 
-Publish = Callable[..., Awaitable[Any]]
+Publish = Callable[..., Awaitable[Any]]  # publish(payload, cause=, delivery=, discriminator=), as Service.publish
 
 
 class CpuAuthority:
@@ -71,9 +71,12 @@ class CpuAuthority:
         if self.state_file is not None:
             await asyncio.to_thread(save_state, self.state, self.state_file)
         for c in step.changes:
+            # One cause (an event of many decisions, a decision replacing another) may change several
+            # pods' CPUs, all keyed by this node: each output's id must differ, or the broker keeps one.
             await self.publish(CpuAssignment(node=self.node, pod=c.pod, cpuset=list(c.cpus), released=c.released,
                                              numa_cpus=dict(c.numa_cpus), decision_id=c.decision_id,
-                                             reason=c.reason[:1024]), cause=cause, delivery=delivery)
+                                             reason=c.reason[:1024]), cause=cause, delivery=delivery,
+                               discriminator=f"{c.pod}/{c.decision_id}/{'released' if c.released else 'taken'}")
         if self.live and not (delivery is not None and delivery.replaying):
             return await self.apply()
         return {}

@@ -19,7 +19,8 @@ from typing import Any
 from prometheus_client import Gauge
 
 from tidal_bus import Delivery
-from tidal_schemas import BindResult, Envelope, NodeAction, PlacementDecision, PodLifecycle
+from tidal_bus.tracing import processing
+from tidal_schemas import BindResult, Envelope, NodeAction, PlacementDecisions, PodLifecycle
 
 from tidal_runtime import Service, Subscription
 
@@ -87,8 +88,13 @@ class TopologyService(Service):
             self.log.warning("CPU checkpoint is for another CPU layout: rebuilding from the decision stream")
         return fresh
 
+    @property
+    def group(self) -> str:
+        """This node's agent's own consumer group."""
+        return f"topology-{self.node}"
+
     def subscriptions(self) -> list[Subscription]:
-        group = f"topology-{self.node}"
+        group = self.group
         return [
             Subscription("placement.decision", self.on_decision, group=group),
             # Actions act on the machine: replaying them on restart would repeat effects.
@@ -124,8 +130,10 @@ class TopologyService(Service):
     def _mine(self, envelope: Envelope[Any]) -> bool:
         return envelope.cluster == self.settings.cluster
 
-    async def on_decision(self, envelope: Envelope[PlacementDecision], delivery: Delivery) -> None:
-        await self.core.on_decision(envelope.payload, cause=envelope, delivery=delivery)
+    async def on_decision(self, envelope: Envelope[PlacementDecisions], delivery: Delivery) -> None:
+        for decision in envelope.payload.items:
+            with processing(self.name, self.group, envelope, decision):
+                await self.core.on_decision(decision, cause=envelope, delivery=delivery)
 
     async def follow_binds(self) -> None:
         async def on_event(envelope: Envelope[Any]) -> None:
