@@ -2,7 +2,8 @@
 against a real NATS server: every message once and in order, later messages
 without a new fetch's request, a timeout when there is nothing, no busy loop
 on a consumer that is gone, unread messages handed back at close, and a
-lingering fetch that the server answers with what it stored meanwhile."""
+lingering fetch that the server answers with what it stored meanwhile; a
+reader's fetches are larger than a group member's."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import orjson
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from conftest import wait_until
+from builders import pod
+from conftest import make_bus, wait_until
+from tidal_bus import StartAt
 from tidal_bus.nats_pull import Puller
 
 
@@ -184,3 +187,23 @@ async def test_a_fetch_cancelled_while_lingering_leaves_its_messages_to_be_hande
         assert await _fetch_all(second, 1, batch=16) == [0]
     finally:
         await second.close()
+
+
+async def test_a_reader_takes_a_backlog_read_batch_at_a_time(nats_server, namespace):
+    """A stream followed without a group is read 256 messages a fetch, not
+    the 64 of a group member: a follower must read faster than its service
+    works (placement's pending pods, between its decisions' events)."""
+    async with make_bus(nats_server.url, namespace, source="test") as bus:
+        await asyncio.gather(*(bus.publish(pod(f"p{i}")) for i in range(300)))
+        requests: list[int] = []
+        nc = bus.backend._nc
+        publish = nc.publish
+
+        async def counted(subject: str, payload: bytes = b"", **options) -> None:
+            if ".CONSUMER.MSG.NEXT." in subject:
+                requests.append(orjson.loads(payload)["batch"])
+            await publish(subject, payload, **options)
+        nc.publish = counted
+        read = [e.payload.name async for _, e in bus.read("pod.lifecycle", StartAt.earliest())]
+    assert sorted(read) == sorted(f"p{i}" for i in range(300))
+    assert bus.backend.read_batch == 256 and requests and max(requests) == 256

@@ -50,6 +50,7 @@ class NatsBackend(Backend):
         ack_wait_s: float = 30.0,
         member_ttl_s: float = 6.0,
         fetch_batch: int = 64,
+        read_batch: int = 256,
         publish_timeout_s: float = 30.0,
         connect_deadline_s: float = 30.0,
         connect_options: dict | None = None,
@@ -66,6 +67,14 @@ class NatsBackend(Backend):
         # in bench/burst.py and a group consumer's read cost more in bench/bus_read.py
         # (one pair of runs each); a request per 64 messages costs nothing measurable.
         self.fetch_batch = fetch_batch
+        # Messages per fetch of a reader (a stream followed without a group). A
+        # follower reads between the turns of its service's own work: placement's
+        # pending pods between the events of its decisions, 64 decisions each. At
+        # 64 per fetch it read pods only as fast as it decided them, so its queue,
+        # and the fair-share order, held only part of a burst already sent
+        # (bench/burst.py: pods held back behind a waiting pod of their type that
+        # they had arrived long before; docs/performance-log.md).
+        self.read_batch = read_batch
         self.publish_timeout_s = publish_timeout_s
         self.connect_deadline_s = connect_deadline_s
         self._connect_options = connect_options or {}

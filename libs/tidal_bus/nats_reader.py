@@ -63,7 +63,7 @@ async def read_stream(
             while True:
                 raise_if_cancelling()
                 try:
-                    batch = await psub.fetch(backend.fetch_batch, timeout=1.0, linger=linger_s if follow else 0.0)
+                    batch = await psub.fetch(backend.read_batch, timeout=1.0, linger=linger_s if follow else 0.0)
                 except (nats.errors.TimeoutError, asyncio.TimeoutError):
                     if follow:
                         continue
