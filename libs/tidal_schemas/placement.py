@@ -2,21 +2,20 @@
 
 Placement publishes the decisions of a scheduling cycle together, up to
 MAX_DECISIONS to an event (`PlacementDecisions`, version 2 of the
-`placement.decision` stream): each event costs its producer, the broker and
-every reader far more than a decision's few hundred bytes. Version 1
-carried one decision as the payload itself; such an event reads as a batch
-of one. A decision carries the trace of its own pod (`trace`), since the
+`placement.decision` stream; `item_batch`). Version 1 carried one decision
+as the payload itself; such an event reads as a batch of one. A decision carries the trace of its own pod (`trace`), since the
 event's headers can name one trace only.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
 from .common import Name, NonNegInt, NumaId, PodName, Record, Resources, pod_key
 from .envelope import Payload, register
+from .item_batch import ItemBatch
 
 
 class GpuShare(Record):
@@ -87,24 +86,14 @@ class PlacementDecision(Record):
 
 
 @register
-class PlacementDecisions(Payload):
+class PlacementDecisions(ItemBatch[PlacementDecision]):
     """`items`: decisions in the order they were taken, the decision log's order."""
 
     TYPE = "placement.decision"
     VERSION = 2
+    ONE_ITEM_FIELD = "decision_id"
 
     items: list[PlacementDecision] = Field(min_length=1, max_length=MAX_DECISIONS)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _one_decision(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "items" not in data and "decision_id" in data:
-            return {"items": [data]}  # version 1: the decision itself
-        return data
-
-    @classmethod
-    def of(cls, *decisions: PlacementDecision) -> "PlacementDecisions":
-        return cls(items=list(decisions))
 
     def event_key(self) -> str:
         """The first decision's pod: the stream has one partition, so the key routes nothing."""
