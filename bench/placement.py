@@ -94,7 +94,7 @@ async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0, strategy
                 agents.go()
             start = time.perf_counter()
             # Not one ack at a time: the rate must not hang on the broker. A sliding window, not
-            # tidal_runtime's PublishWindow, which waits for a whole window and would bunch the arrivals.
+            # a window waited for whole, which would bunch the arrivals.
             in_flight: set[asyncio.Task] = set()
             for i, pod in enumerate(batch):
                 if rate:  # paced arrivals: latency without a burst's queueing

@@ -62,19 +62,11 @@ class NatsBackend(Backend):
         self.namespace = namespace
         self.ack_wait_s = ack_wait_s
         self.member_ttl_s = member_ttl_s
-        # Messages per pull request. 64, not 256: a pull request's messages keep coming
-        # while the last batch is handled, and at 256 placement's peak was 6.5 MiB higher
-        # in bench/burst.py and a group consumer's read cost more in bench/bus_read.py
-        # (one pair of runs each); a request per 64 messages costs nothing measurable.
+        # Messages per pull request of a group member. 64, not 256: its messages keep coming while the
+        # last batch is handled, and at 256 placement's peak was 6.5 MiB higher in bench/burst.py and a
+        # group consumer's read cost more in bench/bus_read.py (one pair of runs each).
         self.fetch_batch = fetch_batch
-        # Messages per fetch of a reader (a stream followed without a group). A
-        # follower reads between the turns of its service's own work: placement's
-        # pending pods between the events of its decisions, 64 decisions each. At
-        # 64 per fetch it read pods only as fast as it decided them, so its queue,
-        # and the fair-share order, held only part of a burst already sent
-        # (bench/burst.py: pods held back behind a waiting pod of their type that
-        # they had arrived long before; docs/performance-log.md).
-        self.read_batch = read_batch
+        self.read_batch = read_batch  # per fetch of a reader, a stream followed without a group (nats_reader)
         self.publish_timeout_s = publish_timeout_s
         self.connect_deadline_s = connect_deadline_s
         self._connect_options = connect_options or {}

@@ -1,7 +1,15 @@
 """Reading a stream without a group (replay, catch-up, `tidal events`): an
 ephemeral unacknowledged pull consumer; following, a lost connection or a
 broker restart does not end the read, a new reader resumes after the last
-message read."""
+message read.
+
+A reader fetches `read_batch` (256) messages at a time, a group member 64.
+A follower reads between the turns of its service's own work: placement
+its pending pods between the events of its decisions, 64 decisions each.
+At 64 a fetch it read the pods only as fast as it decided them, so its
+queue, and the fair-share order, held only part of a burst already sent
+(bench/burst.py: pods held back behind a waiting pod of their type that
+they had arrived long before; docs/performance-log.md)."""
 
 from __future__ import annotations
 

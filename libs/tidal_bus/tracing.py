@@ -145,14 +145,14 @@ def processing(service: str, group: str, envelope: Envelope[Any], item: Any) -> 
     if _tracer is not None:
         span = _start(f"{service} process {envelope.type}", "CONSUMER", parent,
                       {**_attributes(service, envelope, group), "tidal.key": item.event_key()})
-    item = HandlerSpan(envelope, _context_of(span, parent) if span is not None else parent or new_trace(), span)
+    handled = HandlerSpan(envelope, _context_of(span, parent) if span is not None else parent or new_trace(), span)
     try:
-        with item.current():
+        with handled.current():
             yield
     except BaseException as exc:
-        item.end("failed", exc)
+        handled.end("failed", exc)
         raise
-    item.end("ok")
+    handled.end("ok")
 
 
 @contextlib.contextmanager

@@ -7,7 +7,6 @@ from .exports import lazy_exports
 PUBLIC = {
     "InventoryGate": "inventory_gate:InventoryGate",
     "OutputBatches": "output_batches:OutputBatches",
-    "PublishWindow": "publish_window:PublishWindow",
     "Service": "service:Service",
     "ServiceMetrics": "metrics:ServiceMetrics",
     "ServiceSettings": "settings:ServiceSettings",

@@ -1,6 +1,6 @@
 """Per-node figures of one stream partition, published as one event: a
 stage answering every node's sample (scoring's scores, oversell's
-allocatable) sends one event for the samples it has in hand, not one each.
+allocatable) sends one event for the samples it has in hand, not one each
 (`item_batch`; `tidal_runtime.output_batches` sends them).
 
 An event is keyed by its first node, and every node in it belongs to that

@@ -3,8 +3,9 @@
 Placement publishes the decisions of a scheduling cycle together, up to
 MAX_DECISIONS to an event (`PlacementDecisions`, version 2 of the
 `placement.decision` stream; `item_batch`). Version 1 carried one decision
-as the payload itself; such an event reads as a batch of one. A decision carries the trace of its own pod (`trace`), since the
-event's headers can name one trace only.
+as the payload itself; such an event reads as a batch of one. A decision
+carries the trace of its own pod (`trace`), since the event's headers can
+name one trace only.
 """
 
 from __future__ import annotations
