@@ -9,6 +9,7 @@ machine."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import time
 import uuid
@@ -94,11 +95,10 @@ class TopologyService(Service):
         return f"topology-{self.node}"
 
     def subscriptions(self) -> list[Subscription]:
-        group = self.group
         return [
-            Subscription("placement.decision", self.on_decision, group=group),
+            Subscription("placement.decision", self.on_decision, group=self.group),
             # Actions act on the machine: replaying them on restart would repeat effects.
-            Subscription("node.action", self.on_action, group=group, replay_on_assign=False),
+            Subscription("node.action", self.on_action, group=self.group, replay_on_assign=False),
         ]
 
     def loops(self):
@@ -132,7 +132,10 @@ class TopologyService(Service):
 
     async def on_decision(self, envelope: Envelope[PlacementDecisions], delivery: Delivery) -> None:
         for decision in envelope.payload.items:
-            with processing(self.name, self.group, envelope, decision):
+            # every decision goes through the fence, but only this node's enter its pod's trace: one
+            # agent, not each of the cluster's, answers for a pod (and pays for reading its trace)
+            here = decision.node == self.node
+            with processing(self.name, self.group, envelope, decision) if here else contextlib.nullcontext():
                 await self.core.on_decision(decision, cause=envelope, delivery=delivery)
 
     async def follow_binds(self) -> None:
