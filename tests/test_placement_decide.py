@@ -204,3 +204,24 @@ def test_runners_up_by_state_are_the_runners_up_by_candidate(sids, costs, data):
     values = scores.cost[scores.sids]
     chosen = data.draw(st.integers(0, len(sids) - 1))
     assert runners_up_of_states(scores, chosen) == runners_up(values, np.flatnonzero(least(values)), chosen)
+
+
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=300), st.lists(st.sampled_from([0.0, 1.0, 1.0 + 1e-12]),
+                                                                      min_size=6, max_size=6),
+       st.lists(st.sampled_from([0.0, 1.0]), min_size=6, max_size=6), st.data())
+def test_tied_states_are_the_candidates_tied_on_every_key(sids, costs, tiebreak, data):
+    # the state-level narrowing (one state compared, or a table of several) against the keys per candidate;
+    # the states at the least cost it hands on give the runners-up found without them
+    from tidal_placement.gpu_candidates import StateScores
+    from tidal_placement.ranking import least, runners_up_of_states, tied_states
+
+    scores = StateScores(np.array(sids), np.array(costs), tiebreaks=(np.array(tiebreak),))
+    rows = np.arange(len(sids))
+    for key in (scores.cost[scores.sids], scores.tiebreaks[0][scores.sids]):
+        rows = rows[least(key[rows])]
+    tied, cheapest = tied_states(scores)
+    assert tied.tolist() == rows.tolist()
+    present = np.unique(sids)
+    assert sorted(cheapest.tolist()) == present[least(scores.cost[present])].tolist()
+    chosen = data.draw(st.integers(0, len(sids) - 1))
+    assert runners_up_of_states(scores, chosen, cheapest) == runners_up_of_states(scores, chosen)

@@ -108,10 +108,11 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
 
     ranks = None if rank is None else rank[rows]
     if isinstance(scored, StateScores):  # the states' keys narrow the candidates to one state's rows or a few
-        i = select(len(rows), [], numa_key, rng, ranks, tied=tied_states(scored))
+        tied, cheapest = tied_states(scored)
+        i = select(len(rows), [], numa_key, rng, ranks, tied=tied)
         sid = int(scored.sids[i])
         cost, device = float(scored.cost[sid]), None if scored.device is None else scored.device[sid]
-        ranked = partial(runners_up_of_states, scored, i)
+        ranked = partial(runners_up_of_states, scored, i, cheapest)
     else:
         ranking: list[np.ndarray] = []  # select leaves here the first key it ranked every candidate by, and its ties
         i = select(len(rows), keys, numa_key, rng, ranks, ranking)

@@ -60,14 +60,16 @@ def least(values: np.ndarray) -> np.ndarray:
     return values <= best + 1e-9 * max(1.0, abs(float(best)))
 
 
-def tied_states(scores: StateScores) -> np.ndarray:
-    """The candidates whose states tie on the cost and every tiebreak."""
+def tied_states(scores: StateScores) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates whose states tie on the cost and every tiebreak, and
+    the states at the least cost (`runners_up_of_states` starts from them)."""
     ids = scores.states()
-    for key in (scores.cost, *scores.tiebreaks):
-        ids = ids[least(key[ids])]
+    ids = cheapest = ids[least(scores.cost[ids])]
+    for key in scores.tiebreaks:
         if len(ids) == 1:
             break
-    return _rows_in(scores, ids)
+        ids = ids[least(key[ids])]
+    return _rows_in(scores, ids), cheapest
 
 
 def runners_up(values: np.ndarray, at_least: np.ndarray, chosen: int) -> Ranked:
@@ -88,13 +90,15 @@ def runners_up(values: np.ndarray, at_least: np.ndarray, chosen: int) -> Ranked:
     return tuple((int(j), float(values[j])) for j in best if j != chosen)[:RUNNERS_UP]
 
 
-def runners_up_of_states(scores: StateScores, chosen: int) -> Ranked:
+def runners_up_of_states(scores: StateScores, chosen: int, cheapest: np.ndarray | None = None) -> Ranked:
     """`runners_up` by the cost per state: the rows of the states at the
-    least cost, when enough, without the cost of every candidate."""
+    least cost (`cheapest`, if known), when enough, without the cost of
+    every candidate."""
     if len(scores.sids) > 1:
         take = min(RUNNERS_UP + 1, len(scores.sids))
-        ids = scores.states()
-        cheapest = ids[least(scores.cost[ids])]
+        if cheapest is None:
+            ids = scores.states()
+            cheapest = ids[least(scores.cost[ids])]
         rows = _rows_in(scores, cheapest, first=take)
         if len(rows) >= take and scores.cost[cheapest].max() == scores.cost[scores.sids[rows[0]]]:
             return tuple((int(j), float(scores.cost[scores.sids[j]])) for j in rows if j != chosen)[:RUNNERS_UP]
@@ -105,9 +109,14 @@ def runners_up_of_states(scores: StateScores, chosen: int) -> Ranked:
 def _rows_in(scores: StateScores, ids: np.ndarray, first: int | None = None) -> np.ndarray:
     # the candidates in states `ids`, in candidate order (the `first` of them only,
     # found in a short prefix of the candidates when that holds enough)
-    chosen = np.zeros(len(scores.cost), dtype=bool)
-    chosen[ids] = True
+    if len(ids) == 1:  # one state: a comparison, not a table of every state
+        sid = ids[0]
+        member = lambda sids: sids == sid  # noqa: E731
+    else:
+        chosen = np.zeros(len(scores.cost), dtype=bool)
+        chosen[ids] = True
+        member = chosen.__getitem__
     if first is not None:
-        head = np.flatnonzero(chosen[scores.sids[:PREFIX]])
-        return head[:first] if len(head) >= first else np.flatnonzero(chosen[scores.sids])[:first]
-    return np.flatnonzero(chosen[scores.sids])
+        head = np.flatnonzero(member(scores.sids[:PREFIX]))
+        return head[:first] if len(head) >= first else np.flatnonzero(member(scores.sids))[:first]
+    return np.flatnonzero(member(scores.sids))
