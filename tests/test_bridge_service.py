@@ -241,10 +241,52 @@ async def test_a_cycles_decisions_in_one_event_are_each_carried_out(nats_server,
                               reason="0/2 nodes fit: 2 cpu", filtered={"cpu": 2}, nodes=2)))
         events = await results.wait(lambda es: len(es) == 2, "two bind results")
         await wait_until(lambda: fake.count("PATCH", "/status") == 1, 30, "the pending pod explained")
-    assert [(e.payload.decision_id, e.payload.node, e.payload.ok) for e in events] == \
-        [("da", "n1", True), ("db", "n1", True)]
+    assert sorted((e.payload.decision_id, e.payload.node, e.payload.ok) for e in events) == \
+        [("da", "n1", True), ("db", "n1", True)]  # bound side by side: the results in either order
     assert len({e.id for e in events}) == 2  # one cause, two outputs: each its own id
     assert [fake.pod("default", name)["spec"].get("nodeName") for name in "abc"] == ["n1", "n1", None]
+
+
+async def test_pods_are_bound_side_by_side_up_to_the_limit(nats_server, namespace, fake, bus):
+    # Each binding waits on a slow API server: one event's pods overlap, at most bind_concurrency at a time.
+    names = [f"p{i}" for i in range(6)]
+    for name in names:
+        fake.add_pod(name)
+    fake.slow("POST", "/binding", 0.3)
+    in_flight, most = [0], [0]
+
+    def started(method: str, path: str) -> None:
+        if method == "POST" and path.endswith("/binding"):
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+
+    def answered(pod: dict, node: str) -> None:  # the binding's handler, once its wait is over: admitted
+        in_flight[0] -= 1
+
+    fake.on_request, fake.admit_binding = started, answered
+    results = Stream(bus, "bind.result")
+    async with running(settings(nats_server, namespace, fake, bind_concurrency=4)):
+        await bus.publish(PlacementDecisions.of(*(decision(name, decision_id=f"d-{name}") for name in names)))
+        events = await results.wait(lambda es: len(es) == len(names), "every bind result")
+    assert most[0] == 4
+    assert sorted(e.payload.decision_id for e in events if e.payload.ok) == [f"d-{name}" for name in names]
+    assert all(fake.pod("default", name)["spec"]["nodeName"] == "n1" for name in names)
+
+
+async def test_one_pods_decisions_in_one_event_are_carried_out_in_turn(nats_server, namespace, fake, bus):
+    # Side by side, the second would annotate the pod while the first binds it.
+    fake.add_node("n2")
+    fake.add_pod("web")
+    fake.slow("POST", "/binding", 0.2)
+    results = Stream(bus, "bind.result")
+    async with running(settings(nats_server, namespace, fake)):
+        await bus.publish(PlacementDecisions.of(decision(node="n1", decision_id="d1"),
+                                                decision(node="n2", decision_id="d2")))
+        events = await results.wait(lambda es: len(es) == 2, "two bind results")
+    assert [(e.payload.decision_id, e.payload.ok, e.payload.reason) for e in events] == [
+        ("d1", True, ""), ("d2", False, "pod default/web is already bound to node n1")]
+    pod = fake.pod("default", "web")
+    assert (pod["spec"]["nodeName"], pod["metadata"]["annotations"]["tidal.dev/decision-id"]) == ("n1", "d1")
 
 
 async def test_a_binding_never_waits_behind_pending_pods_explained(nats_server, namespace, fake, bus):

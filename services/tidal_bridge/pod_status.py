@@ -152,3 +152,20 @@ class PodStatusReporter:
         self._counts[key] = (name, count)
         while len(self._counts) > COUNTS_KEPT:
             self._counts.popitem(last=False)
+
+
+async def create_pod_event(kube: Kube, pod: dict, reason: str, message: str, kind: str = "Warning", *,
+                           log: logging.Logger = log) -> bool:
+    """Create a Kubernetes Event on the pod; True when it exists now."""
+    body = pod_event(pod, reason=reason, message=message, kind=kind, now=datetime.now(timezone.utc))
+    try:
+        await kube.create_event(body["metadata"]["namespace"], body)
+    except KubeStatusError as exc:
+        if exc.code == 409:  # reported already (another replica, an earlier run)
+            return True
+        log.warning("could not create event %s on pod %s: %s", reason, body["involvedObject"]["name"], exc)
+        return False
+    except BridgeError as exc:
+        log.warning("could not create event %s: %s", reason, exc)
+        return False
+    return True

@@ -40,6 +40,7 @@ reported `refused`) does not hold back the others; taints stay ordered per node.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timezone
 from typing import Any
 
@@ -57,10 +58,11 @@ from .event_budget import EventBudget
 from .kube import Kube
 from .node_annotations import AnnotationsWritten
 from .nodes import node_topology
-from .objects import DECISION_UNREADABLE, INVALID_ANNOTATION, SCHEDULED, allocatable_annotations, annotations_patch, pod_event
-from .pod_status import PodStatusReporter
+from .objects import DECISION_UNREADABLE, INVALID_ANNOTATION, SCHEDULED, allocatable_annotations, annotations_patch
+from .pod_status import PodStatusReporter, create_pod_event
 from .pods import read_pod
 from .settings import BridgeSettings
+from .side_by_side import side_by_side
 from .tenants import TenantBridge
 from .watch import Backoff, Change, Reflector
 
@@ -126,6 +128,7 @@ class BridgeService(Service):
             self.kube = await Kube.connect(s)
         self.binder = Binder(self.kube, scheduler_name=s.scheduler_name, attempts=s.bind_attempts,
                              retry_s=s.bind_retry_s)
+        self.binds_in_flight = asyncio.Semaphore(s.bind_concurrency)
         self.actuator = Actuator(self.kube, conflict_attempts=s.conflict_attempts)
         self.pod_status = PodStatusReporter(self.kube, gpu_resource=s.gpu_resource,
                                             budget=EventBudget(s.event_burst, s.event_refill_s))
@@ -181,7 +184,7 @@ class BridgeService(Service):
             if problem and problem not in reported:
                 if reason == DECISION_UNREADABLE:
                     self.log.warning("pod %s: %s", pod.event_key(), problem)
-                if await self._pod_event(obj, reason, problem):
+                if await create_pod_event(self.kube, obj, reason, problem, log=self.log):
                     reported.add(problem)
 
     async def _on_node(self, change: Change) -> None:
@@ -200,21 +203,6 @@ class BridgeService(Service):
                                                              str(meta.get("resourceVersion"))))
         self._node_facts[topology.node] = topology
 
-    async def _pod_event(self, pod: dict[str, Any], reason: str, message: str, kind: str = "Warning") -> bool:
-        """Create a Kubernetes Event on the pod; True when it exists now."""
-        body = pod_event(pod, reason=reason, message=message, kind=kind, now=datetime.now(timezone.utc))
-        try:
-            await self.kube.create_event(body["metadata"]["namespace"], body)
-        except KubeStatusError as exc:
-            if exc.code == 409:  # reported already (another replica, an earlier run)
-                return True
-            self.log.warning("could not create event %s on pod %s: %s", reason, body["involvedObject"]["name"], exc)
-            return False
-        except BridgeError as exc:
-            self.log.warning("could not create event %s: %s", reason, exc)
-            return False
-        return True
-
     # -- bus -> Kubernetes --------------------------------------------------------
     def _ours(self, envelope: Envelope[Any], delivery: Delivery) -> bool:
         if delivery.replaying:
@@ -226,28 +214,35 @@ class BridgeService(Service):
 
     async def on_decision(self, envelope: Envelope[Any], delivery: Delivery) -> None:
         ours = self._ours(envelope, delivery)
+        placed: dict[str, list[PlacementDecision]] = {}  # by pod, in log order
         for decision in envelope.payload.items:  # admitted in log order, replayed or not: tidal_schemas.fence
             if not self.fence.admit(decision) or not ours:
                 continue
             if decision.outcome == "pending" and self._still_pending(decision):
                 self.pod_status.submit(decision)
             elif decision.outcome == "placed":
-                with processing(self.name, self.group, envelope, decision):
-                    await self._bind(decision, envelope, delivery)
+                placed.setdefault(decision.event_key(), []).append(decision)
+        # Pods bound side by side, one pod's decisions in turn; the event is done (and acknowledged) once
+        # every bind is.
+        await side_by_side(placed.values(), lambda decision: self._bind(decision, envelope, delivery),
+                           self.binds_in_flight)
 
     async def _bind(self, decision: PlacementDecision, envelope: Envelope[Any], delivery: Delivery) -> None:
-        try:
-            outcome = await self.binder.bind(decision)
-        except BridgeError as exc:
-            outcome = BindOutcome(False, unavailable(exc, delivery.attempt, self.settings.api_attempts))
-        await self.publish(BindResult(decision_id=decision.decision_id, namespace=decision.namespace,
-                                      name=decision.name, node=decision.node, ok=outcome.ok, reason=outcome.reason),
-                           cause=envelope, delivery=delivery, discriminator=decision.decision_id)
-        if outcome.ok:
-            self.pod_status.bound(decision.namespace, decision.name)
-        if outcome.ok and outcome.pod is not None and not outcome.reason:
-            await self._pod_event(outcome.pod, SCHEDULED, f"Successfully assigned {decision.namespace}/"
-                                  f"{decision.name} to {decision.node} (decision {decision.decision_id})", "Normal")
+        with processing(self.name, self.group, envelope, decision):
+            try:
+                outcome = await self.binder.bind(decision)
+            except BridgeError as exc:
+                outcome = BindOutcome(False, unavailable(exc, delivery.attempt, self.settings.api_attempts))
+            await self.publish(BindResult(decision_id=decision.decision_id, namespace=decision.namespace,
+                                          name=decision.name, node=decision.node, ok=outcome.ok,
+                                          reason=outcome.reason),
+                               cause=envelope, delivery=delivery, discriminator=decision.decision_id)
+            if outcome.ok:
+                self.pod_status.bound(decision.namespace, decision.name)
+            if outcome.ok and outcome.pod is not None and not outcome.reason:
+                await create_pod_event(self.kube, outcome.pod, SCHEDULED, f"Successfully assigned {decision.namespace}/"
+                                       f"{decision.name} to {decision.node} (decision {decision.decision_id})",
+                                       "Normal", log=self.log)
 
     def _still_pending(self, decision: PlacementDecision) -> bool:
         """Not known bound or gone: a pending decision read late must not mark
