@@ -247,8 +247,10 @@ async def test_a_cycles_decisions_in_one_event_are_each_carried_out(nats_server,
     assert [fake.pod("default", name)["spec"].get("nodeName") for name in "abc"] == ["n1", "n1", None]
 
 
-async def test_pods_are_bound_side_by_side_up_to_the_limit(nats_server, namespace, fake, bus):
-    # Each binding waits on a slow API server: one event's pods overlap, at most bind_concurrency at a time.
+@pytest.mark.parametrize("events", ["one event", "an event each"])
+async def test_pods_are_bound_side_by_side_up_to_the_limit(nats_server, namespace, fake, bus, events):
+    # Each binding waits on a slow API server: the pods' binds overlap, at most bind_concurrency at a time,
+    # whether they come in one event (a burst) or an event each (pods arriving one by one).
     names = [f"p{i}" for i in range(6)]
     for name in names:
         fake.add_pod(name)
@@ -266,11 +268,31 @@ async def test_pods_are_bound_side_by_side_up_to_the_limit(nats_server, namespac
     fake.on_request, fake.admit_binding = started, answered
     results = Stream(bus, "bind.result")
     async with running(settings(nats_server, namespace, fake, bind_concurrency=4)):
-        await bus.publish(PlacementDecisions.of(*(decision(name, decision_id=f"d-{name}") for name in names)))
-        events = await results.wait(lambda es: len(es) == len(names), "every bind result")
+        decided = [decision(name, decision_id=f"d-{name}") for name in names]
+        for batch in [decided] if events == "one event" else [[d] for d in decided]:
+            await bus.publish(PlacementDecisions.of(*batch))
+        found = await results.wait(lambda es: len(es) == len(names), "every bind result")
     assert most[0] == 4
-    assert sorted(e.payload.decision_id for e in events if e.payload.ok) == [f"d-{name}" for name in names]
+    assert sorted(e.payload.decision_id for e in found if e.payload.ok) == [f"d-{name}" for name in names]
     assert all(fake.pod("default", name)["spec"]["nodeName"] == "n1" for name in names)
+
+
+async def test_a_pending_decision_read_during_the_pods_bind_waits_for_it(nats_server, namespace, fake, bus):
+    # Read while the bind is under way (an older pending decision, read late): once the pod is bound, it
+    # must not be marked unschedulable.
+    fake.add_pod("web")
+    fake.slow("POST", "/binding", 0.5)
+    results = Stream(bus, "bind.result")
+    async with running(settings(nats_server, namespace, fake)) as (bridge,):
+        await bus.publish(placed())
+        await wait_until(lambda: fake.count("POST", "/binding") == 1, 15, "the binding under way")
+        await bus.publish(PlacementDecisions.of(PlacementDecision(
+            decision_id="d0", namespace="default", name="web", outcome="pending", reason="quota")))
+        await results.wait(lambda es: len(es) == 1, "bind result")
+        await asyncio.sleep(0.5)
+        assert bridge.pod_status.backlog == 0
+    assert fake.count("PATCH", "/status") == 0
+    assert [e["reason"] for e in fake.events.values()] == ["Scheduled"]
 
 
 async def test_one_pods_decisions_in_one_event_are_carried_out_in_turn(nats_server, namespace, fake, bus):

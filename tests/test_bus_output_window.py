@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from builders import T0, metrics
 from conftest import make_bus, wait_until
-from tidal_bus import BusError, StartAt
+from tidal_bus import BusError, StartAt, defer
 from tidal_schemas import NodeScore, NodeScores
 
 KEYS = [f"node-{i}" for i in range(4)]
@@ -188,6 +188,39 @@ class WindowContract:
             assert {0.0, 0.01, 0.03, 0.04, 0.05} <= {s.load for s in await stored_scores(bus)}
 
 
+    async def test_work_a_handler_defers_is_waited_for_as_its_outputs_are(self, bus_url, namespace):
+        # tidal_bus.defer (the bridge's binds): the handler returns at once and the next events are
+        # handled; an event is acked once its work is done, in turn, and work that failed dead-letters it
+        async with make_bus(bus_url, namespace) as bus:
+            for i in range(6):
+                await bus.publish(metrics("node-a", load=i / 100))
+            release, handled, acked = asyncio.Event(), [], []
+            watch_acks(bus, acked)
+
+            async def work(load: float) -> None:
+                if load == 0.01:
+                    await release.wait()
+                if load == 0.04:
+                    raise RuntimeError("the bind went wrong")
+
+            async def handler(envelope, delivery):
+                load = envelope.payload.node_cpu_util
+                assert defer(asyncio.create_task(work(load)))
+                handled.append(load)
+
+            consumer = bus.consumer("node.metrics", "g", handler, window=8)
+            task = asyncio.create_task(consumer.run())
+            await wait_until(lambda: len(handled) == 6, timeout=30, what="every event handled, past the held work")
+            await asyncio.sleep(0.5)
+            assert len(acked) == 1, "nothing from the held work's event on is acked"
+            release.set()
+            await wait_until(lambda: len(acked) == 6, timeout=30, what="every event acked")
+            consumer.stop()
+            await asyncio.wait_for(task, 30)
+            letters = await stored(bus, "dead.letter")
+            assert [letter.stream for letter in letters] == ["node.metrics"]
+            assert "the bind went wrong" in letters[0].reason
+
     async def test_relaying_with_a_window_leaves_no_cycle_to_the_garbage_collector(self, bus_url, namespace):
         """An event's outputs, once stored, are freed by their reference
         counts: nothing of them waits for a full collection, which a service
@@ -226,6 +259,11 @@ class TestKafkaWindow(WindowContract):
     @pytest.fixture
     def bus_url(self, kafka_server) -> str:
         return kafka_server.url
+
+
+async def test_without_a_window_deferring_is_refused():
+    # the handler then waits for its work itself: nothing would wait for it before the ack
+    assert defer(asyncio.get_running_loop().create_future()) is False
 
 
 def test_a_window_holds_at_least_one_event():

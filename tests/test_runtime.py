@@ -135,11 +135,12 @@ async def test_not_ready_until_started(nats_server, namespace):
     assert service.ready() == (False, "starting")
 
 
-async def test_windowed_subscriptions_read_in_lingering_batches_and_the_others_do_not(nats_server, namespace):
+async def test_lingering_subscriptions_read_in_lingering_batches_and_the_others_do_not(nats_server, namespace):
     class PerSample(EchoService):
         def subscriptions(self) -> list[Subscription]:
-            return [Subscription("node.metrics", self.on_metrics, windowed=True),
-                    Subscription("node.topology", self.on_topology)]
+            return [Subscription("node.metrics", self.on_metrics, windowed=True, lingering=True),
+                    Subscription("node.topology", self.on_topology),
+                    Subscription("pod.lifecycle", self.on_topology, windowed=True)]  # a window, no linger
 
         async def on_topology(self, envelope, delivery) -> None:
             pass
@@ -149,7 +150,9 @@ async def test_windowed_subscriptions_read_in_lingering_batches_and_the_others_d
     service = PerSample(settings)
     task = asyncio.create_task(service.run())
     await wait_until(lambda: service.ready()[0], what="service ready")
-    assert {c.spec.name: c.linger_s for c in service.consumers} == {"node.metrics": 0.5, "node.topology": 0.0}
+    assert {c.spec.name: (c.linger_s, c.window.size) for c in service.consumers} == {
+        "node.metrics": (0.5, settings.output_window), "node.topology": (0.0, 1),
+        "pod.lifecycle": (0.0, settings.output_window)}
     async with make_bus(nats_server.url, namespace) as bus:
         await bus.publish(metrics("n1", load=0.4))
         await wait_until(lambda: service.samples.get("n1") == 1, what="the sample handled after its linger")

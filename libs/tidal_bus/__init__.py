@@ -8,9 +8,10 @@ from .consumer import Consumer, Delivery, Handler, RetryPolicy
 from .seen_ids import SeenIds
 from .errors import BusConfigError, BusError, HandlerError
 from .intake import MAX_EVENT_BYTES, EventTooLarge
+from .output_window import defer
 
 __all__ = [
     "MAX_EVENT_BYTES", "Backend", "Bus", "BusConfigError", "BusError", "Consumer", "Delivery", "EventTooLarge",
     "GroupSubscription", "Handler", "HandlerError", "RawMessage", "RetryPolicy", "SeenIds",
-    "StartAt", "backend_from_url", "BUS_BACKENDS", "options_for",
+    "StartAt", "backend_from_url", "BUS_BACKENDS", "defer", "options_for",
 ]

@@ -49,6 +49,18 @@ def deferred_outputs() -> list[asyncio.Future[Any]] | None:
     return outputs if outputs is not None and outputs.open else None
 
 
+def defer(work: asyncio.Future[Any]) -> bool:
+    """Leave `work` (a task the handler started) to the consumer, as it does
+    the acks of outputs: the next events are handled meanwhile, the event is
+    acked once `work` is done, and dead-lettered if it failed. False when the
+    consumer has no window: the handler waits for its work itself."""
+    outputs = deferred_outputs()
+    if outputs is None:
+        return False
+    outputs.append(work)
+    return True
+
+
 @dataclass
 class Handled:
     """An event handled whose outputs may still be on their way."""

@@ -43,9 +43,12 @@ class Subscription:
     on_assign: Callable[[frozenset[int], frozenset[int]], Awaitable[None]] | None = None
     """Told (gained, lost) partitions before gained ones are replayed."""
     windowed: bool = False
-    """Outputs are waited for `settings.output_window` events at a time
-    (the per-sample stages: an output per event, 500 events a second), and
-    the events read in batches that linger `settings.input_linger_s`."""
+    """Outputs (and work the handler defers, `tidal_bus.defer`) are waited
+    for `settings.output_window` events at a time (the per-sample stages: an
+    output per event, 500 events a second; the bridge's binds)."""
+    lingering: bool = False
+    """The events are read in batches that linger `settings.input_linger_s`
+    (the per-sample stages: the latest sample per node is what counts)."""
 
 
 class Service:
@@ -141,7 +144,7 @@ class Service:
                     clusters=self.settings.handled_clusters(), ordered=sub.ordered,
                     replay_on_assign=sub.replay_on_assign, on_assign=sub.on_assign, observer=self.metrics,
                     window=self.settings.output_window if sub.windowed else 1,
-                    linger_s=self.settings.input_linger_s if sub.windowed else 0.0,
+                    linger_s=self.settings.input_linger_s if sub.lingering else 0.0,
                 )
                 for sub in self.subscriptions()
             ]

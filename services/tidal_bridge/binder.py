@@ -25,10 +25,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tidal_bus import RetryPolicy
 from tidal_schemas import PlacementDecision
 from tidal_schemas.decision_codec import DECISION_ID, write_decision
 
-from .errors import BridgeError, KubeStatusError
+from .errors import BridgeError, KubeStatusError, unavailable
 from .kube import Kube
 from .objects import annotations_patch, binding_body, clear_decision_patch
 
@@ -100,6 +101,20 @@ class Binder:
         if not outcome.ok:
             await self._clear(decision)
         return outcome
+
+    async def bind_retrying(self, decision: PlacementDecision, retry: RetryPolicy) -> BindOutcome:
+        """`bind`, again while the API server fails transiently (up to
+        `retry.max_attempts` tries, `retry`'s back-off between them); then a
+        failed outcome naming the failure."""
+        attempt = 1
+        while True:
+            try:
+                return await self.bind(decision)
+            except BridgeError as exc:
+                if not (exc.retriable and attempt < retry.max_attempts):
+                    return BindOutcome(False, unavailable(exc, attempt, retry.max_attempts))
+            await self.sleep(retry.delay(attempt))
+            attempt += 1
 
     async def _pod(self, ns: str, name: str) -> dict[str, Any] | None:
         try:

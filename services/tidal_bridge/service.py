@@ -42,9 +42,10 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
-from tidal_bus import Delivery, RetryPolicy, StartAt
+from tidal_bus import Delivery, RetryPolicy, StartAt, defer
 from tidal_bus.tracing import processing
 from tidal_schemas.fence import DecisionFence
 from tidal_runtime import Service, Subscription
@@ -52,7 +53,8 @@ from tidal_schemas import (ActionResult, BindResult, Envelope, NodeAllocatable, 
                            PodLifecycle, derived_id)
 
 from .actuator import Actuator, carry_out
-from .binder import Binder, BindOutcome
+from .binder import Binder
+from .binds_in_flight import BindsInFlight
 from .errors import BridgeError, KubeStatusError, unavailable
 from .event_budget import EventBudget
 from .kube import Kube
@@ -62,7 +64,6 @@ from .objects import DECISION_UNREADABLE, INVALID_ANNOTATION, SCHEDULED, allocat
 from .pod_status import PodStatusReporter, create_pod_event
 from .pods import read_pod
 from .settings import BridgeSettings
-from .side_by_side import side_by_side
 from .tenants import TenantBridge
 from .watch import Backoff, Change, Reflector
 
@@ -111,7 +112,7 @@ class BridgeService(Service):
         ] if self.tenants is not None else []
         return [*tenants,
             # Replayed (without acting) so the decision fence is known after a restart.
-            Subscription("placement.decision", self.on_decision, group=self.group),
+            Subscription("placement.decision", self.on_decision, group=self.group, windowed=True),
             Subscription("node.allocatable", self.on_allocatable, group=self.group, replay_on_assign=False),
             Subscription("node.action", self.on_action, group=self.group, replay_on_assign=False),
             Subscription("node.action", self.on_eviction, group=self.evictions_group, ordered=False,
@@ -128,7 +129,8 @@ class BridgeService(Service):
             self.kube = await Kube.connect(s)
         self.binder = Binder(self.kube, scheduler_name=s.scheduler_name, attempts=s.bind_attempts,
                              retry_s=s.bind_retry_s)
-        self.binds_in_flight = asyncio.Semaphore(s.bind_concurrency)
+        self.binds = BindsInFlight(s.bind_concurrency)
+        self.api_retry = RetryPolicy(s.api_attempts, s.api_retry_s, s.api_retry_max_s)
         self.actuator = Actuator(self.kube, conflict_attempts=s.conflict_attempts)
         self.pod_status = PodStatusReporter(self.kube, gpu_resource=s.gpu_resource,
                                             budget=EventBudget(s.event_burst, s.event_refill_s))
@@ -142,7 +144,7 @@ class BridgeService(Service):
         for consumer in self.consumers:
             consumer.retry = (RetryPolicy(s.evict_attempts, s.evict_retry_s, s.evict_retry_max_s)
                               if consumer.group == self.evictions_group
-                              else RetryPolicy(s.api_attempts, s.api_retry_s, s.api_retry_max_s))
+                              else self.api_retry)
 
     async def on_stop(self) -> None:
         if self._owns_kube and self.kube is not None:
@@ -214,35 +216,38 @@ class BridgeService(Service):
 
     async def on_decision(self, envelope: Envelope[Any], delivery: Delivery) -> None:
         ours = self._ours(envelope, delivery)
-        placed: dict[str, list[PlacementDecision]] = {}  # by pod, in log order
+        binds = []
         for decision in envelope.payload.items:  # admitted in log order, replayed or not: tidal_schemas.fence
             if not self.fence.admit(decision) or not ours:
                 continue
-            if decision.outcome == "pending" and self._still_pending(decision):
-                self.pod_status.submit(decision)
-            elif decision.outcome == "placed":
-                placed.setdefault(decision.event_key(), []).append(decision)
-        # Pods bound side by side, one pod's decisions in turn; the event is done (and acknowledged) once
-        # every bind is.
-        await side_by_side(placed.values(), lambda decision: self._bind(decision, envelope, delivery),
-                           self.binds_in_flight)
+            key = decision.event_key()
+            if decision.outcome == "placed":
+                binds.append(self.binds.start(key, partial(self._bind, decision, envelope)))
+            elif decision.outcome == "pending" and self.binds.busy(key):  # after the pod's bind, as it came after
+                binds.append(self.binds.start(key, partial(self._explain, decision)))
+            elif decision.outcome == "pending":
+                await self._explain(decision)
+        # The next events are read while these bind; this one is acknowledged once they are done.
+        if not all(defer(bind) for bind in binds):  # a consumer without a window: wait here
+            await asyncio.gather(*binds)
 
-    async def _bind(self, decision: PlacementDecision, envelope: Envelope[Any], delivery: Delivery) -> None:
+    async def _bind(self, decision: PlacementDecision, envelope: Envelope[Any]) -> None:
         with processing(self.name, self.group, envelope, decision):
-            try:
-                outcome = await self.binder.bind(decision)
-            except BridgeError as exc:
-                outcome = BindOutcome(False, unavailable(exc, delivery.attempt, self.settings.api_attempts))
+            outcome = await self.binder.bind_retrying(decision, self.api_retry)
             await self.publish(BindResult(decision_id=decision.decision_id, namespace=decision.namespace,
                                           name=decision.name, node=decision.node, ok=outcome.ok,
                                           reason=outcome.reason),
-                               cause=envelope, delivery=delivery, discriminator=decision.decision_id)
+                               cause=envelope, discriminator=decision.decision_id)
             if outcome.ok:
                 self.pod_status.bound(decision.namespace, decision.name)
             if outcome.ok and outcome.pod is not None and not outcome.reason:
                 await create_pod_event(self.kube, outcome.pod, SCHEDULED, f"Successfully assigned {decision.namespace}/"
                                        f"{decision.name} to {decision.node} (decision {decision.decision_id})",
                                        "Normal", log=self.log)
+
+    async def _explain(self, decision: PlacementDecision) -> None:
+        if self._still_pending(decision):
+            self.pod_status.submit(decision)
 
     def _still_pending(self, decision: PlacementDecision) -> bool:
         """Not known bound or gone: a pending decision read late must not mark

@@ -51,7 +51,7 @@ class OversellService(Service):
 
     def subscriptions(self) -> list[Subscription]:
         return [Subscription("node.topology", self.on_topology), Subscription("score.node", self.on_score),
-                Subscription("node.metrics", self.on_metrics, windowed=True)]
+                Subscription("node.metrics", self.on_metrics, windowed=True, lingering=True)]
 
     def loops(self):
         return [self.follow_pods, self.follow_action_log]

@@ -49,7 +49,7 @@ class RemediationService(Service):
 
     def subscriptions(self) -> list[Subscription]:
         return [Subscription("node.topology", self.on_topology),
-                Subscription("node.metrics", self.on_metrics, windowed=True)]
+                Subscription("node.metrics", self.on_metrics, windowed=True, lingering=True)]
 
     def loops(self):
         return [self.follow_log, self.follow_assignments, self.retry_unanswered]

@@ -72,7 +72,7 @@ class ScoringService(Service):
 
     def subscriptions(self) -> list[Subscription]:
         return [
-            Subscription("node.metrics", self.on_metrics, windowed=True),
+            Subscription("node.metrics", self.on_metrics, windowed=True, lingering=True),
             Subscription("score.user", self.on_user_score, on_assign=self.on_scores_assigned),
         ]
 
