@@ -34,9 +34,9 @@ class BridgeSettings(ServiceSettings):
     watch_timeout_s: int = Field(300, ge=1, description="server-side timeoutSeconds of one watch request")
     backoff_initial_s: float = Field(0.5, gt=0)
     backoff_max_s: float = Field(30.0, gt=0)
-    api_attempts: int = Field(5, ge=1, description="deliveries of a decision/action while the API server "
-                              "fails transiently, before a failed result is published")
-    api_retry_s: float = Field(0.5, gt=0, description="first back-off between those deliveries (doubles)")
+    api_attempts: int = Field(5, ge=1, description="tries of a bind (deliveries of an action) while the API "
+                              "server fails transiently, before a failed result is published")
+    api_retry_s: float = Field(0.5, gt=0, description="first back-off between those tries (doubles)")
     api_retry_max_s: float = Field(8.0, gt=0)
     bind_concurrency: int = Field(32, ge=1, le=1024, description="binds in flight at once (each reads the pod "
                                   "and node, annotates, binds: several API round trips); one pod's decisions are "
