@@ -47,6 +47,13 @@ def watch_acks(bus, acked: list[str]) -> None:
     bus.backend.subscribe = watched
 
 
+async def samples_watched(bus, count: int, acked: list[str]) -> None:
+    """`count` samples of node-a published (loads 0.00, 0.01, …), and every ack recorded in `acked`."""
+    for i in range(count):
+        await bus.publish(metrics("node-a", load=i / 100))
+    watch_acks(bus, acked)
+
+
 def on_ack_of(bus, marker: bytes, instead) -> None:
     """The ack of the score whose bytes hold `marker` becomes `instead(its ack)`."""
     send = bus.backend.send
@@ -135,10 +142,8 @@ class WindowContract:
 
     async def test_an_event_is_acked_only_once_its_outputs_are_stored(self, bus_url, namespace):
         async with make_bus(bus_url, namespace) as bus:
-            for i in range(12):
-                await bus.publish(metrics("node-a", load=i / 100))
             release, handled, acked = asyncio.Event(), [], []
-            watch_acks(bus, acked)
+            await samples_watched(bus, 12, acked)
 
             async def held(stored):
                 await release.wait()
@@ -192,10 +197,8 @@ class WindowContract:
         # tidal_bus.defer (the bridge's binds): the handler returns at once and the next events are
         # handled; an event is acked once its work is done, in turn, and work that failed dead-letters it
         async with make_bus(bus_url, namespace) as bus:
-            for i in range(6):
-                await bus.publish(metrics("node-a", load=i / 100))
             release, handled, acked = asyncio.Event(), [], []
-            watch_acks(bus, acked)
+            await samples_watched(bus, 6, acked)
 
             async def work(load: float) -> None:
                 if load == 0.01:

@@ -20,7 +20,7 @@ Publishes (in its own `settings.cluster`):
   on only where no node agent runs.
 - `bind.result` for each `placed` decision, `action.result` for each taint,
   untaint and evict action (freeze, thaw and set-cpuset are the node
-  agent's).
+  agent's). Binds run side by side as decisions are read (`binds_in_flight.py`).
 - `tenant.config` for every `Tenant` object created, changed or deleted;
   `tenant.usage` and `score.user` become the status of the `Tenant` and
   `FairShare` objects (tenants.py), when `watch_tenants` is on.
