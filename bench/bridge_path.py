@@ -9,10 +9,13 @@ run as their own processes. Then `--pods` pods of the openb-like mix
 `--rate` a second, as a user's controller would create them, and each is
 timed from its creation to its Binding reaching the API server: the
 bridge's watch and pod event, placement's decision, the bridge's bind.
+At the end the run's streams are audited as `tidal audit` does (no pod
+placed twice, nothing held beyond allocatable, …).
 
 Prints one JSON line:
 {"nodes": N, "pods": P, "strategy": S, "api_latency_ms": L, "arrival_rate": R | "burst", "bound": B,
- "pods_per_s": X, "p50_ms": Y, "p99_ms": Z, "cpu_ms_per_pod": {process: ms}, "api_requests_per_pod": {…}}
+ "pods_per_s": X, "p50_ms": Y, "p99_ms": Z, "cpu_ms_per_pod": {process: ms}, "api_requests_per_pod": {…},
+ "invariant_violations": V, "violations": [the first five]}
 `pods_per_s` is the pods bound over the time from the first creation to the
 last Binding; `cpu_ms_per_pod` each process's CPU time over that span, per
 pod (the bench's own is the API server's and the pods' creation).
@@ -41,6 +44,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import placement_policy  # noqa: E402  (the pod mix)
 from _common import collect_oldest_only_when_asked, cpu_seconds, process_row, publish_all, topologies  # noqa: E402
 
+from tidal_audit.registry import audit  # noqa: E402
+from tidal_audit.streams import read_streams  # noqa: E402
 from tidal_bus import Bus  # noqa: E402
 from tidal_cli import Stack  # noqa: E402
 from tidal_schemas import GpuAsk  # noqa: E402
@@ -91,38 +96,41 @@ async def run(nodes: int, count: int, seed: int, rate: float, latency_ms: float,
     bridge_env = {"TIDAL_BRIDGE_KUBECONFIG": ""}
     if bind_concurrency is not None:
         bridge_env["TIDAL_BRIDGE_BIND_CONCURRENCY"] = str(bind_concurrency)
-    try:
-        with tempfile.TemporaryDirectory() as tmp, Stack(
-                Path(tmp), nats_port=0, namespace="bench", cluster="bench", services=["placement"],
-                extra_env={"TIDAL_PLACEMENT_GPU_STRATEGY": strategy}) as stack:
-            bridge_env["TIDAL_BRIDGE_KUBECONFIG"] = str(write_kubeconfig(Path(tmp) / "kubeconfig", api.url))
-            stack.wait_ready(timeout=120)
-            async with Bus.from_url(stack.bus_url, namespace="bench", cluster="bench", source="bench") as bus:
-                await publish_all(bus, cluster)  # what the node agents publish first
-            bridge = await asyncio.to_thread(stack.add, "bridge", bridge_env)
-            await asyncio.to_thread(stack.wait_ready, 120, [bridge])
-            await asyncio.sleep(1.0)  # let placement absorb the cluster before the pods
-            pods = manifests(count, rng)
-            processes = [("bridge", bridge.process.pid), ("placement", stack.service("placement").process.pid),
-                         ("nats-server", stack.nats.pid), ("bench (API server)", os.getpid())]
-            cpu_before = {pid: cpu_seconds(pid) for _, pid in processes}
-            requests_before = len(api.requests)
-            start = time.perf_counter()
-            for i, pod in enumerate(pods):
-                if rate:
-                    await asyncio.sleep(max(start + i / rate - time.perf_counter(), 0))
-                created[f"{NAMESPACE}/{pod['metadata']['name']}"] = time.perf_counter()
-                api.create_pod(pod)
-                if i % 200 == 199:
-                    await asyncio.sleep(0)  # a burst still lets the server answer as it goes
-            offered = count / max(time.perf_counter() - start, 1e-9)
-            await _until_bound(all_bound, bound, IDLE_S)
-            end = max(bound.values(), default=time.perf_counter())
-            cpu = {name: process_row(name, pid, cpu_before[pid], max(len(bound), 1))["cpu_ms_per_pod"]
-                   for name, pid in processes}
-            asked = Counter(f"{method} {_kind(path)}" for method, path, _ in api.requests[requests_before:])
-    finally:
-        await api.stop()
+    async with contextlib.AsyncExitStack() as exits:  # closed in turn: the bus, the stack, the API server
+        exits.push_async_callback(api.stop)
+        tmp = exits.enter_context(tempfile.TemporaryDirectory())
+        stack = exits.enter_context(Stack(Path(tmp), nats_port=0, namespace="bench", cluster="bench",
+                                          services=["placement"],
+                                          extra_env={"TIDAL_PLACEMENT_GPU_STRATEGY": strategy}))
+        bridge_env["TIDAL_BRIDGE_KUBECONFIG"] = str(write_kubeconfig(Path(tmp) / "kubeconfig", api.url))
+        stack.wait_ready(timeout=120)
+        bus = await exits.enter_async_context(
+            Bus.from_url(stack.bus_url, namespace="bench", cluster="bench", source="bench"))
+        await publish_all(bus, cluster)  # what the node agents publish first
+        bridge = await asyncio.to_thread(stack.add, "bridge", bridge_env)
+        await asyncio.to_thread(stack.wait_ready, 120, [bridge])
+        await asyncio.sleep(1.0)  # let placement absorb the cluster before the pods
+        pods = manifests(count, rng)
+        processes = [("bridge", bridge.process.pid), ("placement", stack.service("placement").process.pid),
+                     ("nats-server", stack.nats.pid), ("bench (API server)", os.getpid())]
+        cpu_before = {pid: cpu_seconds(pid) for _, pid in processes}
+        requests_before = len(api.requests)
+        start = time.perf_counter()
+        for i, pod in enumerate(pods):
+            if rate:
+                await asyncio.sleep(max(start + i / rate - time.perf_counter(), 0))
+            created[f"{NAMESPACE}/{pod['metadata']['name']}"] = time.perf_counter()
+            api.create_pod(pod)
+            if i % 200 == 199:
+                await asyncio.sleep(0)  # a burst still lets the server answer as it goes
+        offered = count / max(time.perf_counter() - start, 1e-9)
+        await _until_bound(all_bound, bound, IDLE_S)
+        end = max(bound.values(), default=time.perf_counter())
+        cpu = {name: process_row(name, pid, cpu_before[pid], max(len(bound), 1))["cpu_ms_per_pod"]
+               for name, pid in processes}
+        asked = Counter(f"{method} {_kind(path)}" for method, path, _ in api.requests[requests_before:])
+        await asyncio.sleep(1.0)  # the last bind results on their way
+        violations = audit(await read_streams(bus), cluster="bench")  # the guarantees, checked on this run
     latencies = np.array([(bound[k] - created[k]) * 1000 for k in bound])
     return {"nodes": nodes, "pods": count, "strategy": strategy, "api_latency_ms": latency_ms,
             "bind_concurrency": bind_concurrency, "arrival_rate": rate or "burst", "offered_per_s": round(offered, 1),
@@ -130,7 +138,8 @@ async def run(nodes: int, count: int, seed: int, rate: float, latency_ms: float,
             "p50_ms": round(float(np.percentile(latencies, 50)), 1) if len(latencies) else None,
             "p99_ms": round(float(np.percentile(latencies, 99)), 1) if len(latencies) else None,
             "cpu_ms_per_pod": cpu,
-            "api_requests_per_pod": {k: round(v / max(len(bound), 1), 2) for k, v in sorted(asked.items())}}
+            "api_requests_per_pod": {k: round(v / max(len(bound), 1), 2) for k, v in sorted(asked.items())},
+            "invariant_violations": len(violations), "violations": [v.line() for v in violations[:5]]}
 
 
 async def _until_bound(all_bound: asyncio.Event, bound: dict, idle_s: float) -> None:
