@@ -44,8 +44,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import placement_policy  # noqa: E402  (the pod mix)
 from _common import collect_oldest_only_when_asked, cpu_seconds, process_row, publish_all, topologies  # noqa: E402
 
-from tidal_audit.registry import audit  # noqa: E402
-from tidal_audit.streams import read_streams  # noqa: E402
+from tidal_audit import audit, read_streams  # noqa: E402
 from tidal_bus import Bus  # noqa: E402
 from tidal_cli import Stack  # noqa: E402
 from tidal_schemas import GpuAsk  # noqa: E402
