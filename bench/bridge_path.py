@@ -92,16 +92,15 @@ async def run(nodes: int, count: int, seed: int, rate: float, latency_ms: float,
         api.create_node(node_manifest(topology))
     for method, path in SLOWED:
         api.slow(method, path, latency_ms / 1000)
-    bridge_env = {"TIDAL_BRIDGE_KUBECONFIG": ""}
-    if bind_concurrency is not None:
-        bridge_env["TIDAL_BRIDGE_BIND_CONCURRENCY"] = str(bind_concurrency)
     async with contextlib.AsyncExitStack() as exits:  # closed in turn: the bus, the stack, the API server
         exits.push_async_callback(api.stop)
         tmp = exits.enter_context(tempfile.TemporaryDirectory())
         stack = exits.enter_context(Stack(Path(tmp), nats_port=0, namespace="bench", cluster="bench",
                                           services=["placement"],
                                           extra_env={"TIDAL_PLACEMENT_GPU_STRATEGY": strategy}))
-        bridge_env["TIDAL_BRIDGE_KUBECONFIG"] = str(write_kubeconfig(Path(tmp) / "kubeconfig", api.url))
+        bridge_env = {"TIDAL_BRIDGE_KUBECONFIG": str(write_kubeconfig(Path(tmp) / "kubeconfig", api.url))}
+        if bind_concurrency is not None:
+            bridge_env["TIDAL_BRIDGE_BIND_CONCURRENCY"] = str(bind_concurrency)
         stack.wait_ready(timeout=120)
         bus = await exits.enter_async_context(
             Bus.from_url(stack.bus_url, namespace="bench", cluster="bench", source="bench"))

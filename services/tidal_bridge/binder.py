@@ -29,7 +29,7 @@ from tidal_bus import RetryPolicy
 from tidal_schemas import PlacementDecision
 from tidal_schemas.decision_codec import DECISION_ID, write_decision
 
-from .errors import BridgeError, KubeStatusError, unavailable
+from .errors import BridgeError, KubeStatusError, unavailable, worth_retrying
 from .kube import Kube
 from .objects import annotations_patch, binding_body, clear_decision_patch
 
@@ -111,7 +111,7 @@ class Binder:
             try:
                 return await self.bind(decision)
             except BridgeError as exc:
-                if not (exc.retriable and attempt < retry.max_attempts):
+                if not worth_retrying(exc, attempt, retry.max_attempts):
                     return BindOutcome(False, unavailable(exc, attempt, retry.max_attempts))
             await self.sleep(retry.delay(attempt))
             attempt += 1

@@ -43,9 +43,14 @@ class WatchExpired(BridgeError):
     """410 Gone: the resourceVersion asked for is older than the server keeps."""
 
 
+def worth_retrying(exc: BridgeError, attempt: int, limit: int) -> bool:
+    """Whether a call that failed so on try `attempt` (of `limit`) may succeed later."""
+    return exc.retriable and attempt < limit
+
+
 def unavailable(exc: BridgeError, attempt: int, limit: int) -> str:
     """Retry later while deliveries are left (raises a retriable
     HandlerError); else the reason the call failed for good."""
-    if exc.retriable and attempt < limit:
+    if worth_retrying(exc, attempt, limit):
         raise HandlerError(f"API server: {exc}", retriable=True) from exc
     return f"API server failed after {attempt} attempt(s): {exc}"

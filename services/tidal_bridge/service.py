@@ -228,7 +228,7 @@ class BridgeService(Service):
             elif decision.outcome == "pending":
                 await self._explain(decision)
         # The next events are read while these bind; this one is acknowledged once they are done.
-        if not all(defer(bind) for bind in binds):  # a consumer without a window: wait here
+        if not all([defer(bind) for bind in binds]):  # each deferred; without a window (none is) wait here
             await asyncio.gather(*binds)
 
     async def _bind(self, decision: PlacementDecision, envelope: Envelope[Any]) -> None:
