@@ -4,14 +4,20 @@ retried with back-off, taints are idempotent, evictions never forced."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 import pytest
 
+from conftest import wait_until
 from fake_kube_api import FakeKubeApi
 from tidal_bridge.actuator import Actuator
 from tidal_bridge.binder import Binder
 from tidal_bridge.errors import KubeStatusError
 from tidal_bridge.kube import Kube
+from tidal_bridge.node_watch import slim_node
 from tidal_bridge.settings import BridgeSettings
+from tidal_bridge.watch import Reflector
 from tidal_schemas import GpuShare, NodeAction, PlacementDecision
 
 
@@ -131,6 +137,83 @@ async def test_a_server_error_on_binding_raises_for_a_later_retry(fake, kube):
         await binder(kube).bind(decision())
     assert caught.value.retriable
     assert (await binder(kube).bind(decision())).ok  # the retry succeeds
+
+
+# -- the watches' caches -------------------------------------------------------------
+
+async def _sink(change) -> None:
+    return None
+
+
+@contextlib.asynccontextmanager
+async def watched(kube, follow: bool = True):
+    """The bridge's pod and node caches over the fake, listed; with `follow`
+    False they stop there: a cache that no longer sees changes (gone stale)."""
+    pods, nodes = Reflector(kube, "pods", _sink), Reflector(kube, "nodes", _sink, keep=slim_node)
+    tasks = [asyncio.create_task(r.run()) for r in (pods, nodes)]
+    try:
+        await wait_until(lambda: pods.synced.is_set() and nodes.synced.is_set(), 10, "listed")
+        if not follow:
+            for task in tasks:
+                task.cancel()
+        yield Binder(kube, scheduler_name="tidal", attempts=3, retry_s=0.2, sleep=Sleeps(), pods=pods, nodes=nodes)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_a_bind_reads_the_pod_and_node_from_the_watches(fake, kube):
+    fake.add_pod("p")
+    async with watched(kube) as cached:
+        outcome = await cached.bind(decision())
+    assert (outcome.ok, fake.pod("default", "p")["spec"]["nodeName"]) == (True, "n1")
+    assert fake.count("GET", "/pods/p") == 0 and fake.count("GET", "/nodes/n1") == 0
+    assert fake.count("PATCH", "/pods/p") == 1 and fake.count("POST", "/pods/p/binding") == 1
+
+
+async def test_a_pod_bound_since_the_watch_saw_it_keeps_its_decision(fake, kube):
+    fake.add_pod("p")
+    async with watched(kube, follow=False) as cached:
+        bound = {"tidal.dev/decision-id": "d0", "tidal.dev/numa-cpus": '{"0":4}'}
+        fake.update_pod("default", "p", lambda pod: (pod["spec"].update(nodeName="n2"),
+                                                     pod["metadata"]["annotations"].update(bound)))
+        outcome = await cached.bind(decision(decision_id="d1"))
+    assert (outcome.ok, outcome.reason) == (False, "pod default/p is already bound to node n2")
+    # the write was conditional on the pod as the watch saw it: refused, then the pod read again
+    assert fake.pod("default", "p")["metadata"]["annotations"] == bound and fake.bindings == []
+    assert fake.count("PATCH", "/pods/p") == 1 and fake.count("GET", "/pods/p") == 1
+
+
+async def test_a_pod_changed_since_the_watch_saw_it_is_read_again_and_bound(fake, kube):
+    fake.add_pod("p")
+    async with watched(kube, follow=False) as cached:
+        fake.update_pod("default", "p", _set("metadata.labels.tier", "web"))
+        fake.add_pod("q")  # created after the watch stopped: not in the cache
+        outcomes = [await cached.bind(decision()), await cached.bind(decision(name="q", decision_id="d2"))]
+    assert [o.ok for o in outcomes] == [True, True] and fake.bindings == [("default", "p", "n1"), ("default", "q", "n1")]
+    assert fake.pod("default", "p")["metadata"]["labels"]["tier"] == "web"
+    assert fake.count("PATCH", "/pods/p") == 2 and fake.count("GET", "/pods/p") == 1 and fake.count("GET", "/pods/q") == 1
+
+
+async def test_a_node_cordoned_is_seen_in_the_watch(fake, kube):
+    fake.add_pod("p")
+    async with watched(kube) as cached:
+        fake.update_node("n1", _set("spec.unschedulable", True))
+        await wait_until(lambda: cached.nodes.get("", "n1")["spec"].get("unschedulable"), 10, "the cordon watched")
+        outcome = await cached.bind(decision())
+    assert (outcome.ok, outcome.reason) == (False, "node n1 is cordoned (spec.unschedulable)")
+    assert fake.count("GET", "/nodes/n1") == 0 and fake.bindings == []
+
+
+async def test_binding_a_pod_being_deleted_is_refused(fake, kube):
+    """As the registry does: the binder's cache may not yet show the deletion."""
+    pod = fake.add_pod("p")
+    fake.update_pod("default", "p", _set("metadata.deletionTimestamp", "2026-01-01T00:00:00Z"))
+    with pytest.raises(KubeStatusError) as refused:
+        await kube.bind("default", "p", {"metadata": {"name": "p", "uid": pod["metadata"]["uid"]},
+                                         "target": {"kind": "Node", "name": "n1"}})
+    assert refused.value.code == 409 and "being deleted, cannot be assigned to a host" in refused.value.message
 
 
 # -- node actions -----------------------------------------------------------------

@@ -193,10 +193,12 @@ async def test_a_malformed_annotation_publishes_an_unschedulable_pod_and_a_kuber
 async def test_node_facts_only_when_asked(nats_server, namespace, fake, bus):
     fake.add_node("gpu1", cpu="32", memory="128Gi", gpus=4, labels={"pool": "gpu"},
                   allocatable={"cpu": "31", "memory": "120Gi"})
-    async with running(settings(nats_server, namespace, fake)):
-        pass
-    assert fake.count("GET", "/api/v1/nodes") == 0
     topologies = Stream(bus, "node.topology")
+    async with running(settings(nats_server, namespace, fake)):
+        # the nodes are watched all the same (the binder's cache), once listed: none was published
+        await wait_until(lambda: any(path == "/api/v1/nodes" and query.get("watch")
+                                     for _, path, query in fake.requests), 10, "the nodes watched")
+    assert await topologies.read() == []
     async with running(settings(nats_server, namespace, fake, publish_node_facts=True)):
         events = await topologies.wait(lambda es: len(es) == 2, "n1 and gpu1")
         fake.update_node("gpu1", lambda n: n["metadata"]["annotations"].update(note="x"))  # not a fact
@@ -362,14 +364,14 @@ async def test_bind_failures_let_placement_roll_back(nats_server, namespace, fak
 
 async def test_an_unreachable_api_server_is_retried_then_reported(nats_server, namespace, fake, bus):
     fake.add_pod("web")
-    fake.fail("GET", "/pods/web", 503, times=99)
+    fake.fail("PATCH", "/pods/web", 503, times=99)  # the pod and node read from the watches: a bind's first request
     results = Stream(bus, "bind.result")
     async with running(settings(nats_server, namespace, fake, api_attempts=3)):
         await bus.publish(placed())
         (result,) = await results.wait(lambda es: len(es) == 1, "bind result")
     assert result.payload.ok is False
     assert result.payload.reason.startswith("API server failed after 3 attempt(s): 503")
-    assert fake.count("GET", "/pods/web") == 3
+    assert fake.count("PATCH", "/pods/web") == 3
 
 
 async def test_allocatable_is_written_to_node_annotations(nats_server, namespace, fake, bus):

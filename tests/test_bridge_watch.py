@@ -129,6 +129,26 @@ async def test_410_gone_relists_and_reports_only_what_changed(fake, kube):
     assert reflector.resource_version == "6"
 
 
+async def test_objects_are_found_by_name_as_last_seen_also_across_a_replacement(fake, kube):
+    fake.add_pod("a")
+    fake.add_pod("b")
+    async with reflecting(kube, keep=lambda obj: {"metadata": obj["metadata"]}) as (reflector, sink):
+        await watching(fake)
+        assert reflector.get("default", "a")["metadata"]["uid"] == fake.pod("default", "a")["metadata"]["uid"]
+        assert set(reflector.get("default", "a")) == {"metadata"}  # as kept
+        fake.break_watches("abort")
+        # while disconnected: a replaced by a pod of the same name, b deleted; the relist sees the new a
+        # before the old one's deletion
+        fake.delete_pod("default", "a")
+        successor = fake.add_pod("a")
+        fake.delete_pod("default", "b")
+        fake.compact()
+        await wait_until(lambda: reflector.stats.lists == 2, 5, "relist")
+        await wait_until(lambda: len(sink.changes) == 5, 5, "changes")
+        assert reflector.get("default", "a")["metadata"]["uid"] == successor["metadata"]["uid"]
+        assert reflector.get("default", "b") is None and reflector.get("other", "a") is None
+
+
 async def test_410_as_an_http_status_also_relists(fake, kube):
     fake.add_pod("a")
     async with reflecting(kube) as (reflector, sink):

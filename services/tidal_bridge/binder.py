@@ -6,12 +6,22 @@ return the assumed resources (it does on a failed `BindResult`).
        finished, not Tidal's, or bound elsewhere → fail; already bound here
        by this very decision → ok (a redelivered decision);
     2. read the node: gone or cordoned → fail;
-    3. patch the pod's annotations (decision id, NUMA CPUs, GPUs);
+    3. patch the pod's annotations (decision id, NUMA CPUs, GPUs), on the
+       condition that the pod is still as read in step 1 (its
+       resourceVersion): when it changed meanwhile (409), read it from the
+       API server and go again from step 1, up to `attempts` times;
     4. create the Binding (with the pod's uid as precondition); on 409
        Conflict re-read the pod: bound here by this decision → ok, bound
        elsewhere → fail, else retry after bind_retry_s · 2^(n−1), up to
        `attempts` tries;
     5. on failure after step 3, clear the annotations if they are still ours.
+
+Steps 1 and 2 read the bridge's watch caches (`pods`, `nodes`: kept by its
+reflectors, as kube-scheduler reads its informers') and ask the API server
+only for what they do not hold: the condition on step 3 makes a stale pod
+harmless, and the Binding itself refuses a pod bound or being deleted
+meanwhile. A node cordoned or deleted a moment before is seen as late as
+the watch sees it, as by kube-scheduler. Three requests a bind then, not five.
 
 Expected refusals are `BindOutcome` values; a transient API failure (5xx,
 429, broken connection) raises, and the service retries the decision.
@@ -23,7 +33,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from tidal_bus import RetryPolicy
 from tidal_schemas import PlacementDecision
@@ -66,12 +76,21 @@ def check_pod(pod: dict[str, Any], decision: PlacementDecision, scheduler_name: 
     return None
 
 
+class Cached(Protocol):
+    """Objects as a watch last saw them (`watch.Reflector`)."""
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+
 class Binder:
-    """Binds pods as decided, against one API server."""
+    """Binds pods as decided, against one API server, reading `pods` and
+    `nodes` (watch caches) where they hold the object."""
 
     def __init__(self, kube: Kube, *, scheduler_name: str = "tidal", attempts: int = 3, retry_s: float = 0.2,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, pods: Cached | None = None,
+                 nodes: Cached | None = None) -> None:
         self.kube = kube
+        self.pods, self.nodes = pods, nodes
         self.scheduler_name = scheduler_name
         self.attempts = attempts
         self.retry_s = retry_s
@@ -80,23 +99,29 @@ class Binder:
     async def bind(self, decision: PlacementDecision) -> BindOutcome:
         """Steps 1–5 of the module docstring for a `placed` decision."""
         ns, name, node = decision.namespace, decision.name, decision.node or ""
-        pod = await self._pod(ns, name)
-        if pod is None:
-            return BindOutcome(False, f"pod {ns}/{name} is gone")
-        verdict = check_pod(pod, decision, self.scheduler_name)
-        if verdict is not None:
-            return verdict
-        node_problem = await self._node_problem(node)
-        if node_problem:
-            return BindOutcome(False, node_problem, pod)
-        try:
-            pod = await self.kube.patch_pod(ns, name, annotations_patch(write_decision(decision)))
-        except KubeStatusError as exc:
-            if exc.code == 404:
+        pod = (self.pods and self.pods.get(ns, name)) or await self._pod(ns, name)
+        for attempt in range(1, self.attempts + 1):
+            if pod is None:
                 return BindOutcome(False, f"pod {ns}/{name} is gone")
-            if exc.retriable:
-                raise
-            return BindOutcome(False, f"could not annotate pod {ns}/{name}: {exc}", pod)
+            verdict = check_pod(pod, decision, self.scheduler_name)
+            if verdict is not None:
+                return verdict
+            node_problem = await self._node_problem(node)
+            if node_problem:
+                return BindOutcome(False, node_problem, pod)
+            version = (pod.get("metadata") or {}).get("resourceVersion")
+            try:
+                pod = await self.kube.patch_pod(ns, name, annotations_patch(write_decision(decision), version))
+                break
+            except KubeStatusError as exc:
+                if exc.code == 404:
+                    return BindOutcome(False, f"pod {ns}/{name} is gone")
+                if exc.code == 409 and attempt < self.attempts:  # changed since read: read it again, check again
+                    pod = await self._pod(ns, name)
+                    continue
+                if exc.retriable:
+                    raise
+                return BindOutcome(False, f"could not annotate pod {ns}/{name}: {exc}", pod)
         outcome = await self._bind(decision, pod)
         if not outcome.ok:
             await self._clear(decision)
@@ -126,7 +151,7 @@ class Binder:
 
     async def _node_problem(self, node: str) -> str:
         try:
-            found = await self.kube.get_node(node)
+            found = (self.nodes and self.nodes.get("", node)) or await self.kube.get_node(node)
         except KubeStatusError as exc:
             if exc.code == 404:
                 return f"node {node} is gone"
@@ -166,7 +191,9 @@ class Binder:
     async def _clear(self, decision: PlacementDecision) -> None:
         try:
             pod = await self.kube.get_pod(decision.namespace, decision.name)
-            if ((pod.get("metadata") or {}).get("annotations") or {}).get(DECISION_ID) == decision.decision_id:
-                await self.kube.patch_pod(decision.namespace, decision.name, clear_decision_patch())
+            meta = pod.get("metadata") or {}
+            if (meta.get("annotations") or {}).get(DECISION_ID) == decision.decision_id:  # and still is, when cleared
+                await self.kube.patch_pod(decision.namespace, decision.name,
+                                          clear_decision_patch(meta.get("resourceVersion")))
         except BridgeError as exc:  # best effort: a later decision overwrites them anyway
             log.info("could not clear decision annotations of %s/%s: %s", decision.namespace, decision.name, exc)

@@ -32,9 +32,10 @@ def annotations_patch(annotations: dict[str, str | None], resource_version: str 
     return {"metadata": meta}
 
 
-def clear_decision_patch() -> dict[str, Any]:
-    """Remove a decision written on the pod (binding failed)."""
-    return annotations_patch(cleared_decision())
+def clear_decision_patch(resource_version: str | None = None) -> dict[str, Any]:
+    """Remove a decision written on the pod (binding failed), on the
+    condition that the pod is still at `resource_version` when given."""
+    return annotations_patch(cleared_decision(), resource_version)
 
 
 def allocatable_annotations(allocatable: NodeAllocatable) -> dict[str, str]:

@@ -20,7 +20,8 @@ Publishes (in its own `settings.cluster`):
   on only where no node agent runs.
 - `bind.result` for each `placed` decision, `action.result` for each taint,
   untaint and evict action (freeze, thaw and set-cpuset are the node
-  agent's). Binds run side by side as decisions are read (`binds_in_flight.py`).
+  agent's). Binds run side by side as decisions are read (`binds_in_flight.py`),
+  checking pods and nodes in the watches' caches (binder.py, node_watch.py).
 - `tenant.config` for every `Tenant` object created, changed or deleted;
   `tenant.usage` and `score.user` become the status of the `Tenant` and
   `FairShare` objects (tenants.py), when `watch_tenants` is on.
@@ -49,7 +50,7 @@ from tidal_bus import Delivery, RetryPolicy, StartAt, defer
 from tidal_bus.tracing import processing
 from tidal_schemas.fence import DecisionFence
 from tidal_runtime import Service, Subscription
-from tidal_schemas import (ActionResult, BindResult, Envelope, NodeAllocatable, NodeTopology, PlacementDecision,
+from tidal_schemas import (ActionResult, BindResult, Envelope, NodeAllocatable, PlacementDecision,
                            PodLifecycle, derived_id)
 
 from .actuator import Actuator, carry_out
@@ -59,7 +60,7 @@ from .errors import BridgeError, KubeStatusError, unavailable
 from .event_budget import EventBudget
 from .kube import Kube
 from .node_annotations import AnnotationsWritten
-from .nodes import node_topology
+from .node_watch import NodeWatch
 from .objects import DECISION_UNREADABLE, INVALID_ANNOTATION, SCHEDULED, allocatable_annotations, annotations_patch
 from .pod_status import PodStatusReporter, create_pod_event
 from .pods import read_pod
@@ -82,11 +83,10 @@ class BridgeService(Service):
         self.kube = kube
         self._owns_kube = kube is None
         self.pods: Reflector | None = None
-        self.nodes: Reflector | None = None
+        self.nodes = NodeWatch(self)
         self.tenants = TenantBridge(self) if self.settings.watch_tenants else None
         self._published: dict[str, PodLifecycle] = {}  # uid -> last pod.lifecycle payload
         self._reported: dict[str, set[str]] = {}  # uid -> problems already reported as Events
-        self._node_facts: dict[str, NodeTopology] = {}
         self.annotated = AnnotationsWritten(self.settings.annotations_refresh_s)
 
     # -- wiring -----------------------------------------------------------------
@@ -120,25 +120,24 @@ class BridgeService(Service):
         ]
 
     def loops(self):
-        loops = [r.run for r in (self.pods, self.nodes) if r is not None] + [self.pod_status.run]
+        loops = [self.pods.run, self.nodes.reflector.run, self.pod_status.run]
         return loops + (self.tenants.loops() if self.tenants is not None else [])
 
     async def on_start(self) -> None:
         s = self.settings
         if self.kube is None:
             self.kube = await Kube.connect(s)
+        # Every pod: a field selector cannot say "ours, or bound" (selectors only AND).
+        self.pods = Reflector(self.kube, "pods", self._on_pod, accept=self._counted, timeout_s=s.watch_timeout_s,
+                              backoff=Backoff(s.backoff_initial_s, s.backoff_max_s))
+        self.nodes.connect(self.kube, s)
         self.binder = Binder(self.kube, scheduler_name=s.scheduler_name, attempts=s.bind_attempts,
-                             retry_s=s.bind_retry_s)
+                             retry_s=s.bind_retry_s, pods=self.pods, nodes=self.nodes.reflector)
         self.binds = BindsInFlight(s.bind_concurrency)
         self.api_retry = RetryPolicy(s.api_attempts, s.api_retry_s, s.api_retry_max_s)
         self.actuator = Actuator(self.kube, conflict_attempts=s.conflict_attempts)
         self.pod_status = PodStatusReporter(self.kube, gpu_resource=s.gpu_resource,
                                             budget=EventBudget(s.event_burst, s.event_refill_s))
-        # Every pod: a field selector cannot say "ours, or bound" (selectors only AND).
-        self.pods = Reflector(self.kube, "pods", self._on_pod, accept=self._counted, timeout_s=s.watch_timeout_s, backoff=Backoff(s.backoff_initial_s, s.backoff_max_s))
-        if s.publish_node_facts:
-            self.nodes = Reflector(self.kube, "nodes", self._on_node, timeout_s=s.watch_timeout_s,
-                                   backoff=Backoff(s.backoff_initial_s, s.backoff_max_s))
         if self.tenants is not None:
             self.tenants.connect(self.kube, s)
         for consumer in self.consumers:
@@ -161,7 +160,7 @@ class BridgeService(Service):
         spec = pod.get("spec") or {}
         return spec.get("schedulerName") == self.settings.scheduler_name or bool(spec.get("nodeName"))
 
-    def _event_id(self, uid: str, event_type: str, version: str) -> str:
+    def event_id(self, uid: str, event_type: str, version: str) -> str:
         return derived_id(f"kube:{self.settings.cluster}:{uid}", event_type, version)
 
     async def _on_pod(self, change: Change) -> None:
@@ -172,7 +171,7 @@ class BridgeService(Service):
         # A finished pod was published as deleted already; its DELETED then adds nothing.
         if self._published.get(pod.uid) != pod:
             version = "deleted" if pod.phase == "deleted" else str(obj["metadata"].get("resourceVersion"))
-            await self.publish(pod, event_id=self._event_id(pod.uid, PodLifecycle.TYPE, version))
+            await self.publish(pod, event_id=self.event_id(pod.uid, PodLifecycle.TYPE, version))
         if gone:
             self._published.pop(pod.uid, None)
             self._reported.pop(pod.uid, None)
@@ -188,22 +187,6 @@ class BridgeService(Service):
                     self.log.warning("pod %s: %s", pod.event_key(), problem)
                 if await create_pod_event(self.kube, obj, reason, problem, log=self.log):
                     reported.add(problem)
-
-    async def _on_node(self, change: Change) -> None:
-        meta = change.object.get("metadata") or {}
-        if change.type == "DELETED":
-            self._node_facts.pop(meta.get("name", ""), None)
-            self.log.info("node %s deleted", meta.get("name"))
-            return
-        topology, problem = node_topology(change.object, self.settings.gpu_resource)
-        if topology is None:
-            self.log.warning("node facts not published: %s", problem)
-            return
-        if self._node_facts.get(topology.node) == topology:
-            return
-        await self.publish(topology, event_id=self._event_id(meta.get("uid", ""), NodeTopology.TYPE,
-                                                             str(meta.get("resourceVersion"))))
-        self._node_facts[topology.node] = topology
 
     # -- bus -> Kubernetes --------------------------------------------------------
     def _ours(self, envelope: Envelope[Any], delivery: Delivery) -> bool:

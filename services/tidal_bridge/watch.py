@@ -15,6 +15,10 @@ Nothing is lost: <last> only moves after the sink accepted the event, so a
 failure replays from the last event handled. Nothing is doubled: a change
 whose (uid, resourceVersion) was already handed over is dropped, and a
 DELETED is handed over once per uid.
+
+The last state of every object is kept (`keep` may slim it) and found by
+name with `get`: a cache as the informers' of kube-scheduler, as current as
+the watch, for reads that a precondition on the write makes safe.
 """
 
 from __future__ import annotations
@@ -78,7 +82,8 @@ class Reflector:
 
     def __init__(self, kube: Kube, resource: str, sink: Sink, *,
                  field_selector: str | None = None, accept: Callable[[dict[str, Any]], bool] | None = None,
-                 timeout_s: int = 300, backoff: Backoff | None = None) -> None:
+                 timeout_s: int = 300, backoff: Backoff | None = None,
+                 keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         self.kube = kube
         self.resource = resource
         self.sink = sink
@@ -87,9 +92,16 @@ class Reflector:
         self.timeout_s = timeout_s
         self.backoff = backoff or Backoff(0.5, 30.0)
         self.resource_version: str | None = None
-        self.known: dict[str, tuple[str, dict[str, Any]]] = {}  # uid -> (resourceVersion, last object)
+        self.known: dict[str, tuple[str, dict[str, Any]]] = {}  # uid -> (resourceVersion, last object kept)
+        self.keep = keep or (lambda obj: obj)
+        self._uids: dict[tuple[str, str], str] = {}  # (namespace, name) -> uid of the object of that name now
         self.stats = WatchStats()
         self.synced = asyncio.Event()
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object of that name as last seen (as kept), None when none is known."""
+        uid = self._uids.get((namespace, name))
+        return None if uid is None else self.known[uid][1]
 
     async def run(self) -> None:
         while True:
@@ -178,14 +190,18 @@ class Reflector:
         meta = _meta(obj)
         meta.pop("managedFields", None)  # large and unused: not worth keeping per object
         uid, version = meta.get("uid") or "", str(meta.get("resourceVersion") or "")
+        name = (meta.get("namespace") or "", meta.get("name") or "")
         if kind == "DELETED" or not self.accept(obj):
             if uid in self.known:
                 await self.sink(Change("DELETED", obj))
                 del self.known[uid]
+                if self._uids.get(name) == uid:  # not yet taken by a successor of the name
+                    del self._uids[name]
             return
         previous = self.known.get(uid)
         if previous is not None and previous[0] == version:
             return  # seen in this very state: a replay across a reconnect
         await self.sink(Change("ADDED" if previous is None else "MODIFIED", obj))
-        self.known[uid] = (version, obj)
+        self.known[uid] = (version, self.keep(obj))
+        self._uids[name] = uid
 

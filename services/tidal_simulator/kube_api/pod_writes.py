@@ -1,5 +1,5 @@
 """The pod writes of the simulated API server: create (409 when the name
-exists), delete, `pods/binding` (409 when bound or a conflict is injected;
+exists), delete, `pods/binding` (409 when bound, being deleted or a conflict is injected;
 403 when the admission hook refuses) and `pods/eviction` (429 while a
 "PDB" blocks it). A mixin of `KubeApiServer`, whose state it uses."""
 
@@ -43,6 +43,9 @@ class PodWrites:
         if self.take(self._conflicts, ns, name):
             return status(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": the object has '
                           "been modified; please apply your changes to the latest version and try again")
+        if pod["metadata"].get("deletionTimestamp"):  # set by a test: this server deletes at once
+            return status(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is '
+                          "being deleted, cannot be assigned to a host")
         if pod["spec"].get("nodeName"):
             return status(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is '
                           f'already assigned to node "{pod["spec"]["nodeName"]}"')
