@@ -9,7 +9,7 @@ import pytest
 
 from tidal_bridge.nodes import node_topology, with_taint, without_taint
 from tidal_bridge.objects import (
-    allocatable_annotations, binding_body, clear_decision_patch,
+    allocatable_annotations, binding_body,
     eviction_body, pod_event, taints_patch,
 )
 from tidal_schemas import NodeAllocatable, Resources
@@ -79,11 +79,6 @@ def test_with_taint(taints, expected):
 ])
 def test_without_taint(taints, expected):
     assert without_taint(taints, "tidal.dev/overloaded", "NoSchedule") == expected
-
-
-def test_clearing_a_decision_removes_every_key_it_wrote():
-    assert clear_decision_patch() == {"metadata": {"annotations": {
-        "tidal.dev/decision-id": None, "tidal.dev/numa-cpus": None, "tidal.dev/gpus": None}}}
 
 
 def test_allocatable_annotations():

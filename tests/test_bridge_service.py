@@ -364,14 +364,14 @@ async def test_bind_failures_let_placement_roll_back(nats_server, namespace, fak
 
 async def test_an_unreachable_api_server_is_retried_then_reported(nats_server, namespace, fake, bus):
     fake.add_pod("web")
-    fake.fail("PATCH", "/pods/web", 503, times=99)  # the pod and node read from the watches: a bind's first request
+    fake.fail("POST", "/pods/web/binding", 503, times=99)  # the pod and node read from the watches: a bind's one request
     results = Stream(bus, "bind.result")
     async with running(settings(nats_server, namespace, fake, api_attempts=3)):
         await bus.publish(placed())
         (result,) = await results.wait(lambda es: len(es) == 1, "bind result")
     assert result.payload.ok is False
     assert result.payload.reason.startswith("API server failed after 3 attempt(s): 503")
-    assert fake.count("PATCH", "/pods/web") == 3
+    assert fake.count("POST", "/pods/web/binding") == 3
 
 
 async def test_allocatable_is_written_to_node_annotations(nats_server, namespace, fake, bus):

@@ -58,11 +58,6 @@ def write_decision(decision: PlacementDecision) -> dict[str, str]:
     }
 
 
-def cleared_decision() -> dict[str, None]:
-    """Annotation values removing a written decision (a merge patch deletes null keys)."""
-    return dict.fromkeys(DECISION_KEYS)
-
-
 def _numa(text: str) -> dict[int, int]:
     value = json.loads(text)
     if not isinstance(value, dict) or len(value) > MAX_ENTRIES:

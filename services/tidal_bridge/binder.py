@@ -1,27 +1,26 @@
-"""Carry out a placement decision (SPEC §A step 5): persist it on the pod,
-then bind; if binding fails, remove what was persisted, so placement can
-return the assumed resources (it does on a failed `BindResult`).
+"""Carry out a placement decision (SPEC §A step 5): persist it on the pod
+and bind, in one write — the Binding carries the decision's annotations,
+and the API server sets the node and merges them in one update — so a
+failed bind leaves nothing persisted to remove, and placement returns the
+assumed resources (it does on a failed `BindResult`).
 
     1. read the pod: gone → fail; replaced (uid differs), terminating,
        finished, not Tidal's, or bound elsewhere → fail; already bound here
        by this very decision → ok (a redelivered decision);
     2. read the node: gone or cordoned → fail;
-    3. patch the pod's annotations (decision id, NUMA CPUs, GPUs), on the
-       condition that the pod is still as read in step 1 (its
-       resourceVersion): when it changed meanwhile (409), read it from the
-       API server and go again from step 1, up to `attempts` times;
-    4. create the Binding (with the pod's uid as precondition); on 409
-       Conflict re-read the pod: bound here by this decision → ok, bound
-       elsewhere → fail, else retry after bind_retry_s · 2^(n−1), up to
-       `attempts` tries;
-    5. on failure after step 3, clear the annotations if they are still ours.
+    3. create the Binding, with the decision's annotations (decision id,
+       NUMA CPUs, GPUs) and the pod's uid as precondition. The API server
+       refuses (409) a pod bound, being deleted or replaced meanwhile: then
+       re-read the pod: bound here by this decision → ok, bound elsewhere,
+       gone, replaced or terminating → fail, else retry after
+       bind_retry_s · 2^(n−1), up to `attempts` tries.
 
 Steps 1 and 2 read the bridge's watch caches (`pods`, `nodes`: kept by its
 reflectors, as kube-scheduler reads its informers') and ask the API server
-only for what they do not hold: the condition on step 3 makes a stale pod
-harmless, and the Binding itself refuses a pod bound or being deleted
-meanwhile. A node cordoned or deleted a moment before is seen as late as
-the watch sees it, as by kube-scheduler. Three requests a bind then, not five.
+only for what they do not hold. A stale pod is harmless: the Binding is
+checked against the pod as it is. A node cordoned or deleted a moment
+before is seen as late as the watch sees it, as by kube-scheduler. A bind
+is one request, and a `Scheduled` Event.
 
 Expected refusals are `BindOutcome` values; a transient API failure (5xx,
 429, broken connection) raises, and the service retries the decision.
@@ -41,7 +40,7 @@ from tidal_schemas.decision_codec import DECISION_ID, write_decision
 
 from .errors import BridgeError, KubeStatusError, unavailable, worth_retrying
 from .kube import Kube
-from .objects import annotations_patch, binding_body, clear_decision_patch
+from .objects import binding_body
 
 log = logging.getLogger(__name__)
 
@@ -97,35 +96,18 @@ class Binder:
         self.sleep = sleep
 
     async def bind(self, decision: PlacementDecision) -> BindOutcome:
-        """Steps 1–5 of the module docstring for a `placed` decision."""
+        """Steps 1–3 of the module docstring for a `placed` decision."""
         ns, name, node = decision.namespace, decision.name, decision.node or ""
         pod = (self.pods and self.pods.get(ns, name)) or await self._pod(ns, name)
-        for attempt in range(1, self.attempts + 1):
-            if pod is None:
-                return BindOutcome(False, f"pod {ns}/{name} is gone")
-            verdict = check_pod(pod, decision, self.scheduler_name)
-            if verdict is not None:
-                return verdict
-            node_problem = await self._node_problem(node)
-            if node_problem:
-                return BindOutcome(False, node_problem, pod)
-            version = (pod.get("metadata") or {}).get("resourceVersion")
-            try:
-                pod = await self.kube.patch_pod(ns, name, annotations_patch(write_decision(decision), version))
-                break
-            except KubeStatusError as exc:
-                if exc.code == 404:
-                    return BindOutcome(False, f"pod {ns}/{name} is gone")
-                if exc.code == 409 and attempt < self.attempts:  # changed since read: read it again, check again
-                    pod = await self._pod(ns, name)
-                    continue
-                if exc.retriable:
-                    raise
-                return BindOutcome(False, f"could not annotate pod {ns}/{name}: {exc}", pod)
-        outcome = await self._bind(decision, pod)
-        if not outcome.ok:
-            await self._clear(decision)
-        return outcome
+        if pod is None:
+            return BindOutcome(False, f"pod {ns}/{name} is gone")
+        verdict = check_pod(pod, decision, self.scheduler_name)
+        if verdict is not None:
+            return verdict
+        node_problem = await self._node_problem(node)
+        if node_problem:
+            return BindOutcome(False, node_problem, pod)
+        return await self._bind(decision, pod)
 
     async def bind_retrying(self, decision: PlacementDecision, retry: RetryPolicy) -> BindOutcome:
         """`bind`, again while the API server fails transiently (up to
@@ -163,10 +145,11 @@ class Binder:
     async def _bind(self, decision: PlacementDecision, pod: dict[str, Any]) -> BindOutcome:
         ns, name, node = decision.namespace, decision.name, decision.node or ""
         uid = (pod.get("metadata") or {}).get("uid") or decision.uid
+        body = binding_body(ns, name, node, uid, write_decision(decision))
         reason = ""
         for attempt in range(1, self.attempts + 1):
             try:
-                await self.kube.bind(ns, name, binding_body(ns, name, node, uid))
+                await self.kube.bind(ns, name, body)
                 return BindOutcome(True, "", pod)
             except KubeStatusError as exc:
                 if exc.code == 404:
@@ -187,13 +170,3 @@ class Binder:
                 await self.sleep(self.retry_s * 2 ** (attempt - 1))
         log.info("binding %s/%s to %s failed: %s", ns, name, node, reason)
         return BindOutcome(False, reason, pod)
-
-    async def _clear(self, decision: PlacementDecision) -> None:
-        try:
-            pod = await self.kube.get_pod(decision.namespace, decision.name)
-            meta = pod.get("metadata") or {}
-            if (meta.get("annotations") or {}).get(DECISION_ID) == decision.decision_id:  # and still is, when cleared
-                await self.kube.patch_pod(decision.namespace, decision.name,
-                                          clear_decision_patch(meta.get("resourceVersion")))
-        except BridgeError as exc:  # best effort: a later decision overwrites them anyway
-            log.info("could not clear decision annotations of %s/%s: %s", decision.namespace, decision.name, exc)

@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import Any
 
 from tidal_schemas import NodeAllocatable
-from tidal_schemas.decision_codec import cleared_decision
 
 from .annotations import ALLOCATABLE_CPU, ALLOCATABLE_MEMORY, OVERSELL_POLICY
 
@@ -32,12 +31,6 @@ def annotations_patch(annotations: dict[str, str | None], resource_version: str 
     return {"metadata": meta}
 
 
-def clear_decision_patch(resource_version: str | None = None) -> dict[str, Any]:
-    """Remove a decision written on the pod (binding failed), on the
-    condition that the pod is still at `resource_version` when given."""
-    return annotations_patch(cleared_decision(), resource_version)
-
-
 def allocatable_annotations(allocatable: NodeAllocatable) -> dict[str, str]:
     """Node annotations for operators: the oversold allocatable and the
     policy that produced it. Placement reads `node.allocatable` events, not these."""
@@ -53,12 +46,16 @@ def taints_patch(taints: list[dict[str, Any]], resource_version: str) -> dict[st
     return {"metadata": {"resourceVersion": resource_version}, "spec": {"taints": taints}}
 
 
-def binding_body(namespace: str, name: str, node: str, uid: str = "") -> dict[str, Any]:
+def binding_body(namespace: str, name: str, node: str, uid: str = "",
+                 annotations: dict[str, str] | None = None) -> dict[str, Any]:
     """A core/v1 Binding; with `uid` the API server refuses it if the pod
-    was replaced by another of the same name."""
+    was replaced by another of the same name. Its `annotations` are merged
+    into the pod's in the same update that sets the node."""
     meta: dict[str, Any] = {"name": name, "namespace": namespace}
     if uid:
         meta["uid"] = uid
+    if annotations:
+        meta["annotations"] = annotations
     return {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
 

@@ -1,10 +1,12 @@
 """The pod writes of the simulated API server: create (409 when the name
-exists), delete, `pods/binding` (409 when bound, being deleted or a conflict is injected;
-403 when the admission hook refuses) and `pods/eviction` (429 while a
-"PDB" blocks it). A mixin of `KubeApiServer`, whose state it uses."""
+exists), delete, `pods/binding` (the node and the Binding's annotations set
+in one update; 409 when bound, being deleted or a conflict is injected; 403
+when the admission hook refuses) and `pods/eviction` (429 while a "PDB"
+blocks it). A mixin of `KubeApiServer`, whose state it uses."""
 
 from __future__ import annotations
 
+import copy
 import uuid
 from typing import Any
 
@@ -52,14 +54,19 @@ class PodWrites:
         node = (body.get("target") or {}).get("name")
         if not node:
             return status(400, "BadRequest", "binding target has no name")
-        refusal = self.admit_binding(pod, node) if self.admit_binding is not None else None
-        if refusal:
-            return status(403, "Forbidden", f'admission webhook "kubelet.simulator.tidal.dev" denied the request: '
-                          f"{refusal}")
+        annotations = (body.get("metadata") or {}).get("annotations") or {}
 
         def bind(obj: dict[str, Any]) -> None:  # as the registry's setPodHostAndAnnotations
             obj["spec"]["nodeName"] = node
+            obj["metadata"].setdefault("annotations", {}).update(annotations)
             set_condition(obj.setdefault("status", {}), {"type": "PodScheduled", "status": "True"}, now_stamp())
+        if self.admit_binding is not None:  # shown the pod as the binding would leave it
+            bound = copy.deepcopy(pod)
+            bind(bound)
+            refusal = self.admit_binding(bound, node)
+            if refusal:
+                return status(403, "Forbidden", f'admission webhook "kubelet.simulator.tidal.dev" denied the '
+                              f"request: {refusal}")
         self.update_pod(ns, name, bind)
         self.bindings.append((ns, name, node))
         return status(201, "", "")

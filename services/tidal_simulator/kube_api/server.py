@@ -26,8 +26,8 @@ patch carrying `metadata.resourceVersion` is refused with 409 when the
 object changed; errors are `Status` objects; `Accept: ...;as=Table` gets
 the server-side table kubectl prints (`tables.py`).
 
-`admit_binding(pod, node)` plays an admission webhook on bindings: a
-message refuses the binding with 403 (the simulated kubelets refuse a pod
+`admit_binding(pod, node)` plays an admission webhook on bindings, shown
+the pod as the binding would leave it: a message refuses the binding with 403 (the simulated kubelets refuse a pod
 that does not fit, see `tidal_simulator.kubelet`).
 
 Fault injection for tests: `compact()`, `break_watches(mode)` (abort the
