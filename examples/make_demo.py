@@ -10,7 +10,9 @@ usage). Two situations are added on purpose, with expectations the report
 checks:
 - a usage spike: two memory-hungry pods already running on `spike-node`
   whose memory use jumps from 40 % to 95 % of their requests at 120 s, which
-  pushes the node past oversell's stop threshold (85 % of memory): it gets
+  pushes the node past oversell's stop threshold (85 % of memory) on their
+  own (2 × 30,000 MiB × 0.95 is 87 % of 64 GiB; at 29,000 MiB it was 84 %,
+  and the taint came only when other pods happened to add enough): it gets
   tainted, and untainted when the spike is over;
 - a NUMA hotspot: three best-effort pods pinned to NUMA 1 of `hot-node`
   loading it to about 88 %, above remediation's 80 %: the busiest is frozen
@@ -43,7 +45,7 @@ def demo() -> Scenario:
                       memory=Spike(level=0.4, peak=0.95, start_s=120, duration_s=180))
     pods = [*base.pods,
             PodSpec(name="cache", replicas=2, tenant="team-0", user="team-0-user", cpu_milli=2000,
-                    memory_mib=29000, qos="LS", priority=100, node="spike-node", usage=spike)]
+                    memory_mib=30000, qos="LS", priority=100, node="spike-node", usage=spike)]
     for i, (cpu, level) in enumerate([(4000, 0.9), (3000, 0.8), (2000, 0.5)]):
         pods.append(PodSpec(name=f"hot-batch-{i}", tenant="team-1", user="team-1-user", cpu_milli=cpu,
                             memory_mib=4096, qos="BE", evictable=True, node="hot-node", numa=[1],
