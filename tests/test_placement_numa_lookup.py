@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from tidal_placement.cluster_state import Allocation, ClusterState
 from tidal_policy.cpu_distribution import distribute
-from tidal_placement.numa_lookup import exclusive_feasible, exclusive_scores, shared_numa_scores, shared_numa_take
+from tidal_placement.numa_lookup import (exclusive_feasible, exclusive_scores, exclusive_take, shared_numa_scores,
+                                         shared_numa_take)
 from tidal_policy.numa_walk import numa_scores
 from tidal_simulator.topology_builder import make_topology
 
@@ -101,3 +102,18 @@ def test_the_chosen_nodes_walk_is_numa_scores_on_its_row(seed, need):
         cols = np.flatnonzero(walk.taken[0]) if walk.feasible[0] else np.arange(int(state.numa_count[r]))
         expected = (float(state.numa_load[r, cols].mean()), tuple(sorted(int(state.numa_id[r, j]) for j in cols)))
         assert shared_numa_take(state, r, need) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), cpus=st.integers(0, 20), policy=st.sampled_from(["spread", "single-numa", "auto"]))
+def test_the_chosen_nodes_exclusive_cpus_are_distribute_on_its_row(seed, cpus, policy):
+    # decide names an exclusive pod's CPUs on the chosen row in plain Python; distribute is the definition
+    state = random_cluster(seed, nodes=12)
+    rows = np.flatnonzero(state.present[:state.size])
+    for r in rows[exclusive_feasible(state, policy, cpus, rows)].tolist():
+        one = slice(r, r + 1)
+        dist = distribute(policy, cpus, state.numa_free[one], state.numa_load[one], state.numa_valid[one],
+                          state.numa_order[one])
+        counts = {int(state.numa_id[r, j]): int(dist.counts[0, j]) for j in np.flatnonzero(dist.counts[0])}
+        assert dist.feasible[0]
+        assert exclusive_take(state, policy, cpus, r) == (counts, float(dist.score[0]))  # the score to the bit

@@ -17,7 +17,8 @@
    cost and tiebreaks per node state (`StateScores`): they are compared
    over the distinct states among the candidates, hundreds where the
    candidates are thousands, and only the tied states' rows go on to §E.
-3. Name the NUMA CPUs (`distribute` on the chosen node) and concrete GPUs:
+3. Name the NUMA CPUs (`distribute` on the chosen node, as
+   `numa_lookup.exclusive_take` computes it) and concrete GPUs:
    the allocation to `assume`.
 """
 
@@ -30,11 +31,11 @@ import numpy as np
 from tidal_schemas import filters as F
 
 from .cluster_state import Allocation, ClusterState
-from tidal_policy.cpu_distribution import distribute
 from .device_budget import distinct_roots, one_per_root
 from .gpu_candidates import GPU_MILLI, Candidates, GpuStrategy, Scored, StateScores, is_share
 from .gpu_workload import Shape
-from .numa_lookup import exclusive_feasible, exclusive_scores, shared_numa_scores, shared_numa_take
+from .numa_lookup import (exclusive_feasible, exclusive_scores, exclusive_take, shared_numa_scores,
+                          shared_numa_take)
 from .pod_request import Placement, PodRequest
 from .ranking import Ranked, runners_up, runners_up_of_states, select, tied_states
 
@@ -124,10 +125,8 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
     # built, not here, so they cost nothing on the decision path.
     runners = partial(_named, state, rows, ranked)
     if pod.exclusive_cpus:
-        dist = distribute(pod.cpu_policy, cpus, state.numa_free[r:r + 1], state.numa_load[r:r + 1],
-                          state.numa_valid[r:r + 1], state.numa_order[r:r + 1])
-        numa_cpus = {int(state.numa_id[r, j]): int(dist.counts[0, j]) for j in np.flatnonzero(dist.counts[0])}
-        numa_nodes, numa = tuple(sorted(numa_cpus)), float(dist.score[0])
+        numa_cpus, numa = exclusive_take(state, pod.cpu_policy, cpus, r)
+        numa_nodes = tuple(sorted(numa_cpus))
     else:
         numa_cpus = {}
         numa, numa_nodes = shared_numa_take(state, r, need_cpus)
