@@ -68,7 +68,7 @@ def exclusive_take(state: ClusterState, policy: str, cpus: int, r: int) -> tuple
     """`distribute` of `cpus` exclusive CPUs on the chosen row `r` (one
     `exclusive_feasible` kept): the CPUs given to each NUMA node, by NUMA id
     (those given none left out), and the NUMA score. Plain Python on one
-    row, as `shared_numa_take`: the vectorised form costs 20-50 µs a call
+    row, as `shared_numa_take`: the vectorised form costs 17-47 µs a call
     on a single row (tests/test_placement_numa_lookup.py keeps the two equal)."""
     count = int(state.numa_count[r])
     if not count:  # no NUMA figures: what distribute says of such a row
