@@ -113,6 +113,21 @@ async def test_a_new_pod_of_the_same_name_counts_anew(setup):
     assert condition(server)["message"] == "0/2 nodes are available: 2 Insufficient cpu."
 
 
+async def test_counts_forgotten_by_pod_also_past_the_kept_limit(setup, monkeypatch):
+    # forget finds a pod's counts by pod (not a scan of every count), and the index stays as bounded
+    server, reporter, _ = setup
+    monkeypatch.setattr("tidal_bridge.pod_status.COUNTS_KEPT", 2)
+    for name in ("a", "b", "c"):
+        server.add_pod(name)
+        await reporter.unschedulable(pending(name))
+    reporter.forget("default", "c")
+    await reporter.unschedulable(pending("b"))  # b's count kept: the same event, counted again
+    await reporter.unschedulable(pending("a"))  # a's count was dropped past the limit: a new event
+    assert sorted(e["count"] for e in events(server, "a")) == [1, 1]
+    assert [e["count"] for e in events(server, "b")] == [2]
+    assert set(reporter._counted) == {"default/a", "default/b"}  # c forgotten, nothing left behind
+
+
 async def test_the_budget_bounds_event_writes_not_the_condition(setup):
     server, reporter, clock = setup
     reporter.budget = EventBudget(burst=2, refill_s=60)

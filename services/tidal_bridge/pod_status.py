@@ -54,6 +54,7 @@ class PodStatusReporter:
         self.clock = clock
         self._messages: dict[str, str] = {}  # pod key -> message of the condition last patched
         self._counts: OrderedDict[tuple[str, str], tuple[str, int]] = OrderedDict()  # (pod, message) -> (event, count)
+        self._counted: dict[str, set[str]] = {}  # pod -> its messages in _counts: forget finds them without a scan
         self._bound: OrderedDict[str, None] = OrderedDict()  # pods bound here lately: a late pending decision
         self._queued: dict[str, PlacementDecision] = {}  # pod key -> latest pending decision not yet written
         self._wake = asyncio.Event()
@@ -74,8 +75,8 @@ class PodStatusReporter:
         self._queued.pop(key, None)
         self._bound.pop(key, None)
         self.budget.forget(key)
-        for counted in [k for k in self._counts if k[0] == key]:  # a pod of the same name counts anew
-            del self._counts[counted]
+        for message in self._counted.pop(key, ()):  # a pod of the same name counts anew
+            self._counts.pop((key, message), None)
 
     def submit(self, decision: PlacementDecision) -> None:
         """Queue a `pending` decision for `run` to write (replacing one of
@@ -129,6 +130,7 @@ class PodStatusReporter:
         ns, key = decision.namespace, (decision.event_key(), message)
         ref = {"metadata": {"namespace": ns, "name": decision.name, "uid": decision.uid}}
         known = self._counts.pop(key, None)
+        self._uncount(key)
         try:
             if known is not None:
                 name, count = known
@@ -150,8 +152,17 @@ class PodStatusReporter:
 
     def _remember(self, key: tuple[str, str], name: str, count: int) -> None:
         self._counts[key] = (name, count)
+        self._counted.setdefault(key[0], set()).add(key[1])
         while len(self._counts) > COUNTS_KEPT:
-            self._counts.popitem(last=False)
+            self._uncount(self._counts.popitem(last=False)[0])
+
+    def _uncount(self, key: tuple[str, str]) -> None:
+        pod, message = key
+        messages = self._counted.get(pod)
+        if messages is not None:
+            messages.discard(message)
+            if not messages:
+                del self._counted[pod]
 
 
 async def create_pod_event(kube: Kube, pod: dict, reason: str, message: str, kind: str = "Warning", *,
