@@ -50,7 +50,7 @@ OVERLAYS = {"overlays/nats": ("nats", "nats", 4222), "overlays/kafka": ("kafka",
 # Everything the bridge may do against the Kubernetes API, as
 # (apiGroup, resource, verb). Widening its ClusterRole means editing this list.
 BRIDGE_ALLOWED = frozenset(
-    {("", "pods", v) for v in ("get", "list", "watch", "patch")}
+    {("", "pods", v) for v in ("get", "list", "watch")}  # the decision is written with the Binding
     | {("", "pods/binding", "create"), ("", "pods/eviction", "create")}
     | {("", "pods/status", "patch")}  # PodScheduled=False on a pod Tidal cannot place
     | {("", "nodes", v) for v in ("get", "list", "watch", "patch")}

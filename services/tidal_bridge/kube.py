@@ -100,9 +100,6 @@ class Kube:
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         return await self._call(self.core.read_namespaced_pod, name, namespace)
 
-    async def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return await self._call(self.core.patch_namespaced_pod, name, namespace, patch, _content_type=MERGE_PATCH)
-
     async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return await self._call(self.core.patch_namespaced_pod_status, name, namespace, patch,
                                 _content_type=STRATEGIC_PATCH)
