@@ -23,12 +23,9 @@ SCHEDULED = "Scheduled"
 COMPONENT = "tidal-bridge"
 
 
-def annotations_patch(annotations: dict[str, str | None], resource_version: str | None = None) -> dict[str, Any]:
+def annotations_patch(annotations: dict[str, str | None]) -> dict[str, Any]:
     """A merge patch setting (or, for None values, removing) annotations."""
-    meta: dict[str, Any] = {"annotations": annotations}
-    if resource_version:
-        meta["resourceVersion"] = resource_version
-    return {"metadata": meta}
+    return {"metadata": {"annotations": annotations}}
 
 
 def allocatable_annotations(allocatable: NodeAllocatable) -> dict[str, str]:
