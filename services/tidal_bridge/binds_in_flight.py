@@ -1,7 +1,7 @@
-"""Binds in flight. A bind is several API round trips (read the pod and the
-node, annotate, bind), so the bridge binds many pods at once: up to `limit`
-at a time, one pod's decisions one after another in their log order (side
-by side, the second would annotate the pod while the first binds it).
+"""Binds in flight. A bind waits for API round trips (the Binding, its
+Scheduled Event), so the bridge binds many pods at once: up to `limit` at a
+time, one pod's decisions one after another in their log order (side by
+side, the second's Binding could reach the API server first).
 The decision stream's consumer reads on meanwhile: each event is
 acknowledged once its binds are done (`tidal_bus.defer`). Whatever else is
 done about a pod with a bind in flight waits its turn the same way (a

@@ -12,7 +12,7 @@ from tidal_schemas import NodeTopology
 from .kube import Kube
 from .nodes import node_topology
 from .settings import BridgeSettings
-from .watch import Backoff, Change, Reflector
+from .watch import Change, Reflector
 
 if TYPE_CHECKING:
     from .service import BridgeService
@@ -32,8 +32,7 @@ class NodeWatch:
 
     def connect(self, kube: Kube, settings: BridgeSettings) -> None:
         """Once the API server is reached (the service's start)."""
-        self.reflector = Reflector(kube, "nodes", self.on_node, timeout_s=settings.watch_timeout_s, keep=slim_node,
-                                   backoff=Backoff(settings.backoff_initial_s, settings.backoff_max_s))
+        self.reflector = Reflector.of(kube, "nodes", self.on_node, settings, keep=slim_node)
 
     async def on_node(self, change: Change) -> None:
         service = self.service

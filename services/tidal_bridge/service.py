@@ -66,7 +66,7 @@ from .pod_status import PodStatusReporter, create_pod_event
 from .pods import read_pod
 from .settings import BridgeSettings
 from .tenants import TenantBridge
-from .watch import Backoff, Change, Reflector
+from .watch import Change, Reflector
 
 EVICTIONS = "evictions"
 
@@ -128,8 +128,7 @@ class BridgeService(Service):
         if self.kube is None:
             self.kube = await Kube.connect(s)
         # Every pod: a field selector cannot say "ours, or bound" (selectors only AND).
-        self.pods = Reflector(self.kube, "pods", self._on_pod, accept=self._counted, timeout_s=s.watch_timeout_s,
-                              backoff=Backoff(s.backoff_initial_s, s.backoff_max_s))
+        self.pods = Reflector.of(self.kube, "pods", self._on_pod, s, accept=self._counted)
         self.nodes.connect(self.kube, s)
         self.binder = Binder(self.kube, scheduler_name=s.scheduler_name, attempts=s.bind_attempts,
                              retry_s=s.bind_retry_s, pods=self.pods, nodes=self.nodes.reflector)

@@ -38,9 +38,9 @@ class BridgeSettings(ServiceSettings):
                               "server fails transiently, before a failed result is published")
     api_retry_s: float = Field(0.5, gt=0, description="first back-off between those tries (doubles)")
     api_retry_max_s: float = Field(8.0, gt=0)
-    bind_concurrency: int = Field(32, ge=1, le=1024, description="binds in flight at once (each reads the pod "
-                                  "and node, annotates, binds: several API round trips); one pod's decisions are "
-                                  "bound in their log order")
+    bind_concurrency: int = Field(32, ge=1, le=1024, description="binds in flight at once (each an API round "
+                                  "trip, the Binding, and its Scheduled Event); one pod's decisions are bound in "
+                                  "their log order")
     bind_attempts: int = Field(3, ge=1, description="binding tries on 409 Conflict")
     bind_retry_s: float = Field(0.2, gt=0)
     conflict_attempts: int = Field(5, ge=1, description="read-modify-write tries of a node's taints")

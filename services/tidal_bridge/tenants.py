@@ -32,7 +32,7 @@ from tidal_schemas.tenancy import (API_VERSION, Condition, FairShareSpec, FairSh
 from .kube import Kube
 from .settings import BridgeSettings
 from .status_writer import StatusWriter
-from .watch import Backoff, Change, Reflector
+from .watch import Change, Reflector
 
 log = logging.getLogger("tidal.bridge.tenants")
 
@@ -85,8 +85,7 @@ class TenantBridge:
     def connect(self, kube: Kube, settings: BridgeSettings) -> None:
         """Once the API server is reached (the service's start)."""
         self.status = StatusWriter(kube, settings.status_interval_s)
-        self.reflector = Reflector(kube, TENANTS, self.on_tenant, timeout_s=settings.watch_timeout_s,
-                                   backoff=Backoff(settings.backoff_initial_s, settings.backoff_max_s))
+        self.reflector = Reflector.of(kube, TENANTS, self.on_tenant, settings)
 
     def loops(self) -> list:
         return [self.reflector.run, self.status.run, self.reconcile]

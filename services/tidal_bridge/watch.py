@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from .errors import BridgeError, KubeStatusError, KubeUnavailable, WatchExpired
 from .kube import TRANSPORT_ERRORS, Kube
+from .settings import BridgeSettings
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,12 @@ def _meta(obj: dict[str, Any]) -> dict[str, Any]:
 
 class Reflector:
     """Keeps a sink in step with one resource; `run()` until cancelled."""
+
+    @classmethod
+    def of(cls, kube: Kube, resource: str, sink: Sink, settings: BridgeSettings, **options: Any) -> "Reflector":
+        """A reflector with the bridge's watch timeout and back-off."""
+        return cls(kube, resource, sink, timeout_s=settings.watch_timeout_s,
+                   backoff=Backoff(settings.backoff_initial_s, settings.backoff_max_s), **options)
 
     def __init__(self, kube: Kube, resource: str, sink: Sink, *,
                  field_selector: str | None = None, accept: Callable[[dict[str, Any]], bool] | None = None,

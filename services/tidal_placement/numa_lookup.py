@@ -77,9 +77,8 @@ def exclusive_take(state: ClusterState, policy: str, cpus: int, r: int) -> tuple
         counts = dist.counts[0].tolist()
         return {int(state.numa_id[r, j]): n for j, n in enumerate(counts) if n}, float(dist.score[0])
     free, ids = state.numa_free[r, :count].tolist(), state.numa_id[r, :count].tolist()
-    counts = [0] * count
     if policy == "auto":  # §E: least loaded first, each filled in turn; scored by the walk's prefixes
-        left = cpus
+        counts, left = [0] * count, cpus
         for j in state.numa_order[r, :count].tolist():
             counts[j] = min(free[j], left)
             left -= counts[j]
