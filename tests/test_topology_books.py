@@ -21,6 +21,7 @@ from tidal_topology.audit import audit, counts
 from tidal_topology.checkpoint import Claim, decode_state, encode_state, new_state, save_state
 from tidal_topology.cpuset_plan import Pinning, expected_cpusets
 from tidal_topology.kubelet import check_kubelet
+from tidal_topology.node_pods import NodePods, PodElsewhere
 
 NODE = "n1"
 TOPO = [Cpu(cpu=c, core=c // 2, socket=c // 4, numa=c // 4) for c in range(8)]
@@ -138,6 +139,36 @@ def test_a_confirmed_claim_learns_the_uid_and_never_times_out():
 def test_a_decision_other_than_the_one_the_pod_is_bound_by_is_ignored():
     seen = lifecycle("a", "running", did="d2")
     step = books.on_decision(FRESH, decision("a", "d1", numa_cpus={1: 1}), NODE, TOPO, T0, seen)
+    assert not step.changed and "bound by d2" in step.note
+
+
+# The agent's pod table keeps a pod of another node only as `PodElsewhere`:
+# every decision must meet the same answer as with the pod's whole event.
+SEEN = [lifecycle(name, phase, node=node, uid=uid, did=did)
+        for name in ("a", "b") for phase in ("pending", "bound", "running")
+        for node in ((None, NODE, "n2") if phase == "pending" else (NODE, "n2"))
+        for uid in (UID_A, UID_B, "") for did in ("", "d1", "d2")]
+
+
+@pytest.mark.parametrize("outcome, node", [("placed", NODE), ("placed", "n2"), ("pending", None)])
+@pytest.mark.parametrize("start", ["fresh", "decided", "bound"])
+def test_the_pod_tables_record_of_a_pod_answers_every_decision_as_its_event(outcome, node, start):
+    state = {"fresh": FRESH, "decided": decided(FRESH, numa_cpus={1: 2}).state,
+             "bound": decided(FRESH, numa_cpus={1: 2}, seen=lifecycle("a", "bound", did="d1")).state}[start]
+    for seen in SEEN:
+        table = NodePods(NODE)
+        table.apply(seen)
+        kept = table.get(seen.event_key())
+        assert isinstance(kept, PodElsewhere) == (seen.node != NODE)
+        for did, uid in (("d1", ""), ("d2", UID_A), ("d3", UID_B)):
+            d = decision("a", did, node=node or NODE, numa_cpus={1: 1}, outcome=outcome, uid=uid)
+            assert books.on_decision(state, d, NODE, TOPO, T0, kept) == books.on_decision(state, d, NODE, TOPO, T0, seen)
+
+
+def test_a_decision_for_a_pod_the_table_knows_bound_elsewhere_is_ignored():
+    table = NodePods(NODE)
+    table.apply(lifecycle("a", "running", node="n2", did="d2"))
+    step = books.on_decision(FRESH, decision("a", "d1", numa_cpus={1: 1}), NODE, TOPO, T0, table.get("ns/a"))
     assert not step.changed and "bound by d2" in step.note
 
 

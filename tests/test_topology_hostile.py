@@ -51,6 +51,11 @@ OWNERSHIP = [
     ([lifecycle("p")], None, "unknown-pod", "no pod None"),
     ([lifecycle("p")], "ns/p", None, ""),
     ([lifecycle("p", phase="bound")], "ns/p", None, ""),
+    # the table keeps a pod whole on this node only: one that moves, or comes, or goes
+    ([lifecycle("p"), lifecycle("p", node="node-b")], "ns/p", "refused", "runs on node-b, not on node-a"),
+    ([lifecycle("p", node="node-b"), lifecycle("p")], "ns/p", None, ""),
+    ([lifecycle("p"), lifecycle("p", phase="deleted")], "ns/p", "unknown-pod", "no pod 'ns/p' known"),
+    ([lifecycle("p", node="node-b"), lifecycle("p", node="node-b", phase="deleted")], "ns/p", "unknown-pod", "no pod"),
 ]
 
 

@@ -29,12 +29,28 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from tidal_schemas import HOLDING_PHASES, BindResult, PlacementDecision, PodLifecycle
 
 from .checkpoint import Claim, CpuState, assign, release
 from tidal_policy.cpu_pick import CpuLike, pick_per_numa, take_packed
 from .cpuset import format_cpuset
+
+
+class PodSeen(Protocol):
+    """What a decision is checked against of its pod's latest event: a
+    `PodLifecycle`, or what the agent keeps of a pod elsewhere
+    (`node_pods.PodElsewhere`)."""
+
+    @property
+    def uid(self) -> str: ...
+    @property
+    def phase(self) -> str: ...
+    @property
+    def node(self) -> str | None: ...
+    @property
+    def decision_id(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -96,9 +112,9 @@ def _take(state: CpuState, key: str, claim: Claim, wanted: Mapping[int, int], to
 
 
 def on_decision(state: CpuState, d: PlacementDecision, node: str, topology: Sequence[CpuLike], now: float,
-                pod: PodLifecycle | None) -> Step:
-    """A placement decision read (see the module docstring); `pod` is the
-    agent's latest event of that pod, if any."""
+                pod: PodSeen | None) -> Step:
+    """A placement decision read (see the module docstring); `pod` is what
+    the agent knows of that pod's latest event, if anything."""
     key, claim = d.event_key(), state.claims.get(d.event_key())
     if d.outcome != "placed" or d.node != node:
         if claim is None or not claim.decision_id:
