@@ -175,3 +175,32 @@ async def test_freeze_thaw_and_move_a_real_process_through_the_agent(nats_server
         assert await act("m1", "set-cpuset", target_numa=1) == "done"
         await wait_until(lambda: allowed_cpus(pid) == [1], what="Cpus_allowed_list = 1")
     await _stop(service, task)
+
+
+async def test_usage_sampling_reads_the_pod_table_on_the_event_loop_only(tmp_path):
+    """The samples are built in a worker thread; the pod table, which pod events
+    change on the event loop, must be read before. Read in the thread, a pod
+    event applied meanwhile stopped the agent (`bench/cluster_pods.py` at
+    150,000 pods: "dictionary changed size during iteration")."""
+    import threading
+
+    service = TopologyService(_settings("nats://127.0.0.1:1", "unused", tmp_path, interval_s=0.01))
+    service.pods.apply(pod("a", namespace="ns", phase="running", node="node-under-test", uid=str(uuid.uuid4())))
+    readers, table_read = [], service.pods.by_uid
+
+    def by_uid():
+        readers.append(threading.current_thread())
+        return table_read()
+
+    published = []
+
+    async def publish(metrics, **_):
+        published.append(metrics)
+        if len(published) == 2:
+            raise asyncio.CancelledError
+
+    service.pods.by_uid, service.publish = by_uid, publish
+    with pytest.raises(asyncio.CancelledError):
+        await service.sample_usage()
+    assert readers and set(readers) == {threading.main_thread()}
+    assert all(m.node == "node-under-test" for m in published)

@@ -182,7 +182,11 @@ class TopologyService(Service):
         while True:
             await asyncio.sleep(s.interval_s)
             stat_now, counters_now = await asyncio.to_thread(self._read_counters)
-            metrics = await asyncio.to_thread(self._metrics, stat, stat_now, counters, counters_now)
+            # The pod table is read here, on the event loop that applies pod events to it: read in
+            # the worker thread, a pod event applied meanwhile stopped the agent ("dictionary changed
+            # size during iteration", with 150,000 pods in the cluster)
+            metrics = await asyncio.to_thread(self._metrics, stat, stat_now, counters, counters_now,
+                                              self.pods.by_uid())
             stat, counters = stat_now, counters_now
             await self.publish(metrics)
 
@@ -190,9 +194,8 @@ class TopologyService(Service):
         return (read_proc_stat(self.settings.procfs_root),
                 read_pod_counters(self.cgroups.root, self.cgroups.parent, self.cgroups.version))
 
-    def _metrics(self, stat, stat_now, counters, counters_now):
+    def _metrics(self, stat, stat_now, counters, counters_now, by_uid: dict[str, PodLifecycle]):
         memory = read_meminfo(self.settings.procfs_root)
-        by_uid = self.pods.by_uid()
         return build_metrics(
             self.topology, at=datetime.now(timezone.utc), interval_s=self.settings.interval_s,
             cpu_util=cpu_utilisation(stat, stat_now), memory_used_mib=memory.used_mib,
