@@ -11,14 +11,15 @@ from builders import pod
 from tidal_oversell.allocatable import bounded_allocatable_event, factor_allocatable
 from tidal_oversell.bounded import BoundedSettings
 from tidal_oversell.factor import FactorSettings
+from tidal_oversell.pods_by_node import HeldPod
 from tidal_schemas import NodeMetrics, NodeTopology, PeakEstimate, Resources
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
 LONG_AGO = NOW - timedelta(hours=2)
 NODE = NodeTopology(node="n1", capacity=Resources(cpu_milli=16000, memory_mib=64000),
                     allocatable=Resources(cpu_milli=16000, memory_mib=64000, gpu_milli=0))
-# four pods asking 4 CPUs and 8 GiB each: 16 CPUs, 32 GiB requested
-PODS = [pod(f"p{i}", phase="running", node="n1", cpu_milli=4000, memory_mib=8000, started_at=LONG_AGO)
+# four pods asking 4 CPUs and 8 GiB each: 16 CPUs, 32 GiB requested (as oversell keeps a pod)
+PODS = [HeldPod.of(pod(f"p{i}", phase="running", node="n1", cpu_milli=4000, memory_mib=8000, started_at=LONG_AGO))
         for i in range(4)]
 WIDE = FactorSettings(min_factor=1.0, max_factor=2.0, max_rise_per_update=10.0, warmup_s=600)
 
@@ -61,8 +62,9 @@ def test_factor_policy_smooths_each_resource_from_its_own_previous_factor():
     (None, PODS, "no peak estimate"),
     (PeakEstimate(estimator="weighted", window_s=300, samples=1, reason="too few samples: 1 < 3"), PODS,
      "too few samples"),
-    (peak(1000, 1000), PODS[:3] + [pod("new", phase="running", node="n1", cpu_milli=4000, memory_mib=8000,
-                                       started_at=NOW - timedelta(seconds=30))], "warm-up"),
+    (peak(1000, 1000), PODS[:3] + [HeldPod.of(pod("new", phase="running", node="n1", cpu_milli=4000,
+                                                  memory_mib=8000, started_at=NOW - timedelta(seconds=30)))],
+     "warm-up"),
 ])
 def test_without_usage_evidence_neither_policy_oversells(estimate, pods, why):
     # an idle node: the bounded formula alone would grant w · capacity = 1.5 × 16 CPUs

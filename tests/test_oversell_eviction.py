@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tidal_oversell.eviction import EvictionCandidate, candidate_from, eviction_order, plan_evictions
+from tidal_oversell.pods_by_node import HeldPod
 from tidal_schemas import PodLifecycle, PodUsage, Resources
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
@@ -165,7 +166,7 @@ def test_candidate_from_pod_lifecycle_and_usage():
     lifecycle = PodLifecycle(namespace="team", name="job-1", phase="running", node="n1", priority=7,
                              evictable=True, requests=Resources(cpu_milli=500, memory_mib=2048),
                              created_at=NOW)
-    candidate = candidate_from(lifecycle, PodUsage(pod="team/job-1", memory_mib=3000))
+    candidate = candidate_from(HeldPod.of(lifecycle), PodUsage(pod="team/job-1", memory_mib=3000))
     assert candidate == EvictionCandidate(name="team/job-1", priority=7, created_at=NOW,
                                           requested_memory_mib=2048, used_memory_mib=3000, evictable=True)
-    assert candidate_from(lifecycle, None).used_memory_mib == 0
+    assert candidate_from(HeldPod.of(lifecycle), None).used_memory_mib == 0

@@ -3,12 +3,13 @@ events come (placed, running, moved, ended, in two clusters)."""
 
 from __future__ import annotations
 
-from builders import pod
-from tidal_oversell.pods_by_node import PodsByNode
+from builders import T0, pod
+from tidal_oversell.pods_by_node import HeldPod, PodsByNode
+from tidal_schemas import PodLifecycle
 
 
 def _names(pods) -> list[str]:
-    return [p.name for p in pods]
+    return [p.event_key().split("/")[1] for p in pods]
 
 
 def test_a_node_lists_the_pods_holding_it_by_key_and_forgets_those_gone():
@@ -26,3 +27,13 @@ def test_a_node_lists_the_pods_holding_it_by_key_and_forgets_those_gone():
     assert by_node.on("c1", "n1") == [] and by_node.on("c1", "n2") == []
     assert len(by_node) == 1  # c2's a
     assert by_node.on("c1", "n1") is not by_node.on("c1", "n1")  # a copy: the caller may keep it
+
+
+def test_a_pod_is_kept_as_what_oversell_reads_of_it():
+    by_node = PodsByNode()
+    running = pod("a", phase="running", node="n1", priority=7, evictable=True, qos="LS", memory_mib=900,
+                  started_at=T0)
+    by_node.apply("c1", running)
+    (held,) = by_node.on("c1", "n1")
+    assert held == HeldPod("default/a", "n1", 1000, 900, T0, running.created_at, "LS", 7, True, False)
+    assert not isinstance(held, PodLifecycle)

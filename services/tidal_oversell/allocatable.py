@@ -12,21 +12,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from tidal_schemas import NodeAllocatable, NodeMetrics, NodeTopology, PeakEstimate, PodLifecycle, Resources
+from tidal_schemas import NodeAllocatable, NodeMetrics, NodeTopology, PeakEstimate, Resources
 
 from .bounded import BoundedSettings, bounded_node_allocatable
 from .factor import FactorDecision, FactorSettings, decide_factor, scaled, warming_up
+from .pods_by_node import HeldPod
 
 RESOURCES = (("cpu", "cpu_milli"), ("memory", "memory_mib"))
 
 
-def requested_on(pods: Sequence[PodLifecycle]) -> Resources:
+def requested_on(pods: Sequence[HeldPod]) -> Resources:
     """Σ CPU and memory requests of the pods on a node."""
-    return Resources(cpu_milli=sum(p.requests.cpu_milli for p in pods),
-                     memory_mib=sum(p.requests.memory_mib for p in pods))
+    return Resources(cpu_milli=sum(p.cpu_milli for p in pods), memory_mib=sum(p.memory_mib for p in pods))
 
 
-def no_evidence(peak: PeakEstimate | None, pods: Sequence[PodLifecycle], now: datetime,
+def no_evidence(peak: PeakEstimate | None, pods: Sequence[HeldPod], now: datetime,
                 warmup_s: float) -> str:
     """Why the node's usage says nothing yet ('' when it does): no peak
     estimate, too few samples, or a pod still warming up."""
@@ -40,7 +40,7 @@ def no_evidence(peak: PeakEstimate | None, pods: Sequence[PodLifecycle], now: da
     return ""
 
 
-def factor_allocatable(topology: NodeTopology, pods: Sequence[PodLifecycle], peak: PeakEstimate | None,
+def factor_allocatable(topology: NodeTopology, pods: Sequence[HeldPod], peak: PeakEstimate | None,
                        previous: dict[str, float], now: datetime, settings: FactorSettings) -> NodeAllocatable:
     """Seed 003, per resource: factor_r = requested_r / peak_r (clamped,
     smoothed from `previous[r]`, 1.0 in warm-up or without a peak);
@@ -69,7 +69,7 @@ def factor_allocatable(topology: NodeTopology, pods: Sequence[PodLifecycle], pea
                            factor=min(factors.values()), factors=factors, inputs=inputs, reason=reason)
 
 
-def bounded_allocatable_event(topology: NodeTopology, pods: Sequence[PodLifecycle], metrics: NodeMetrics,
+def bounded_allocatable_event(topology: NodeTopology, pods: Sequence[HeldPod], metrics: NodeMetrics,
                               peak: PeakEstimate | None, settings: BoundedSettings,
                               warmup_s: float) -> NodeAllocatable:
     """Seed 004: the bounded formula over allocated/used, totals and LS only;

@@ -25,7 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tidal_schemas import PodLifecycle, PodUsage
+from tidal_schemas import PodUsage
+
+from .pods_by_node import HeldPod
 
 DEFAULT_MAX_EVICTIONS = 3
 
@@ -43,12 +45,12 @@ class EvictionCandidate:
     system_critical: bool = False
 
 
-def candidate_from(pod: PodLifecycle, usage: PodUsage | None) -> EvictionCandidate:
+def candidate_from(pod: HeldPod, usage: PodUsage | None) -> EvictionCandidate:
     """A candidate from a pod's lifecycle and its last usage sample (no
     sample → 0 MiB used)."""
     return EvictionCandidate(
         name=pod.event_key(), priority=pod.priority, created_at=pod.created_at,
-        requested_memory_mib=pod.requests.memory_mib,
+        requested_memory_mib=pod.memory_mib,
         used_memory_mib=usage.memory_mib if usage else 0,
         evictable=pod.evictable, system_critical=pod.system_critical,
     )

@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tidal_schemas import NodeAllocatable, NodeMetrics, PodLifecycle
+from tidal_schemas import NodeAllocatable, NodeMetrics
 
 from .allocatable import bounded_allocatable_event, factor_allocatable, unchanged_allocatable
+from .pods_by_node import HeldPod
 
 # name -> (view, pods, metrics, settings) -> NodeAllocatable
-OVERSELL_POLICIES: dict[str, Callable[[Any, Sequence[PodLifecycle], NodeMetrics, Any], NodeAllocatable]] = {
+OVERSELL_POLICIES: dict[str, Callable[[Any, Sequence[HeldPod], NodeMetrics, Any], NodeAllocatable]] = {
     "factor": lambda view, pods, metrics, s: factor_allocatable(view.topology, pods, view.peak, view.factors,
                                                                 metrics.sampled_at, s.factor()),
     "bounded": lambda view, pods, metrics, s: bounded_allocatable_event(view.topology, pods, metrics, view.peak,

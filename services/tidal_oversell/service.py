@@ -23,7 +23,7 @@ from tidal_runtime.action_log import follow_action_log
 
 from .eviction import candidate_from, plan_evictions
 from .node_state import ActionLog, NodeView, inventory
-from .pods_by_node import PodsByNode
+from .pods_by_node import HeldPod, PodsByNode
 from .policies import OVERSELL_POLICIES
 from .pool_metrics import OversellMetrics
 from .settings import TAINT_KEY, OversellSettings
@@ -97,7 +97,7 @@ class OversellService(Service):
             topology = self.views[(cluster, node)].topology
             yield cluster, topology.pool, granted, topology.allocatable
 
-    def pods_on(self, cluster: str, node: str) -> list[PodLifecycle]:
+    def pods_on(self, cluster: str, node: str) -> list[HeldPod]:
         return self.pods.on(cluster, node)
 
     async def on_metrics(self, envelope: Envelope[NodeMetrics], delivery: Delivery) -> None:
@@ -118,11 +118,11 @@ class OversellService(Service):
             await self.action_log_ready.wait()
             await self._act(envelope, view.topology, pods)
 
-    def _allocatable(self, view: NodeView, pods: list[PodLifecycle], metrics: NodeMetrics):
+    def _allocatable(self, view: NodeView, pods: list[HeldPod], metrics: NodeMetrics):
         policy = OVERSELL_POLICIES[self.settings.policy_for(view.topology.pool)]
         return policy(view, pods, metrics, self.settings)
 
-    async def _act(self, envelope: Envelope[NodeMetrics], topology: NodeTopology, pods: list[PodLifecycle]) -> None:
+    async def _act(self, envelope: Envelope[NodeMetrics], topology: NodeTopology, pods: list[HeldPod]) -> None:
         metrics, cluster, s = envelope.payload, envelope.cluster, self.settings
         now, node, basis = metrics.sampled_at, metrics.node, float(topology.capacity.memory_mib)
         if basis <= 0:

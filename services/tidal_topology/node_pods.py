@@ -7,7 +7,7 @@ pods of *other* nodes is paid on every node, under the DaemonSet's memory
 limit. A pod of this node is kept whole; of any other pod only what the
 books and `owned` ask of it (`PodElsewhere`: where it is, in which phase,
 its uid and the decision that bound it), a tenth of the memory of the
-whole event (`bench/agent_pods.py`)."""
+whole event (`bench/cluster_pods.py`)."""
 
 from __future__ import annotations
 
