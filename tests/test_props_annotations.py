@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from tidal_bridge.annotations import (
     ANNOTATION_KEYS, LABEL_KEYS, MAX_GPUS, MAX_NAME, PREFIX, WRITTEN_ON_PODS, Asks, parse_asks,
 )
-from tidal_bridge.pods import pod_lifecycle
+from tidal_bridge.binder import check_pod
+from tidal_bridge.pods import pod_lifecycle, read_pod, slim_pod
 from tidal_bridge.quantity import MAX_TEXT, QuantityError, count, cpu_milli, memory_mib, parse_quantity
-from tidal_schemas import decode, encode, make_envelope
+from tidal_schemas import PlacementDecision, decode, encode, make_envelope
 from tidal_schemas.common import MAX_INT
 
 PROPS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -166,3 +167,46 @@ def test_any_pod_becomes_a_publishable_event(annotations, labels, requests):
     envelope = make_envelope(event, cluster="c1", source="bridge")
     assert decode(encode(envelope)) == envelope
     assert event.invalid_reason is None or "\n" not in event.invalid_reason
+
+
+# The bridge's watch keeps each pod as `slim_pod` leaves it: read back, it must
+# be the pod it was, whatever else the pod carried.
+containers = st.lists(st.fixed_dictionaries(
+    {"name": st.text(max_size=8),
+     "resources": st.fixed_dictionaries({}, optional={
+         "requests": st.dictionaries(st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]), quantity_texts, max_size=3),
+         "limits": st.dictionaries(st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]), quantity_texts, max_size=3)}),
+     "image": st.just("registry.k8s.io/pause:3.9"), "env": st.just([{"name": "A", "value": "b" * 50}])},
+    optional={"restartPolicy": st.sampled_from(["Always", "Never"])}), max_size=3)
+
+
+@PROPS
+@given(st.dictionaries(keys, values, max_size=5), st.dictionaries(keys, values, max_size=3), containers, containers,
+       st.fixed_dictionaries({}, optional={
+           "nodeName": st.sampled_from(["n1", ""]), "schedulerName": st.sampled_from(["tidal", "default-scheduler"]),
+           "priority": st.integers(min_value=-10, max_value=10**9),
+           "priorityClassName": st.sampled_from(["system-node-critical", "high"]),
+           "overhead": st.dictionaries(st.sampled_from(["cpu", "memory"]), quantity_texts, max_size=2)}),
+       st.fixed_dictionaries({}, optional={
+           "phase": st.sampled_from(["Pending", "Running", "Succeeded", "Failed"]),
+           "qosClass": st.sampled_from(["Guaranteed", "Burstable", "BestEffort"]),
+           "startTime": st.sampled_from(["2026-01-01T00:00:00Z", "not a time"])}),
+       st.booleans(), st.booleans())
+def test_a_pod_kept_slim_reads_as_the_whole_pod(annotations, labels, main, init, spec, status, deleted, deleting):
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+                        "creationTimestamp": "2026-01-01T00:00:00Z", "annotations": annotations, "labels": labels,
+                        "managedFields": [{"manager": "kubectl"}], "ownerReferences": [{"kind": "ReplicaSet"}],
+                        **({"deletionTimestamp": "2026-01-01T00:01:00Z"} if deleting else {})},
+           "spec": {**spec, "containers": main, "initContainers": init, "volumes": [{"name": "v"}],
+                    "tolerations": [{"key": "k"}]},
+           "status": {**status, "conditions": [{"type": "Ready"}], "containerStatuses": [{"name": "c"}],
+                      "podIP": "10.0.0.1"}}
+    kept = slim_pod(pod)
+    assert read_pod(kept, deleted=deleted) == read_pod(pod, deleted=deleted)
+    for node, did in (("n1", ""), ("n2", "d1")):
+        decision = PlacementDecision(decision_id=did or "d0", namespace="ns", name="p", outcome="placed", node=node,
+                                     uid="u1")
+        on_kept, on_pod = check_pod(kept, decision, "tidal"), check_pod(pod, decision, "tidal")
+        assert (on_kept is None) == (on_pod is None)
+        assert on_kept is None or (on_kept.ok, on_kept.reason) == (on_pod.ok, on_pod.reason)
+    assert "volumes" not in kept["spec"] and "conditions" not in kept["status"]

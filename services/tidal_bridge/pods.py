@@ -24,6 +24,7 @@ shared CPU pool: they never hold exclusive CPUs, whatever they ask.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -217,6 +218,36 @@ def read_pod(pod: Mapping[str, Any], *, deleted: bool = False, gpu_resource: str
         problems.append(describe_validation_error(exc))
         fields.update(exclusive_cpus=False, gpu=GpuAsk(), priority=0, numa_cpus={}, gpus=[], decision_id="")
         return PodLifecycle(**fields, invalid_reason="; ".join(problems)), unread
+
+
+# What of a Pod object `read_pod` and the binder read (`binder.check_pod`, the
+# Scheduled Event's involvedObject): the bridge's watch keeps every pod of the
+# cluster, so it keeps only this (`slim_pod`).
+_KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
+                  "labels", "annotations")
+_KEPT_SPEC = ("nodeName", "schedulerName", "priority", "priorityClassName", "overhead")
+_KEPT_CONTAINER = ("name", "resources", "restartPolicy")
+_KEPT_STATUS = ("phase", "qosClass", "startTime")
+
+
+def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """`pod` as the bridge's watch keeps it: what `read_pod` and the binder
+    read, and no more (a running pod's containers, volumes, conditions and
+    container statuses are most of its bytes). `read_pod` reads the kept pod
+    as the whole one (tests/test_bridge_pods.py)."""
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    kept_spec = {k: spec[k] for k in _KEPT_SPEC if k in spec}
+    for containers in ("containers", "initContainers"):
+        if containers in spec:
+            kept_spec[containers] = [{k: c[k] for k in _KEPT_CONTAINER if k in c} for c in spec[containers] or []]
+    return {"metadata": {k: meta[k] for k in _KEPT_METADATA if k in meta}, "spec": kept_spec,
+            "status": {k: status[k] for k in _KEPT_STATUS if k in status}}
+
+
+def payload_digest(pod: PodLifecycle) -> bytes:
+    """128 bits that differ when the pod event's payload does: what the
+    bridge keeps to tell an unchanged pod (not republished) from a changed one."""
+    return hashlib.blake2b(pod.model_dump_json().encode(), digest_size=16).digest()
 
 
 def pod_lifecycle(pod: Mapping[str, Any], *, deleted: bool = False, gpu_resource: str = GPU_RESOURCE,

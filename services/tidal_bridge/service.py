@@ -63,7 +63,7 @@ from .node_annotations import AnnotationsWritten
 from .node_watch import NodeWatch
 from .objects import DECISION_UNREADABLE, INVALID_ANNOTATION, SCHEDULED, allocatable_annotations, annotations_patch
 from .pod_status import PodStatusReporter, create_pod_event
-from .pods import read_pod
+from .pods import payload_digest, read_pod, slim_pod
 from .settings import BridgeSettings
 from .tenants import TenantBridge
 from .watch import Change, Reflector
@@ -85,7 +85,9 @@ class BridgeService(Service):
         self.pods: Reflector | None = None
         self.nodes = NodeWatch(self)
         self.tenants = TenantBridge(self) if self.settings.watch_tenants else None
-        self._published: dict[str, PodLifecycle] = {}  # uid -> last pod.lifecycle payload
+        # uid -> (digest of the last pod.lifecycle payload, whether pending): kept for every pod of the
+        # cluster, so not the payload itself (about 6 KB)
+        self._published: dict[str, tuple[bytes, bool]] = {}
         self._reported: dict[str, set[str]] = {}  # uid -> problems already reported as Events
         self.annotated = AnnotationsWritten(self.settings.annotations_refresh_s)
 
@@ -128,7 +130,7 @@ class BridgeService(Service):
         if self.kube is None:
             self.kube = await Kube.connect(s)
         # Every pod: a field selector cannot say "ours, or bound" (selectors only AND).
-        self.pods = Reflector.of(self.kube, "pods", self._on_pod, s, accept=self._counted)
+        self.pods = Reflector.of(self.kube, "pods", self._on_pod, s, accept=self._counted, keep=slim_pod)
         self.nodes.connect(self.kube, s)
         self.binder = Binder(self.kube, scheduler_name=s.scheduler_name, attempts=s.bind_attempts,
                              retry_s=s.bind_retry_s, pods=self.pods, nodes=self.nodes.reflector)
@@ -168,7 +170,8 @@ class BridgeService(Service):
         pod, unread = read_pod(obj, deleted=gone, gpu_resource=self.settings.gpu_resource,
                                scheduler_name=self.settings.scheduler_name)
         # A finished pod was published as deleted already; its DELETED then adds nothing.
-        if self._published.get(pod.uid) != pod:
+        digest = payload_digest(pod)
+        if self._published.get(pod.uid, (b"",))[0] != digest:
             version = "deleted" if pod.phase == "deleted" else str(obj["metadata"].get("resourceVersion"))
             await self.publish(pod, event_id=self.event_id(pod.uid, PodLifecycle.TYPE, version))
         if gone:
@@ -176,16 +179,15 @@ class BridgeService(Service):
             self._reported.pop(pod.uid, None)
             self.pod_status.forget(pod.namespace, pod.name)
             return
-        self._published[pod.uid] = pod
+        self._published[pod.uid] = (digest, pod.phase == "pending")
         if pod.phase == "deleted":
             return
         for reason, problem in ((INVALID_ANNOTATION, pod.invalid_reason), (DECISION_UNREADABLE, unread)):
-            reported = self._reported.setdefault(pod.uid, set())
-            if problem and problem not in reported:
+            if problem and problem not in self._reported.get(pod.uid, ()):
                 if reason == DECISION_UNREADABLE:
                     self.log.warning("pod %s: %s", pod.event_key(), problem)
                 if await create_pod_event(self.kube, obj, reason, problem, log=self.log):
-                    reported.add(problem)
+                    self._reported.setdefault(pod.uid, set()).add(problem)
 
     # -- bus -> Kubernetes --------------------------------------------------------
     def _ours(self, envelope: Envelope[Any], delivery: Delivery) -> bool:
@@ -236,10 +238,10 @@ class BridgeService(Service):
         a pod unschedulable after it was bound, nor its successor of the name."""
         if not decision.uid:
             return True
-        pod = self._published.get(decision.uid)
-        if pod is None:  # gone, once every pod has been listed
+        known = self._published.get(decision.uid)
+        if known is None:  # gone, once every pod has been listed
             return self.pods is None or not self.pods.synced.is_set()
-        return pod.phase == "pending"
+        return known[1]
 
     async def on_allocatable(self, envelope: Envelope[Any], delivery: Delivery) -> None:
         if self._ours(envelope, delivery):
