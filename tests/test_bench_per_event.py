@@ -1,9 +1,9 @@
 """The per-event benchmarks run and print their figures: `bench/bus_read.py`
 reads every published event on each path, `bench/oversell_sample.py`
 handles every sample, `bench/tenant_usage.py` finds the kept tenant usage
-equal to the full pass, `bench/cluster_pods.py`'s services and real node
-agent catch up with the cluster's running pods, the agent counting its own
-(the figures themselves are the benchmarks', not a test's)."""
+equal to the full pass, `bench/cluster_pods.py`'s bridge, services and real
+node agent catch up with the cluster's running pods, the agent counting its
+own (the figures themselves are the benchmarks', not a test's)."""
 
 from __future__ import annotations
 
@@ -35,11 +35,11 @@ def test_tenant_usage_compares_the_kept_usage_with_the_full_pass():
     assert row["full_pass_ms"] > 0 and row["ledger_ms"] >= 0 and row["hold_us_per_pod"] > 0
 
 
-def test_cluster_pods_runs_the_services_and_a_real_agent_through_the_clusters_pods():
+def test_cluster_pods_runs_the_bridge_services_and_a_real_agent_through_the_clusters_pods():
     done = bench("cluster_pods.py", "--pods", "300", "--nodes", "10")
     assert done.returncode == 0, done.stderr
     (row,) = [json.loads(line) for line in done.stdout.splitlines()]
     assert (row["cluster_pods"], row["nodes"], row["pods_here"]) == (300, 10, 30)
-    processes = {"placement", "scoring", "oversell", "remediation", "node agent"}
+    processes = {"placement", "scoring", "oversell", "remediation", "bridge", "node agent"}
     assert set(row["rss_mib"]) == set(row["peak_rss_mib"]) == processes
     assert all(row["peak_rss_mib"][p] >= row["rss_mib"][p] > 0 for p in processes)
