@@ -278,3 +278,32 @@ async def test_a_kubeconfig_file_points_the_client_at_its_server(fake, tmp_path)
     finally:
         await api.close()
     assert node["metadata"]["name"] == "n1" and fake.authorizations == ["Bearer t0ken"]
+
+
+async def test_the_list_comes_in_pages_of_one_snapshot(fake, kube):
+    for name in ("c", "a", "e", "b", "d"):
+        fake.add_pod(name)
+    async with reflecting(kube, page_size=2) as (reflector, sink):
+        pass
+    lists = [q for m, p, q in fake.requests if m == "GET" and p == "/api/v1/pods" and q.get("watch") != "True"]
+    assert [q.get("limit") for q in lists] == ["2", "2", "2"] and "continue" not in lists[0]
+    assert all(q.get("continue") for q in lists[1:])
+    assert sorted(name for _, name, _ in sink.changes) == ["a", "b", "c", "d", "e"]
+    assert reflector.resource_version == "5" and reflector.stats.lists == 1
+
+
+async def test_a_list_whose_snapshot_is_gone_before_its_last_page_is_listed_again(fake, kube):
+    for name in ("a", "b", "c"):
+        fake.add_pod(name)
+    paged = []
+
+    def forget_after_the_first_page(method: str, path: str) -> None:
+        if method == "GET" and path == "/api/v1/pods":
+            paged.append(path)
+            if len(paged) == 2:  # as the API server compacts: the first list's token is now too old
+                fake.pages = type(fake.pages)()
+    fake.on_request = forget_after_the_first_page
+    async with reflecting(kube, page_size=2) as (reflector, sink):
+        pass
+    assert sorted(name for _, name, _ in sink.changes) == ["a", "b", "c"]  # each handed once
+    assert reflector.stats.expired == 1 and reflector.stats.lists == 1

@@ -174,3 +174,26 @@ async def test_tidal_run_simulator_writes_its_kubeconfig_into_its_data_dir(nats_
     finally:
         process.terminate()
         await asyncio.to_thread(process.wait, 30)
+
+
+async def test_a_list_asked_with_limit_comes_in_pages_of_one_snapshot():
+    async with KubeApiServer() as api, aiohttp.ClientSession() as http:
+        for name in ("c", "a", "e", "b", "d"):
+            api.add_pod(name, "team")
+        url = f"{api.url}/api/v1/pods"
+        code, page = await call(http, "GET", url, params={"limit": "2"})
+        assert code == 200 and page["metadata"]["remainingItemCount"] == 3
+        version, names = page["metadata"]["resourceVersion"], [p["metadata"]["name"] for p in page["items"]]
+        api.add_pod("aa", "team")  # written after the first page: not in this list
+        while page["metadata"].get("continue"):
+            code, page = await call(http, "GET", url, params={"limit": "2", "continue": page["metadata"]["continue"]})
+            assert code == 200 and page["metadata"]["resourceVersion"] == version
+            names += [p["metadata"]["name"] for p in page["items"]]
+        assert names == ["a", "b", "c", "d", "e"]  # key order, each once
+        api.pages.kept = 1
+        _, first = await call(http, "GET", url, params={"limit": "2"})
+        await call(http, "GET", url, params={"limit": "2"})  # another list: the first one's snapshot goes
+        code, gone = await call(http, "GET", url, params={"limit": "2", "continue": first["metadata"]["continue"]})
+        assert code == 410 and gone["reason"] == "Expired"
+        code, bad = await call(http, "GET", url, params={"limit": "2", "continue": "not a token"})
+        assert code == 400 and bad["reason"] == "BadRequest"

@@ -18,6 +18,7 @@ import asyncio
 import functools
 import json
 import os
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -143,6 +144,20 @@ class Kube:
         """A consistent list (`pods` of every namespace, `nodes`, or custom resources)."""
         options = {"field_selector": field_selector} if field_selector else {}
         return await self._call(self._lister(resource), **options)
+
+    async def list_pages(self, resource: str, field_selector: str | None = None, *,
+                         limit: int) -> AsyncIterator[dict[str, Any]]:
+        """`list` in pages of up to `limit` items, as client-go's pager asks
+        (`limit`, then `continue`): one snapshot, never all of it in memory
+        at once. A `continue` token the server no longer serves raises 410."""
+        options: dict[str, Any] = {"field_selector": field_selector} if field_selector else {}
+        while True:
+            page = await self._call(self._lister(resource), limit=limit, **options)
+            yield page
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
+            options["_continue"] = token
 
     async def watch(self, resource: str, resource_version: str, *, field_selector: str | None = None,
                     timeout_s: int = 300) -> aiohttp.ClientResponse:

@@ -1,9 +1,11 @@
 """List-then-watch of one resource (pods, nodes, tenants), like client-go's
 reflector, handing every change to a sink exactly once.
 
-    relist:  list (consistent read) → for each item: ADDED / MODIFIED if its
-             (uid, resourceVersion) is new; every known uid missing from the
-             list → DELETED; resume from the list's resourceVersion.
+    relist:  list (consistent read, in pages of PAGE items as client-go's
+             pager asks: never the whole list in memory) → for each item:
+             ADDED / MODIFIED if its (uid, resourceVersion) is new; every
+             known uid missing from the list → DELETED; resume from the
+             list's resourceVersion. A page's snapshot gone (410) → relist.
     watch:   watch?resourceVersion=<last>&allowWatchBookmarks=true; each
              event is applied, then its resourceVersion becomes <last>;
              BOOKMARK only moves <last>. A clean end (server timeout) → watch
@@ -35,6 +37,8 @@ from .kube import TRANSPORT_ERRORS, Kube
 from .settings import BridgeSettings
 
 log = logging.getLogger(__name__)
+
+PAGE = 500  # items a list page asks for (client-go's pager's default)
 
 ChangeType = Literal["ADDED", "MODIFIED", "DELETED"]
 
@@ -90,7 +94,7 @@ class Reflector:
     def __init__(self, kube: Kube, resource: str, sink: Sink, *,
                  field_selector: str | None = None, accept: Callable[[dict[str, Any]], bool] | None = None,
                  timeout_s: int = 300, backoff: Backoff | None = None,
-                 keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+                 keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None, page_size: int = PAGE) -> None:
         self.kube = kube
         self.resource = resource
         self.sink = sink
@@ -101,6 +105,7 @@ class Reflector:
         self.resource_version: str | None = None
         self.known: dict[str, tuple[str, dict[str, Any]]] = {}  # uid -> (resourceVersion, last object kept)
         self.keep = keep or (lambda obj: obj)
+        self.page_size = page_size
         self._uids: dict[tuple[str, str], str] = {}  # (namespace, name) -> uid of the object of that name now
         self.stats = WatchStats()
         self.synced = asyncio.Event()
@@ -138,16 +143,22 @@ class Reflector:
                 await asyncio.sleep(self.backoff.next())
 
     async def _relist(self) -> None:
-        listing = await self.kube.list(self.resource, self.field_selector)
+        present, version = set(), ""
+        try:
+            async for page in self.kube.list_pages(self.resource, self.field_selector, limit=self.page_size):
+                for obj in page.get("items") or []:
+                    if self.accept(obj):
+                        present.add(_meta(obj).get("uid"))
+                        await self._apply("MODIFIED", obj)
+                version = str(_meta(page).get("resourceVersion") or "")
+        except KubeStatusError as exc:
+            if exc.code == 410:  # the list's snapshot is gone before its last page: list again
+                raise WatchExpired(exc.message) from exc
+            raise
         self.stats.lists += 1
-        present = set()
-        for obj in listing.get("items") or []:
-            if self.accept(obj):
-                present.add(_meta(obj).get("uid"))
-                await self._apply("MODIFIED", obj)
         for uid in [uid for uid in self.known if uid not in present]:
             await self._apply("DELETED", self.known[uid][1])
-        self.resource_version = str(_meta(listing).get("resourceVersion") or "")
+        self.resource_version = version
         self.synced.set()
 
     async def _watch(self) -> bool:

@@ -24,7 +24,8 @@ ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": ...}`; a watch from a
 compacted resourceVersion gets an ERROR event whose Status has code 410; a
 patch carrying `metadata.resourceVersion` is refused with 409 when the
 object changed; errors are `Status` objects; `Accept: ...;as=Table` gets
-the server-side table kubectl prints (`tables.py`).
+the server-side table kubectl prints (`tables.py`); a list asked with
+`limit` comes in pages of one snapshot (`paging.py`).
 
 `admit_binding(pod, node)` plays an admission webhook on bindings, shown
 the pod as the binding would leave it: a message refuses the binding with 403 (the simulated kubelets refuse a pod
@@ -51,6 +52,7 @@ from . import tables
 from .custom import CustomResources
 from .events import EventRoutes
 from .objects import node_object, pod_object
+from .paging import ContinueError, Pages
 from .protocol import KINDS, MERGE_TYPES, Watcher, not_found, now_stamp, parse_selector, status
 from .faults import FaultInjection
 from .pod_writes import PodWrites
@@ -67,6 +69,7 @@ class KubeApiServer(FaultInjection, PodWrites):
     def __init__(self, *, bookmark_interval_s: float | None = None, history_limit: int | None = None,
                  record_requests: bool = True) -> None:
         self.store = Store(history_limit)
+        self.pages = Pages()  # lists asked in pages (`limit`, `continue`)
         self.custom = CustomResources(self.store, bookmark_interval_s)  # custom resources, see custom.py
         self.events: dict[tuple[str, str], dict[str, Any]] = {}
         self.requests: list[tuple[str, str, dict[str, str]]] = []
@@ -259,6 +262,16 @@ class KubeApiServer(FaultInjection, PodWrites):
                 found = tables.table(resource, items, str(self.rv), request.query.get("includeObject", "Metadata"))
                 if found is not None:
                     return web.json_response(found)
+            metadata: dict[str, Any] = {"resourceVersion": str(self.rv)}
+            limit, token = request.query.get("limit"), request.query.get("continue")
+            if limit or token:
+                items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+                try:
+                    items, metadata = self.pages.page(items, str(self.rv), int(limit or 0) or len(items), token)
+                except ContinueError as exc:
+                    return status(exc.code, "Expired" if exc.code == 410 else "BadRequest", str(exc))
+                except ValueError:
+                    return status(400, "BadRequest", f"limit {limit!r} is not an integer")
             listed = []
             for item in items:  # list items carry no apiVersion/kind
                 item = dict(item)
@@ -266,7 +279,7 @@ class KubeApiServer(FaultInjection, PodWrites):
                 item.pop("kind", None)
                 listed.append(item)
             return web.json_response({"kind": f"{KINDS[resource]}List", "apiVersion": "v1",
-                                      "metadata": {"resourceVersion": str(self.rv)}, "items": listed})
+                                      "metadata": metadata, "items": listed})
         return handle
 
     async def _watch(self, request: web.Request, watcher: Watcher) -> web.StreamResponse:
