@@ -131,7 +131,7 @@ class TenantBridge:
         except Exception as exc:  # the bus away: the next start tries again; the service goes on
             log.warning("tenants deleted while the bridge was down not checked: %r", exc)
             return
-        present = {(obj.get("metadata") or {}).get("name") for _, obj in self.reflector.known.values()}
+        present = {name for _, name in self.reflector.names()}
         for name, event in sorted(last.items()):
             if event.source == "bridge" and not event.payload.deleted and name not in present:
                 await self.service.publish(tenant_deletion(name),

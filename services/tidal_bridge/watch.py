@@ -110,6 +110,10 @@ class Reflector:
         self.stats = WatchStats()
         self.synced = asyncio.Event()
 
+    def names(self) -> set[tuple[str, str]]:
+        """(namespace, name) of every object known now."""
+        return set(self._uids)
+
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The object of that name as last seen (as kept), None when none is known."""
         uid = self._uids.get((namespace, name))

@@ -42,7 +42,7 @@ class PodElsewhere:
 
     @staticmethod
     def of(pod: PodLifecycle) -> "PodElsewhere":
-        # a few hundred node names and phases, each kept once however many pods name it
+        # node names and phases each kept once, however many pods name them
         return PodElsewhere(pod.uid, sys.intern(pod.phase), sys.intern(pod.node) if pod.node else None,
                             pod.decision_id)
 
