@@ -162,7 +162,8 @@ def test_the_pod_tables_record_of_a_pod_answers_every_decision_as_its_event(outc
         assert isinstance(kept, PodElsewhere) == (seen.node != NODE)
         for did, uid in (("d1", ""), ("d2", UID_A), ("d3", UID_B)):
             d = decision("a", did, node=node or NODE, numa_cpus={1: 1}, outcome=outcome, uid=uid)
-            assert books.on_decision(state, d, NODE, TOPO, T0, kept) == books.on_decision(state, d, NODE, TOPO, T0, seen)
+            with_record, with_event = (books.on_decision(state, d, NODE, TOPO, T0, pod) for pod in (kept, seen))
+            assert with_record == with_event
 
 
 def test_a_decision_for_a_pod_the_table_knows_bound_elsewhere_is_ignored():

@@ -80,7 +80,7 @@ def catch_up(score: float, usage: float, last_update: datetime, now: datetime, a
     return decay(score, usage, dt_s, adjust_time_s)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per running pod of the cluster: no __dict__ each
 class RunningPod:
     """What a running pod holds, for fair share: milli-GPU per model of the
     GPUs it was given (`GPU_TYPE` for GPUs of unknown model)."""

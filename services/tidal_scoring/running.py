@@ -3,9 +3,14 @@ events: what fair share charges each user for."""
 
 from __future__ import annotations
 
+import sys
+from types import MappingProxyType
+
 from tidal_schemas import HOLDING_PHASES, GPU_TYPE, PodLifecycle, resource_type
 
 from .fairshare import RunningPod
+
+NO_GPUS = MappingProxyType({})  # shared by every pod without GPUs (most): one empty mapping, not one each
 
 
 def running_pod(pod: PodLifecycle) -> RunningPod:
@@ -22,8 +27,9 @@ def running_pod(pod: PodLifecycle) -> RunningPod:
         gpus[model] = gpus.get(model, 0) + share.milli
     if not gpus and pod.gpu.total_milli:
         gpus[fallback] = pod.gpu.total_milli
-    return RunningPod(user=pod.user, cpu_milli=pod.requests.cpu_milli, memory_mib=pod.requests.memory_mib,
-                      gpus=gpus, started_at=pod.started_at or pod.created_at)
+    return RunningPod(user=sys.intern(pod.user), cpu_milli=pod.requests.cpu_milli,
+                      memory_mib=pod.requests.memory_mib, gpus=gpus or NO_GPUS,
+                      started_at=pod.started_at or pod.created_at)
 
 
 class RunningPods:
