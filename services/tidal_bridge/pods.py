@@ -234,7 +234,7 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     """`pod` as the bridge's watch keeps it: what `read_pod` and the binder
     read, and no more (a running pod's containers, volumes, conditions and
     container statuses are most of its bytes). `read_pod` reads the kept pod
-    as the whole one (tests/test_bridge_pods.py)."""
+    as the whole one (tests/test_props_annotations.py)."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     kept_spec = {k: spec[k] for k in _KEPT_SPEC if k in spec}
     for containers in ("containers", "initContainers"):
