@@ -39,6 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 import _common
 from tidal_bus import Bus
@@ -49,6 +50,7 @@ from tidal_simulator.pods import node_manifest, pod_manifest, sim_pod
 NAMESPACE, CLUSTER = "bench", "c1"
 SERVICES = ["placement", "scoring", "oversell", "remediation"]
 CAUGHT_UP = re.compile(r"pod table caught up: (\d+) pods here")
+CRDS = Path(__file__).resolve().parent.parent / "k8s" / "base" / "crds"
 
 
 def running_pods(count: int, nodes: list[str]) -> list[dict]:
@@ -105,6 +107,8 @@ async def run(args: argparse.Namespace) -> dict:
     cluster = list(_common.topologies(args.nodes, np.random.default_rng(args.seed)))
     api = KubeApiServer()
     await api.start()
+    for crd in sorted(CRDS.glob("*.yaml")):  # the cluster has Tidal's manifests applied
+        api.custom.register(yaml.safe_load(crd.read_text()))
     for topology in cluster:
         api.create_node(node_manifest(topology))
     for pod in running_pods(args.pods, [t.node for t in cluster]):

@@ -307,3 +307,14 @@ async def test_a_list_whose_snapshot_is_gone_before_its_last_page_is_listed_agai
         pass
     assert sorted(name for _, name, _ in sink.changes) == ["a", "b", "c"]  # each handed once
     assert reflector.stats.expired == 1 and reflector.stats.lists == 1
+
+
+async def test_a_resource_the_server_does_not_serve_is_named_with_the_likely_cause(fake, kube, caplog):
+    reflector = Reflector(kube, "tenants", Recorder(), backoff=Backoff(0.02, 0.05))  # no Tenant CRD installed
+    task = asyncio.create_task(reflector.run())
+    await wait_until(lambda: reflector.stats.failures >= 2, 5, "two failed lists")
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    said = [r.getMessage() for r in caplog.records if r.name == "tidal_bridge.watch"]
+    assert said and all("serves no tenants (404)" in m and "CustomResourceDefinition" in m for m in said)

@@ -137,8 +137,12 @@ class Reflector:
             except Exception as exc:  # API, transport or sink failure: retry from the last handled event
                 self.stats.failures += 1
                 delay = self.backoff.next()
-                log.warning("%s watch failed (%s: %s); retrying in %.1fs", self.resource, type(exc).__name__,
-                            exc, delay, exc_info=not isinstance(exc, BridgeError))
+                if isinstance(exc, KubeStatusError) and exc.code == 404:  # the resource itself is not served
+                    log.warning("%s watch: the API server serves no %s (404): is its CustomResourceDefinition "
+                                "installed (k8s/base/crds)? retrying in %.1fs", self.resource, self.resource, delay)
+                else:
+                    log.warning("%s watch failed (%s: %s); retrying in %.1fs", self.resource, type(exc).__name__,
+                                exc, delay, exc_info=not isinstance(exc, BridgeError))
                 await asyncio.sleep(delay)
                 continue
             if productive:
