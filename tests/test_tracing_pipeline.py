@@ -29,6 +29,11 @@ async def test_one_pods_spans_share_one_trace_across_four_services(nats_server, 
         path.services.append((agent, await start_service(agent, timeout=30)))
         placement = await path.start_placement()
         await wait_until(lambda: NODE in placement.clusters[CLUSTER].state.free_by_node(), 20, "the node known")
+        # The chain below is the decision's: the agent takes the CPUs on reading it. Read after the
+        # pod's bound event, the agent adopts the pod from that event instead (books.on_pod), and the
+        # cpuset continues the pod event's span. Under a loaded suite the decision's consumer once
+        # lagged that far behind; the Binding answered two seconds late keeps the order this test reads.
+        path.kube.slow("POST", "/binding", 2.0)
 
         path.pod("traced", cpu="1", annotations=EXCLUSIVE)
         await path.wait_bound("traced")
