@@ -210,3 +210,4 @@ def test_a_pod_kept_slim_reads_as_the_whole_pod(annotations, labels, main, init,
         assert (on_kept is None) == (on_pod is None)
         assert on_kept is None or (on_kept.ok, on_kept.reason) == (on_pod.ok, on_pod.reason)
     assert "volumes" not in kept["spec"] and "conditions" not in kept["status"]
+    assert all(k.startswith(PREFIX) for k in kept["metadata"]["annotations"])

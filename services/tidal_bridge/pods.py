@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from tidal_schemas import HOLDING_PHASES, GpuAsk, PodLifecycle, Resources
 from tidal_schemas.common import MAX_INT
-from tidal_schemas.decision_codec import read_decision
+from tidal_schemas.decision_codec import PREFIX, read_decision
 from tidal_schemas.envelope import describe_validation_error
 
 from .annotations import EXCLUSIVE_CPUS, GPU_COUNT, GPU_MILLI, Asks, parse_asks
@@ -233,15 +233,20 @@ _KEPT_STATUS = ("phase", "qosClass", "startTime")
 def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     """`pod` as the bridge's watch keeps it: what `read_pod` and the binder
     read, and no more (a running pod's containers, volumes, conditions and
-    container statuses are most of its bytes). `read_pod` reads the kept pod
-    as the whole one (tests/test_props_annotations.py)."""
+    container statuses are most of its bytes, and of its annotations only
+    Tidal's are read: `kubectl apply` alone leaves a copy of the manifest in
+    one). `read_pod` reads the kept pod as the whole one
+    (tests/test_props_annotations.py)."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    kept_meta = {k: meta[k] for k in _KEPT_METADATA if k in meta}
+    if isinstance(kept_meta.get("annotations"), dict):  # anything else is kept for read_pod to refuse
+        kept_meta["annotations"] = {k: v for k, v in kept_meta["annotations"].items()
+                                    if isinstance(k, str) and k.startswith(PREFIX)}
     kept_spec = {k: spec[k] for k in _KEPT_SPEC if k in spec}
     for containers in ("containers", "initContainers"):
         if containers in spec:
             kept_spec[containers] = [{k: c[k] for k in _KEPT_CONTAINER if k in c} for c in spec[containers] or []]
-    return {"metadata": {k: meta[k] for k in _KEPT_METADATA if k in meta}, "spec": kept_spec,
-            "status": {k: status[k] for k in _KEPT_STATUS if k in status}}
+    return {"metadata": kept_meta, "spec": kept_spec, "status": {k: status[k] for k in _KEPT_STATUS if k in status}}
 
 
 def payload_digest(pod: PodLifecycle) -> bytes:
