@@ -140,14 +140,10 @@ class Kube:
             return {"pods": self.core.list_pod_for_all_namespaces, "nodes": self.core.list_node}[resource]
         return functools.partial(self.custom.list_cluster_custom_object, GROUP, VERSION, resource)
 
-    async def list(self, resource: str, field_selector: str | None = None) -> dict[str, Any]:
-        """A consistent list (`pods` of every namespace, `nodes`, or custom resources)."""
-        options = {"field_selector": field_selector} if field_selector else {}
-        return await self._call(self._lister(resource), **options)
-
     async def list_pages(self, resource: str, field_selector: str | None = None, *,
                          limit: int) -> AsyncIterator[dict[str, Any]]:
-        """`list` in pages of up to `limit` items, as client-go's pager asks
+        """A consistent list (`pods` of every namespace, `nodes`, or custom
+        resources) in pages of up to `limit` items, as client-go's pager asks
         (`limit`, then `continue`): one snapshot, never all of it in memory
         at once. A `continue` token the server no longer serves raises 410."""
         options: dict[str, Any] = {"field_selector": field_selector} if field_selector else {}
