@@ -4,6 +4,7 @@ A100-constrained pods are ordered by their A100 usage."""
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 
 import pytest
@@ -82,3 +83,22 @@ def test_explain_shows_the_resource_type_when_it_has_the_pod():
     asked = pod("p", gpu=GpuAsk(count=1, models=["A100"]))
     assert "  resource type: A100" in describe(decision, asked).splitlines()
     assert "resource type" not in describe(decision)
+
+
+def test_the_kept_usage_totals_are_the_pods_usage_whatever_comes_and_goes():
+    # scoring's periodic update reads these totals instead of every pod; one pod key comes and goes
+    rng, running = random.Random(7), RunningPods()
+    for step in range(3000):
+        cluster, name, user = rng.choice(["c1", "c2"]), f"p{rng.randrange(60)}", rng.choice(["alice", "bob", "eve"])
+        shares = [(rng.choice(["", "A100", "T4"]), rng.choice([250, 1000])) for _ in range(rng.randrange(3))]
+        event = rng.choice([
+            lambda: bound(name, user, shares),
+            lambda: pod(name, phase="running", node="n1", user=user, cpu_milli=rng.randrange(0, 4000)),
+            lambda: pod(name, phase="pending", user=user),
+            lambda: pod(name, phase="deleted", node="n1", user=user),
+            lambda: pod(name, phase="running", node="n1", user=user, foreign=True)])()
+        running.apply(cluster, event)
+        if step % 100 == 0:
+            for c in ("c1", "c2"):
+                assert running.usage(c) == usage_by_resource_type(running.of_cluster(c))
+    assert running.usage("c1") and running.usage("c1") == usage_by_resource_type(running.of_cluster("c1"))

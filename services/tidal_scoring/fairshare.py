@@ -92,7 +92,7 @@ class RunningPod:
     started_at: datetime | None = None
 
 
-def _pod_usage(pod: RunningPod) -> dict[str, float]:
+def pod_usage(pod: RunningPod) -> dict[str, float]:
     """The pod's usage per resource type. GPUs are charged to their model
     and to the generic "gpu" as well (once when the model is unknown)."""
     usage = {CPU: float(pod.cpu_milli), MEMORY: float(pod.memory_mib)}
@@ -108,7 +108,7 @@ def usage_by_resource_type(running_pods: Iterable[RunningPod]) -> dict[Key, floa
     MiB. Zero amounts are left out (a missing key means no usage)."""
     totals: dict[Key, float] = {}
     for pod in running_pods:
-        for kind, amount in _pod_usage(pod).items():
+        for kind, amount in pod_usage(pod).items():
             totals[(pod.user, kind)] = totals.get((pod.user, kind), 0.0) + amount
     return totals
 
@@ -121,7 +121,7 @@ def run_times_by_resource_type(running_pods: Iterable[RunningPod],
     found: dict[Key, list[tuple[float, float]]] = {}
     for pod in running_pods:
         run_s = max((now - pod.started_at).total_seconds(), 0.0) if pod.started_at else 0.0
-        for kind, amount in _pod_usage(pod).items():
+        for kind, amount in pod_usage(pod).items():
             found.setdefault((pod.user, kind), []).append((amount, run_s))
     # Sorted so the float sum in `initial_score` does not depend on arrival order.
     return {key: sorted(pods) for key, pods in found.items()}

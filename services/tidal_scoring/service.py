@@ -33,7 +33,7 @@ from tidal_schemas.streams import partition_for, stream
 
 from tidal_runtime import OutputBatches, Service, Subscription
 
-from .fairshare import FairShareBook, adjust_time_from_settle_time, run_times_by_resource_type, usage_by_resource_type
+from .fairshare import FairShareBook, adjust_time_from_settle_time, run_times_by_resource_type
 from .load import load_from_metrics
 from .peak import ESTIMATORS, SampleWindow, Weights, load_profile_weights, sample_from_metrics
 from .running import RunningPods
@@ -147,11 +147,14 @@ class ScoringService(Service):
         """One periodic update of every owned key, published."""
         published = []
         for cluster in sorted(set(self.running.clusters()) | set(self.books)):
-            pods = self.running.of_cluster(cluster)
-            usage = {k: v for k, v in usage_by_resource_type(pods).items() if self._owns(f"{k[0]}/{k[1]}")}
+            book = self._book(cluster)
+            usage = {k: v for k, v in self.running.usage(cluster).items() if self._owns(f"{k[0]}/{k[1]}")}
+            # the first-run rule is for keys the book has never seen: only their users' pods are read
+            new_users = {user for user, kind in usage if book.get(user, kind) is None}
+            pods = [p for p in self.running.of_cluster(cluster) if p.user in new_users] if new_users else []
             first_run = {k: v for k, v in run_times_by_resource_type(pods, at).items()
                          if self._owns(f"{k[0]}/{k[1]}")}
-            for score in self._book(cluster).advance(at, usage, first_run):
+            for score in book.advance(at, usage, first_run):
                 event_id = derived_id(f"fairshare/{cluster}", UserScore.TYPE, score.event_key(), at.isoformat())
                 await self.publish(score, event_id=event_id, cluster=cluster)
                 self.fair_share.labels(cluster, score.user, score.resource_type).set(score.score)
