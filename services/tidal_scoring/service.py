@@ -7,7 +7,8 @@ sample. The scores go out as one `score.node` event per partition for the
 samples in hand (`tidal_runtime.output_batches`).
 
 Fair share, ownership: every replica reads the whole `pod.lifecycle`
-stream (the running-pod table is small), but a (user, resource type) score
+stream (a running pod is a slotted record, and its usage is kept summed
+per user and resource type: `running.py`), but a (user, resource type) score
 is computed and published only by the replica that owns that key's
 partition of `score.user` in the group. The owner restores its keys from
 their own published history (replayed when the partition is assigned), so
