@@ -265,7 +265,8 @@ class KubeApiServer(FaultInjection, PodWrites):
             metadata: dict[str, Any] = {"resourceVersion": str(self.rv)}
             limit, token = request.query.get("limit"), request.query.get("continue")
             if limit or token:
-                items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+                if not token:  # a continued list pages its first page's snapshot, kept in order
+                    items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
                 try:
                     items, metadata = self.pages.page(items, str(self.rv), int(limit or 0) or len(items), token)
                 except ContinueError as exc:
