@@ -73,7 +73,7 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
         keep = keep & mask
         now = int(np.count_nonzero(keep))
         filtered[reason], left = left - now, now
-    rows = np.flatnonzero(keep)
+    rows = keep.nonzero()[0]
     if not rows.size:
         filtered = {k: v for k, v in filtered.items() if v}
         return Placement(False, _why(filtered, present_count), filtered=filtered)
@@ -90,7 +90,7 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
     if pod.exclusive_cpus:
         ok = exclusive_feasible(state, pod.cpu_policy, cpus, rows)
         filtered[F.NUMA] = int(np.count_nonzero(~ok))
-        idx = np.flatnonzero(ok)
+        idx = ok.nonzero()[0]
         rows, keys = rows[idx], [key[idx] for key in keys]
         if isinstance(scored, StateScores):
             scored = scored.take(idx)
@@ -151,10 +151,10 @@ def _gpus(state: ClusterState, r: int, pod: PodRequest, shape: Shape, eligible: 
         return {state.gpu_id(r, int(device)): pod.gpu_milli}
     ok_row = eligible[r] if eligible is not None else state.gpu_valid[r]
     if is_share(shape):
-        options = np.flatnonzero(ok_row & (state.gpu_free[r] >= pod.gpu_milli))
+        options = (ok_row & (state.gpu_free[r] >= pod.gpu_milli)).nonzero()[0]
         picks = [int(options[np.argmin(state.gpu_free[r, options])])]  # the fullest that fits
     else:  # the lowest whole free devices, never two of one physical GPU
-        whole = np.flatnonzero(ok_row & (state.gpu_free[r] == GPU_MILLI))
+        whole = (ok_row & (state.gpu_free[r] == GPU_MILLI)).nonzero()[0]
         picks = one_per_root(whole, state.gpu_root[r], pod.gpu_count)
     return {state.gpu_id(r, g): pod.gpu_milli for g in picks}
 
@@ -195,7 +195,7 @@ def node_fit(state: ClusterState, pod: PodRequest, nodes: np.ndarray | None = No
     for _, mask in _host_stages(state, pod, n, nodes):
         keep &= mask
     if pod.exclusive_cpus:
-        rows = np.flatnonzero(keep)
+        rows = keep.nonzero()[0]
         keep[rows] = exclusive_feasible(state, pod.cpu_policy, pod.cpu_milli // 1000, rows)
     return keep
 

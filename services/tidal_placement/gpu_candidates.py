@@ -112,7 +112,7 @@ class StateScores(NamedTuple):
             return self.present
         seen = np.zeros(len(self.cost), dtype=bool)
         seen[self.sids] = True
-        return np.flatnonzero(seen)
+        return seen.nonzero()[0]
 
     def rows(self) -> Scored:
         """The same scores per candidate."""
@@ -141,7 +141,7 @@ def share_options(c: Candidates, milli: int) -> np.ndarray:
 def whole_devices(gpu_free: np.ndarray, eligible: np.ndarray, count: int) -> list[int]:
     """The `count` lowest-index whole free devices of one node (as the
     simulator's `AllocateExclusiveGpuId`), or [] when there are too few."""
-    free = np.flatnonzero(eligible & (gpu_free == GPU_MILLI))
+    free = (eligible & (gpu_free == GPU_MILLI)).nonzero()[0]
     return [int(g) for g in free[:count]] if len(free) >= count else []
 
 

@@ -77,7 +77,7 @@ class _States:
             self.row_state = np.concatenate([self.row_state, np.full(cluster.capacity - len(self.row_state), -1)])
         n = cluster.size
         touched = cluster.rows_touched_after(self.seen)
-        changed = np.flatnonzero(cluster.version[:n] > self.seen).tolist() if touched is None else dict.fromkeys(touched)
+        changed = (cluster.version[:n] > self.seen).nonzero()[0].tolist() if touched is None else dict.fromkeys(touched)
         for r in changed:
             key = (int(cluster.gpu_model[r]), int(cluster.cpu_free[r]), int(cluster.gpu_idle[r]),
                    cluster.gpu_free[r].tobytes(), cluster.gpu_valid[r].tobytes())
@@ -97,7 +97,7 @@ class _States:
         rows = self.row_state
         occupied = np.zeros(len(self.ids), dtype=bool)
         occupied[rows[rows >= 0]] = True
-        keep = np.flatnonzero(occupied)
+        keep = occupied.nonzero()[0]
         renumber = np.full(len(self.ids), -1, dtype=np.int64)
         renumber[keep] = np.arange(len(keep))
         fresh = copy.copy(self)

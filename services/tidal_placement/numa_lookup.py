@@ -36,7 +36,7 @@ def shared_numa_scores(state: ClusterState, rows: np.ndarray, need: int, *,
     covered = state.numa_head_free[rows] >= need
     score = np.where(covered, head, np.inf)
     best = score.min() if len(score) else np.inf
-    waiting = np.flatnonzero(~covered & (head <= best))
+    waiting = (~covered & (head <= best)).nonzero()[0]
     for j in range(1, state.numa_cols):
         if not waiting.size:
             return score
@@ -131,7 +131,7 @@ def exclusive_scores(state: ClusterState, policy: str, cpus: int, rows: np.ndarr
         head_fits = state.numa_head_free[rows] >= cpus
         head = state.numa_head_mean[rows]
         score = np.where(head_fits, head, np.inf)
-        todo = np.flatnonzero(~head_fits & (head <= score.min()))
+        todo = (~head_fits & (head <= score.min())).nonzero()[0]
         if todo.size:
             sub = rows[todo]
             fits = state.numa_valid[sub] & (state.numa_free[sub] >= cpus)

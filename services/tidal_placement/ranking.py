@@ -43,7 +43,7 @@ def select(k: int, keys: list[np.ndarray], numa_key: Callable[[np.ndarray], np.n
             values = numa_key(np.arange(k) if idx is None else idx)
         else:
             values = key if idx is None else key[idx]
-        at_least = np.flatnonzero(least(values))
+        at_least = least(values).nonzero()[0]
         if idx is None and ranking is not None:
             ranking += [values, at_least]
         idx = at_least if idx is None else idx[at_least]
@@ -84,8 +84,8 @@ def runners_up(values: np.ndarray, at_least: np.ndarray, chosen: int) -> Ranked:
         best = at_least[:take]
     else:
         edge = np.partition(values, take - 1)[take - 1]  # the take-th least value
-        best = np.flatnonzero(values < edge)
-        best = np.concatenate([best, np.flatnonzero(values == edge)[:take - len(best)]])
+        best = (values < edge).nonzero()[0]
+        best = np.concatenate([best, (values == edge).nonzero()[0][:take - len(best)]])
         best = best[np.lexsort((best, values[best]))]
     return tuple((int(j), float(values[j])) for j in best if j != chosen)[:RUNNERS_UP]
 
@@ -103,7 +103,7 @@ def runners_up_of_states(scores: StateScores, chosen: int, cheapest: np.ndarray 
         if len(rows) >= take and scores.cost[cheapest].max() == scores.cost[scores.sids[rows[0]]]:
             return tuple((int(j), float(scores.cost[scores.sids[j]])) for j in rows if j != chosen)[:RUNNERS_UP]
     values = scores.cost[scores.sids]
-    return runners_up(values, np.flatnonzero(least(values)), chosen)
+    return runners_up(values, least(values).nonzero()[0], chosen)
 
 
 def _rows_in(scores: StateScores, ids: np.ndarray, first: int | None = None) -> np.ndarray:
@@ -117,6 +117,6 @@ def _rows_in(scores: StateScores, ids: np.ndarray, first: int | None = None) -> 
         chosen[ids] = True
         member = chosen.__getitem__
     if first is not None:
-        head = np.flatnonzero(member(scores.sids[:PREFIX]))
-        return head[:first] if len(head) >= first else np.flatnonzero(member(scores.sids))[:first]
-    return np.flatnonzero(member(scores.sids))
+        head = member(scores.sids[:PREFIX]).nonzero()[0]
+        return head[:first] if len(head) >= first else member(scores.sids).nonzero()[0][:first]
+    return member(scores.sids).nonzero()[0]
