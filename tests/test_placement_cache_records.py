@@ -9,7 +9,7 @@ from builders import pod
 from tidal_cli.sample import node
 from tidal_placement.cache import ClusterCache
 from tidal_placement.cycle import cycle
-from tidal_placement.kept import KeptGpu, KeptPod
+from tidal_placement.kept import KeptGpu, KeptPod, PodTraits
 from tidal_schemas.fence import fence_decision
 
 
@@ -58,12 +58,13 @@ def test_the_record_keeps_a_pods_fields_and_shares_what_repeats():
     cache.apply(pod("b", cpu_milli=2000, tenant="t1"), 0.0)
     a, b = cache.records["default/a"].pod, cache.records["default/b"].pod
     event = pod("a", cpu_milli=2000, tenant="t1")
-    for name in set(KeptPod.__slots__) - {"key"}:  # a kept list is a tuple
+    # the traits are read through the pod, under the event's names; a kept list is a tuple
+    for name in (set(KeptPod.__slots__) - {"key", "traits"}) | set(PodTraits.__slots__):
         kept = getattr(a, name)
         assert (list(kept) if isinstance(kept, tuple) else kept) == getattr(event, name), name
     assert a.event_key() == event.event_key() == "default/a" and a.name == "a"
     assert cache.queue.entries["default/a"].key is a.key and next(k for k in cache.records if k == a.key) is a.key
-    assert a.requests is b.requests and a.gpu is b.gpu and a.tenant is b.tenant
+    assert a.requests is b.requests and a.gpu is b.gpu and a.tenant is b.tenant and a.traits is b.traits
     assert cache.queue.entries["default/a"].pod is a  # the queue holds the kept pod, not the event
 
 

@@ -37,7 +37,7 @@ class Allocation:
                           tuple(sorted((k, v) for k, v in (gpus or {}).items() if v)))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per pod holding devices unnamed
 class Floating:
     """Devices a pod holds on its node without their names: milli-GPU per
     GPU held (1000 = whole), exclusive CPUs."""

@@ -80,9 +80,10 @@ def bound_holding(pod: KeptPod, assignment: CpuAssignment | None = None) -> Hold
     if assignment is not None and not assignment.released and assignment.node == pod.node \
             and pod.decision_id and assignment.decision_id == pod.decision_id:
         numa_cpus = assignment.numa_cpus
-    floating = Floating(
-        gpus=(pod.gpu.milli,) * pod.gpu.count if pod.gpu.count and not pod.gpus else (),
-        exclusive_cpus=pod.requests.cpu_milli // 1000 if pod.exclusive_cpus and not numa_cpus else 0)
+    gpus = (pod.gpu.milli,) * pod.gpu.count if pod.gpu.count and not pod.gpus else ()
+    exclusive_cpus = pod.requests.cpu_milli // 1000 if pod.exclusive_cpus and not numa_cpus else 0
+    # one shared record for the pods holding nothing floating: most of them, one each kept
+    floating = Floating(gpus, exclusive_cpus) if gpus or exclusive_cpus else NONE_FLOATING
     allocation = Allocation.of(pod.node or "", pod.requests.cpu_milli, pod.requests.memory_mib, numa_cpus,
                                {share.gpu: share.milli for share in pod.gpus})
     return Holding(allocation, floating, bound=True)

@@ -57,28 +57,43 @@ def _name(text: str | None) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
+class PodTraits:
+    """The fields of a pod that most pods share (how it runs, not what it
+    asks or where): one record for every pod with the same."""
+
+    exclusive_cpus: bool
+    cpu_policy: str | None
+    qos: str
+    priority: int
+    system_critical: bool
+    invalid_reason: str | None
+    foreign: bool
+
+
+def _traits(pod: PodLifecycle) -> PodTraits:
+    values = (pod.exclusive_cpus, pod.cpu_policy, _name(pod.qos), pod.priority, pod.system_critical,
+              pod.invalid_reason, pod.foreign)
+    return _share(("traits", *values), lambda: PodTraits(*values))
+
+
+@dataclass(frozen=True, slots=True)
 class KeptPod:
-    """A pod event as placement keeps it: every field placement reads."""
+    """A pod event as placement keeps it: every field placement reads (those
+    in `traits` read through it, under the event's names)."""
 
     namespace: str
     uid: str
     phase: str
     node: str | None
     requests: Resources
-    exclusive_cpus: bool
-    cpu_policy: str | None
     gpu: GpuAsk
     tenant: str
     user: str
-    qos: str
-    priority: int
-    system_critical: bool
     created_at: datetime
-    invalid_reason: str | None
     numa_cpus: Mapping[int, int]
     gpus: tuple[GpuShare, ...]
     decision_id: str
-    foreign: bool
+    traits: PodTraits  # one slot for seven: 48 bytes less a pod, of the 150,000 a 5,000-node cluster runs
     key: str  # one string for every table keyed by this pod
 
     @staticmethod
@@ -87,12 +102,18 @@ class KeptPod:
             return pod
         return KeptPod(
             namespace=_name(pod.namespace), uid=pod.uid, phase=_name(pod.phase),
-            node=_name(pod.node), requests=_requests(pod.requests), exclusive_cpus=pod.exclusive_cpus,
-            cpu_policy=pod.cpu_policy, gpu=_gpu_ask(pod.gpu), tenant=_name(pod.tenant), user=_name(pod.user),
-            qos=_name(pod.qos), priority=pod.priority, system_critical=pod.system_critical,
-            created_at=pod.created_at, invalid_reason=pod.invalid_reason, numa_cpus=_numa_cpus(pod.numa_cpus),
-            gpus=_gpu_shares(pod.gpus), decision_id=pod.decision_id, foreign=pod.foreign,
-            key=pod_key(pod.namespace, pod.name))
+            node=_name(pod.node), requests=_requests(pod.requests), gpu=_gpu_ask(pod.gpu),
+            tenant=_name(pod.tenant), user=_name(pod.user), created_at=pod.created_at,
+            numa_cpus=_numa_cpus(pod.numa_cpus), gpus=_gpu_shares(pod.gpus), decision_id=pod.decision_id,
+            traits=_traits(pod), key=pod_key(pod.namespace, pod.name))
+
+    exclusive_cpus = property(lambda self: self.traits.exclusive_cpus)
+    cpu_policy = property(lambda self: self.traits.cpu_policy)
+    qos = property(lambda self: self.traits.qos)
+    priority = property(lambda self: self.traits.priority)
+    system_critical = property(lambda self: self.traits.system_critical)
+    invalid_reason = property(lambda self: self.traits.invalid_reason)
+    foreign = property(lambda self: self.traits.foreign)
 
     @property
     def name(self) -> str:  # the key holds it: one string less per pod
