@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -15,6 +16,7 @@ from tidal_scoring.fairshare import (
     adjust_time_from_settle_time,
     catch_up,
     decay,
+    first_run_scores,
     initial_score,
     run_times_by_resource_type,
     usage_by_resource_type,
@@ -146,7 +148,20 @@ def test_usage_by_resource_type_groups_by_user_and_gpu_model_and_all_gpus():
 def test_run_times_by_resource_type_uses_pod_start():
     pods = [RunningPod("alice", cpu_milli=1000, started_at=at(0)),
             RunningPod("alice", cpu_milli=500, started_at=None)]
-    assert run_times_by_resource_type(pods, at(3600)) == {("alice", "cpu"): [(500.0, 0.0), (1000.0, 3600.0)]}
+    assert run_times_by_resource_type(pods, at(3600)) == {("alice", "cpu"): [(1000.0, 3600.0), (500.0, 0.0)]}
+
+
+def test_first_run_scores_are_each_keys_initial_score_in_any_order():
+    rng = random.Random(7)
+    pods = [RunningPod(rng.choice(["alice", "bob", "carol"]), cpu_milli=rng.randrange(1, 64_000),
+                       memory_mib=rng.randrange(0, 4096), gpus=rng.choice([{}, {"A100": 500}, {"T4": 1000}]),
+                       started_at=None if rng.random() < 0.1 else at(-rng.uniform(0, 30 * DAY)))
+            for _ in range(2_000)]
+    expected = {key: initial_score(runs, DAY) for key, runs in run_times_by_resource_type(pods, at(0)).items()}
+    assert set(expected) >= {("alice", "gpu"), ("bob", "A100"), ("carol", "memory")}
+    for _ in range(3):
+        rng.shuffle(pods)
+        assert first_run_scores(pods, at(0), DAY) == expected  # exactly, not within rounding
 
 
 # --- the book

@@ -34,7 +34,7 @@ from tidal_schemas.streams import partition_for, stream
 
 from tidal_runtime import OutputBatches, Service, Subscription
 
-from .fairshare import FairShareBook, adjust_time_from_settle_time, run_times_by_resource_type
+from .fairshare import FairShareBook, adjust_time_from_settle_time, first_run_scores
 from .load import load_from_metrics
 from .peak import ESTIMATORS, SampleWindow, Weights, load_profile_weights, sample_from_metrics
 from .running import RunningPods
@@ -153,7 +153,7 @@ class ScoringService(Service):
             # the first-run rule is for keys the book has never seen: only their users' pods are read
             new_users = {user for user, kind in usage if book.get(user, kind) is None}
             pods = [p for p in self.running.of_cluster(cluster) if p.user in new_users] if new_users else []
-            first_run = {k: v for k, v in run_times_by_resource_type(pods, at).items()
+            first_run = {k: v for k, v in first_run_scores(pods, at, book.adjust_time_s).items()
                          if self._owns(f"{k[0]}/{k[1]}")}
             for score in book.advance(at, usage, first_run):
                 event_id = derived_id(f"fairshare/{cluster}", UserScore.TYPE, score.event_key(), at.isoformat())
