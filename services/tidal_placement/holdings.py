@@ -82,7 +82,7 @@ def bound_holding(pod: KeptPod, assignment: CpuAssignment | None = None) -> Hold
         numa_cpus = assignment.numa_cpus
     gpus = (pod.gpu.milli,) * pod.gpu.count if pod.gpu.count and not pod.gpus else ()
     exclusive_cpus = pod.requests.cpu_milli // 1000 if pod.exclusive_cpus and not numa_cpus else 0
-    # one shared record for the pods holding nothing floating: most of them, one each kept
+    # most pods hold nothing floating: they share one record rather than keep one each
     floating = Floating(gpus, exclusive_cpus) if gpus or exclusive_cpus else NONE_FLOATING
     allocation = Allocation.of(pod.node or "", pod.requests.cpu_milli, pod.requests.memory_mib, numa_cpus,
                                {share.gpu: share.milli for share in pod.gpus})
