@@ -62,6 +62,8 @@ class PodsByNode:
         if pod.phase in HOLDING_PHASES and pod.node:
             kept = pods[key] = HeldPod.of(pod)
             self._on.setdefault((cluster, kept.node), {})[key] = kept
+        if not pods:
+            del self._held[cluster]
 
     def on(self, cluster: str, node: str) -> list[HeldPod]:
         """The pods holding resources on `node`, by pod key."""

@@ -35,13 +35,14 @@ class Pages:
 
     def page(self, items: list[Any], rv: str, limit: int, token: str | None) -> tuple[list[Any], dict[str, Any]]:
         """The page `token` asks for (the first when None) of `items` (the
-        list now, in key order), and the list metadata to answer with."""
+        list now, in key order; not read for a continued page), of up to
+        `limit` items (0: the rest), and the list metadata to answer with."""
         if token:
             snapshot, start, rv = self._resume(token)
             items = self._lists[snapshot]
         else:
             snapshot, start = self._keep(items), 0
-        end = start + limit
+        end = start + limit if limit > 0 else len(items)
         metadata: dict[str, Any] = {"resourceVersion": rv}
         if end < len(items):
             metadata["continue"] = _encode({"snapshot": snapshot, "start": end, "rv": rv})

@@ -257,18 +257,21 @@ class KubeApiServer(FaultInjection, PodWrites):
                               request.query.get("allowWatchBookmarks", "").lower() == "true")
             if request.query.get("watch", "").lower() in ("true", "1"):
                 return await self._watch(request, watcher)
-            items = [o for o in self.objects[resource].values() if watcher.wants(resource, o)]
-            if tables.wants_table(request.headers.get("Accept", "")):
+            limit, token = request.query.get("limit"), request.query.get("continue")
+            table = tables.wants_table(request.headers.get("Accept", ""))
+            # a continued list pages its first page's snapshot: the objects now are not read for it
+            items = [] if token and not table else \
+                [o for o in self.objects[resource].values() if watcher.wants(resource, o)]
+            if table:
                 found = tables.table(resource, items, str(self.rv), request.query.get("includeObject", "Metadata"))
                 if found is not None:
                     return web.json_response(found)
             metadata: dict[str, Any] = {"resourceVersion": str(self.rv)}
-            limit, token = request.query.get("limit"), request.query.get("continue")
             if limit or token:
-                if not token:  # a continued list pages its first page's snapshot, kept in order
+                if not token:  # kept in key order for the pages after
                     items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
                 try:
-                    items, metadata = self.pages.page(items, str(self.rv), int(limit or 0) or len(items), token)
+                    items, metadata = self.pages.page(items, str(self.rv), int(limit or 0), token)
                 except ContinueError as exc:
                     return status(exc.code, "Expired" if exc.code == 410 else "BadRequest", str(exc))
                 except ValueError:
