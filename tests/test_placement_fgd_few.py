@@ -100,6 +100,17 @@ def test_a_cpu_pod_that_leaves_the_figures_as_they_were_scores_50_without_the_re
     assert few is not None and few.cost.tolist() == [-50.0]
 
 
+def test_a_cpu_pod_crossing_a_threshold_on_a_node_with_no_gpu_left_scores_50_as_the_reference():
+    # the pod's CPU moves the node to another row of W, but with no GPU idle
+    # every term is 0: the reference's Δ is 0 exactly, and so is the score
+    strategy = make_strategy("fgd-cpu", WORKLOAD, reference=True)
+    nodes = [dict(cpu_free=cpu, gpu_free=[0] * COLS, gpu_valid=[True] * COLS, gpu_model=0, gpu_idle=0)
+             for cpu in CPU_SHAPES[1:6]]
+    few = strategy.score_few(candidates(nodes), Shape(1000))
+    assert few is not None and few.cost.tolist() == [-50.0] * len(nodes)
+    assert strategy.score(candidates(nodes), Shape(1000)).cost.tolist() == few.cost.tolist()
+
+
 def test_the_score_cache_scores_most_new_states_in_plain_python_on_an_openb_replay():
     inner = make_strategy("fgd-cpu", WORKLOAD, reference=True)
     answers = []

@@ -85,6 +85,22 @@ class Candidates:
     def models(self) -> tuple[str, ...]:
         return tuple(self._state.models)
 
+    def plain(self) -> list[PlainRow]:
+        """Each candidate's figures as Python values (`PlainRow`), for
+        strategies scoring a few candidates without numpy. A source that
+        keeps them per row (`plain_rows`, the score cache's node states)
+        hands them over without gathering its arrays."""
+        kept = getattr(self._state, "plain_rows", None)
+        if kept is not None and self._eligible is None:
+            return kept(self.rows)
+        return list(zip(map(tuple, self.gpu_free.tolist()), map(tuple, self.eligible.tolist()),
+                        self.model.tolist(), self.cpu_free.tolist(), self.gpu_idle.tolist()))
+
+
+# One candidate's figures as Python values: milli-GPU left per device,
+# whether this pod may use each device, GPU model id, milli-CPU left, idle milli-GPU.
+PlainRow = tuple[tuple[int, ...], tuple[bool, ...], int, int, int]
+
 
 class Scored(NamedTuple):
     cost: np.ndarray

@@ -62,7 +62,7 @@ class Fgd:
     def score_few(self, c: Candidates, shape: Shape) -> Scored | None:
         """`score` of a few candidates in plain Python (`gpu_fgd_few`); None
         when `score` itself must answer."""
-        scored = PlainFrag.of(self.frag, c.models, self._plain).scores(c, shape, fullest_on_ties=False)
+        scored = PlainFrag.of(self.frag, c.models, self._plain).scores(c.plain(), shape, fullest_on_ties=False)
         if scored is None:
             return None
         cost, device = cost_and_device(scored, shape)

@@ -119,17 +119,18 @@ class FgdCpu:
         when `score` itself must answer."""
         if self.packing:
             return None
-        scored = PlainFrag.of(self.frag, c.models, self._plain).scores(c, shape, fullest_on_ties=True)
+        rows = c.plain()
+        scored = PlainFrag.of(self.frag, c.models, self._plain).scores(rows, shape, fullest_on_ties=True)
         if scored is None:
             return None
-        deficits, idles = [], c.gpu_idle.tolist()
-        for idle, cpu in zip(idles, c.cpu_free.tolist()):  # as `score`, operation for operation
+        deficits = []
+        for *_, cpu, idle in rows:  # as `score`, operation for operation
             before = max(self.rho * idle - cpu, 0.0)
             after = max(self.rho * (idle - shape.gpu_total) - (cpu - shape.cpu_milli), 0.0)
             deficits.append(float(round((after - before) / self.deficit_unit)))
         keys: tuple[np.ndarray, ...] = (np.array(deficits),)
         if not shape.gpu_count and self.cpu_pods_by_idle:
-            keys = (np.array(idles, dtype=np.float64), *keys)
+            keys = (np.array([idle for *_, idle in rows], dtype=np.float64), *keys)
         cost, device = cost_and_device(scored, shape)
         return Scored(cost=cost, device=device, tiebreaks=keys)
 

@@ -25,7 +25,7 @@ from bisect import bisect_right
 
 import numpy as np
 
-from .gpu_candidates import EXP_CAP, GPU_MILLI, Candidates, is_share
+from .gpu_candidates import EXP_CAP, GPU_MILLI, PlainRow, is_share
 from .gpu_frag import FragModel
 from .gpu_workload import Shape
 
@@ -56,14 +56,13 @@ class PlainFrag:
         self.width = len(self.thresholds) + 1
         self._by_gpus: dict[tuple[int, ...], tuple[int, list[int], list[int]]] = {}
 
-    def scores(self, c: Candidates, shape: Shape, *, fullest_on_ties: bool) -> list[tuple[float, int]] | None:
-        """FGD's score per candidate and, for a GPU share, the device it
-        takes (−1 otherwise): the best device's score, ties to the fullest
-        device (`fullest_on_ties`, as fgd-cpu) or the first (as fgd). None
-        when some delta lies within MARGIN of a step."""
+    def scores(self, rows: list[PlainRow], shape: Shape, *, fullest_on_ties: bool) -> list[tuple[float, int]] | None:
+        """FGD's score per candidate (`Candidates.plain`) and, for a GPU
+        share, the device it takes (−1 otherwise): the best device's score,
+        ties to the fullest device (`fullest_on_ties`, as fgd-cpu) or the
+        first (as fgd). None when some delta lies within MARGIN of a step."""
         share, out = is_share(shape), []
-        for left, ok, model, cpu in zip(c.gpu_free.tolist(), c.eligible.tolist(), c.model.tolist(),
-                                        c.cpu_free.tolist()):
+        for left, ok, model, cpu, _ in rows:
             k = self.no_model if model < 0 else model
             idle, can, small, known = self._gpu_figures(left)
             row, after_row = self._row(k, cpu), self._row(k, cpu - shape.cpu_milli)
@@ -104,23 +103,24 @@ class PlainFrag:
                 score = 50.0
             else:
                 score = step(before - self._known_frag(known, after_row, k, idle, can, small))
+                if score is None and self._terms(row, idle, can, small) == self._terms(after_row, idle, can, small):
+                    score = 50.0  # other rows of W, the same terms: Δ is 0 exactly here too
             if score is None:
                 return None
             out.append((score, -1))
         return out
 
-    def _gpu_figures(self, left: list[int]) -> tuple[int, list[int], list[int], dict]:
+    def _gpu_figures(self, left: tuple[int, ...]) -> tuple[int, list[int], list[int], dict]:
         # idle, and per demand the devices able to host it and the milli left on
         # the others (FragModel.figures): the same for every shape, CPU and model;
         # and the F known for these figures, by W's row, by (row, whole GPUs taken)
         # and by (row, device's milli left, share taken): a node's F before a pod
         # is the same for every shape, and after one often is too
-        key = tuple(left)
-        figures = self._by_gpus.get(key)
+        figures = self._by_gpus.get(left)
         if figures is None:
             if len(self._by_gpus) >= REMEMBERED:
                 self._by_gpus.clear()
-            figures = self._by_gpus[key] = (sum(left), [sum(1 for x in left if x >= m) for m in self.milli],
+            figures = self._by_gpus[left] = (sum(left), [sum(1 for x in left if x >= m) for m in self.milli],
                                             [sum(x for x in left if x < m) for m in self.milli], {})
         return figures
 
@@ -142,6 +142,12 @@ class PlainFrag:
             if n >= need:
                 taken += weight * (idle - s)
         return idle * self.idle_weight[k] - taken
+
+    def _terms(self, row: int, idle: int, can: list[int], small: list[int]) -> list[float]:
+        # the terms `_frag` sums, 0.0 where a demand does not fit, each the
+        # reference's own product: equal terms give the reference equal sums
+        return [weight * (idle - s) if n >= need else 0.0
+                for weight, n, need, s in zip(self.table[row], can, self.count, small)]
 
     def _share(self, row: int, k: int, idle: int, can: list[int], small: list[int], free: int, milli: int) -> float:
         # the node after `milli` on a device with `free` left (FragModel.share_after)

@@ -33,7 +33,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .cluster_state import ClusterState
-from .gpu_candidates import Candidates, GpuStrategy, Scored, StateScores
+from .gpu_candidates import Candidates, GpuStrategy, PlainRow, Scored, StateScores
 from .gpu_workload import Shape
 
 MAX_SHAPES = 256  # shapes remembered, least recently used dropped first
@@ -44,7 +44,7 @@ MAX_STATES = 1 << 17  # states remembered before starting afresh, at most
 STATES_PER_ROW, MIN_STATES = 3, 4096
 # New states scored by the strategy's `score_few` (plain Python, per state)
 # when it has one, up to this many; past it, its vectorised `score`.
-FEW_STATES = 8
+FEW_STATES = 16
 
 
 class _States:
@@ -63,10 +63,16 @@ class _States:
         self.gpu_free = np.zeros((size, cols), dtype=np.int64)
         self.gpu_valid = np.zeros((size, cols), dtype=bool)
         self.row_state = np.full(cluster.capacity, -1, dtype=np.int64)
+        self.plain: list[PlainRow] = []  # the figures of each state as Python values, by id
         self.seen = 0  # the cluster's version stamp the row states are current to
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def plain_rows(self, sids: np.ndarray) -> list[PlainRow]:
+        """`Candidates.plain` of states `sids`, kept since each was first met."""
+        plain = self.plain
+        return [plain[sid] for sid in sids.tolist()]
 
     def refresh(self) -> None:
         """Give every row that changed since the last refresh its state id."""
@@ -104,6 +110,7 @@ class _States:
         for name in self.FIGURES:
             setattr(fresh, name, getattr(self, name)[keep])
         fresh.ids = {key: int(renumber[sid]) for key, sid in self.ids.items() if occupied[sid]}
+        fresh.plain = [self.plain[sid] for sid in keep.tolist()]
         fresh.row_state = np.where(rows >= 0, renumber[rows], -1)
         return fresh
 
@@ -116,6 +123,7 @@ class _States:
         c = self.cluster
         self.cpu_free[sid], self.gpu_idle[sid], self.gpu_model[sid] = c.cpu_free[r], c.gpu_idle[r], c.gpu_model[r]
         self.gpu_free[sid], self.gpu_valid[sid] = c.gpu_free[r], c.gpu_valid[r]
+        self.plain.append((tuple(c.gpu_free[r].tolist()), tuple(c.gpu_valid[r].tolist()), key[0], key[1], key[2]))
         self.ids[key] = sid
         return sid
 
