@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from tidal_placement.cluster_state import Allocation, ClusterState
 from tidal_policy.cpu_distribution import distribute
-from tidal_placement.numa_lookup import (exclusive_feasible, exclusive_scores, exclusive_take, shared_numa_scores,
-                                         shared_numa_take)
+from tidal_placement.numa_lookup import (exclusive_feasible, exclusive_scores, exclusive_take, shared_numa_least,
+                                         shared_numa_scores, shared_numa_take)
+from tidal_placement.ranking import least
 from tidal_policy.numa_walk import numa_scores
 from tidal_simulator.topology_builder import make_topology
 
@@ -66,6 +67,18 @@ def test_shared_lookup_matches_numa_scores(seed, need):
     assert winners(fast) == winners(reference)
     exact = np.isfinite(fast)
     assert fast[exact] == pytest.approx(reference[exact])  # every finite value is the true score
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), need=st.integers(0, 40), nodes=st.integers(1, 60))
+def test_the_least_shared_scores_are_found_from_the_head_loads(seed, need, nodes):
+    # coarse loads: many nodes tie on their least-loaded NUMA node, covered or not
+    state = random_cluster(seed, nodes)
+    rows = np.flatnonzero(state.present[:state.size])
+    every = least(shared_numa_scores(state, rows, need)).nonzero()[0]
+    assert shared_numa_least(state, rows, need).tolist() == every.tolist()
+    assert shared_numa_least(state, rows[::-1], need).tolist() == least(
+        shared_numa_scores(state, rows[::-1], need)).nonzero()[0].tolist()
 
 
 @settings(max_examples=20, deadline=None)

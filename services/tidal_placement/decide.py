@@ -34,10 +34,10 @@ from .cluster_state import Allocation, ClusterState
 from .device_budget import distinct_roots, one_per_root
 from .gpu_candidates import GPU_MILLI, Candidates, GpuStrategy, Scored, StateScores, is_share
 from .gpu_workload import Shape
-from .numa_lookup import (exclusive_feasible, exclusive_scores, exclusive_take, shared_numa_scores,
-                          shared_numa_take)
+from .numa_lookup import (exclusive_feasible, exclusive_scores, exclusive_take, shared_numa_least,
+                          shared_numa_scores, shared_numa_take)
 from .pod_request import Placement, PodRequest
-from .ranking import Ranked, runners_up, runners_up_of_states, select, tied_states
+from .ranking import Ranked, least, runners_up, runners_up_of_states, select, tied_states
 
 __all__ = ["Placement", "PodRequest", "decide", "eligible_gpus", "node_fit", "shared_numa_scores"]
 
@@ -107,16 +107,21 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
             return exclusive_scores(state, pod.cpu_policy, cpus, sub)
         return shared_numa_scores(state, sub, need_cpus)
 
+    def numa_least(idx: np.ndarray) -> np.ndarray:
+        if pod.exclusive_cpus:
+            return least(numa_key(idx)).nonzero()[0]
+        return shared_numa_least(state, rows if len(idx) == len(rows) else rows[idx], need_cpus)
+
     ranks = None if rank is None else rank[rows]
     if isinstance(scored, StateScores):  # the states' keys narrow the candidates to one state's rows or a few
         tied, cheapest = tied_states(scored)
-        i = select(len(rows), [], numa_key, rng, ranks, tied=tied)
+        i = select(len(rows), [], numa_key, rng, ranks, tied=tied, numa_least=numa_least)
         sid = int(scored.sids[i])
         cost, device = float(scored.cost[sid]), None if scored.device is None else scored.device[sid]
         ranked = partial(runners_up_of_states, scored, i, cheapest)
     else:
         ranking: list[np.ndarray] = []  # select leaves here the first key it ranked every candidate by, and its ties
-        i = select(len(rows), keys, numa_key, rng, ranks, ranking)
+        i = select(len(rows), keys, numa_key, rng, ranks, ranking, numa_least=numa_least)
         cost = float(keys[0][i]) if keys else None
         device = None if scored is None or scored.device is None else scored.device[i]
         ranked = partial(runners_up, *ranking, i) if ranking else tuple

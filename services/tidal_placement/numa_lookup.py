@@ -3,9 +3,10 @@
 
 - Shared-pool pod needing c CPUs (§E): walk the load-order prefixes; the
   first t with Σ free ≥ c gives score = mean load of those t. The mean of
-  the t least-loaded only grows with t, so a node whose partial mean
-  already exceeds the best score found is dropped (score inf): scores are
-  exact wherever a node can still be the minimum of `rows`.
+  the t least-loaded only grows with t, so a node whose least-loaded
+  NUMA node is more loaded than the best score its first NUMA node gives
+  another is dropped (score inf): scores are exact wherever a node can
+  still be the minimum of `rows`.
 - Exclusive CPUs (§A), k CPUs on a node with n NUMA nodes:
   `auto`: feasible iff Σ free ≥ k; score as above.
   `single-numa`: feasible iff max free ≥ k; score = least load among NUMA
@@ -25,11 +26,13 @@ import numpy as np
 from tidal_policy.cpu_distribution import distribute
 
 from .cluster_state import ClusterState
+from .ranking import least, least_to
 
 
 def shared_numa_scores(state: ClusterState, rows: np.ndarray, need: int, *,
                        all_when_short: bool = True) -> np.ndarray:
-    """§E scores of `rows` for `need` CPUs (inf where a node cannot win).
+    """§E scores of `rows` for `need` CPUs (inf where a node cannot win:
+    its least-loaded NUMA node is more loaded than a node's whole score).
     A node whose NUMA nodes cannot cover `need` scores the mean of all of
     them (`all_when_short`), else inf."""
     head = state.numa_head_mean[rows]
@@ -37,18 +40,59 @@ def shared_numa_scores(state: ClusterState, rows: np.ndarray, need: int, *,
     score = np.where(covered, head, np.inf)
     best = score.min() if len(score) else np.inf
     waiting = (~covered & (head <= best)).nonzero()[0]
-    for j in range(1, state.numa_cols):
-        if not waiting.size:
-            return score
-        sub = rows[waiting]
-        mean = state.numa_cum_mean[sub, j]
-        covers = state.numa_cum_free[sub, j] >= need
-        score[waiting[covers]] = mean[covers]
-        best = min(best, mean[covers].min()) if covers.any() else best
-        waiting = waiting[~covers & (mean <= best)]
-    if all_when_short:
-        score[waiting] = state.numa_cum_mean[rows[waiting], -1]
+    if waiting.size:  # the few that may still win walk on
+        score[waiting] = _walked(state, rows[waiting], need, all_when_short)
     return score
+
+
+def _walked(state: ClusterState, rows: np.ndarray, need: int, all_when_short: bool = True) -> np.ndarray:
+    # each row's walk, all prefixes at once: the mean load of the first load-order prefix
+    # covering `need`, else of every NUMA node (the prefixes' padding repeats the row's
+    # whole figures) or inf
+    fits = state.numa_cum_free[rows] >= need
+    first = fits.argmax(axis=1)
+    walked = state.numa_cum_mean[rows, first]
+    short = ~fits[np.arange(len(rows)), first]
+    if short.any():
+        walked[short] = state.numa_cum_mean[rows[short], -1] if all_when_short else np.inf
+    return walked
+
+
+def shared_numa_least(state: ClusterState, rows: np.ndarray, need: int) -> np.ndarray:
+    """The positions in `rows` at the least §E score for `need` CPUs,
+    within rounding (`ranking.least` of `shared_numa_scores`). A node's
+    score is never below the load of its least-loaded NUMA node, and is
+    that load when that node covers `need`: only the nodes loaded there no
+    more than the least such score can tie, and most ties of a thousand
+    nodes are settled by one pass over those loads."""
+    head = state.numa_head_mean[rows]
+    if not len(rows):
+        return np.arange(0)
+    i = int(head.argmin())
+    if state.numa_head_free[rows[i]] >= need:  # the least-loaded covers: its load is the bound
+        near = least_to(head, head[i]).nonzero()[0]
+        if len(near) == 1:
+            return near
+    else:
+        bound = np.where(state.numa_head_free[rows] >= need, head, np.inf).min()
+        near = least_to(head, bound).nonzero()[0]
+    if len(near) > FEW_ROWS:
+        return near[least(_walked(state, rows[near], need)).nonzero()[0]]
+    # a few rows: each one's walk in plain Python (numpy's per-call cost is most of the work on them)
+    scores = [_walk(state, r, need) for r in rows[near].tolist()]
+    bound = min(scores)
+    limit = bound + 1e-9 * max(1.0, abs(bound))  # as ranking.least
+    return near[[j for j, score in enumerate(scores) if score <= limit]]
+
+
+FEW_ROWS = 4  # rows walked one by one in plain Python, at most
+
+
+def _walk(state: ClusterState, r: int, need: int) -> float:
+    # `_walked` of row r alone
+    cum_free = state.numa_cum_free[r].tolist()
+    t = next((t for t, free in enumerate(cum_free) if free >= need), len(cum_free) - 1)
+    return float(state.numa_cum_mean[r, t])
 
 
 def shared_numa_take(state: ClusterState, r: int, need: int) -> tuple[float, tuple[int, ...]]:

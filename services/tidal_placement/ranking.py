@@ -27,12 +27,14 @@ Ranked = tuple[tuple[int, float], ...]  # (candidate, its first key's value), be
 
 def select(k: int, keys: list[np.ndarray], numa_key: Callable[[np.ndarray], np.ndarray],
            rng: np.random.Generator | None, rank: np.ndarray | None, ranking: list[np.ndarray] | None = None,
-           tied: np.ndarray | None = None) -> int:
+           tied: np.ndarray | None = None, numa_least: Callable[[np.ndarray], np.ndarray] | None = None) -> int:
     """The candidate (of `k`) with the least keys, compared in order, then
     the NUMA key of those still tied; final ties to the least `rank`, or
     at random with `rng`, else the first. Narrows from the candidates
     `tied` when given (all otherwise); leaves in `ranking` the first key
-    per candidate and the candidates at its least."""
+    per candidate and the candidates at its least. `numa_least`, when
+    given, names the positions at the least NUMA key without every value
+    (used unless `ranking` wants the NUMA key's values)."""
     if k == 1:
         return 0
     idx = tied
@@ -40,7 +42,13 @@ def select(k: int, keys: list[np.ndarray], numa_key: Callable[[np.ndarray], np.n
         return int(idx[0])
     for key in [*keys, None]:  # lexicographic minimum without sorting: narrow the ties key by key
         if key is None:
-            values = numa_key(np.arange(k) if idx is None else idx)
+            among = np.arange(k) if idx is None else idx
+            if numa_least is not None and not (idx is None and ranking is not None):
+                idx = among[numa_least(among)]
+                if len(idx) == 1:
+                    return int(idx[0])
+                break
+            values = numa_key(among)
         else:
             values = key if idx is None else key[idx]
         at_least = least(values).nonzero()[0]
@@ -56,7 +64,11 @@ def select(k: int, keys: list[np.ndarray], numa_key: Callable[[np.ndarray], np.n
 
 def least(values: np.ndarray) -> np.ndarray:
     """Which values are the least, within rounding."""
-    best = values.min()
+    return least_to(values, values.min())
+
+
+def least_to(values: np.ndarray, best: float) -> np.ndarray:
+    """Which values are no more than `best`, within rounding."""
     return values <= best + 1e-9 * max(1.0, abs(float(best)))
 
 
