@@ -33,8 +33,8 @@ class Allocation:
            numa_cpus: Mapping[int, int] | None = None, gpus: Mapping[str, int] | None = None) -> "Allocation":
         """Build an allocation from mappings (zero entries dropped)."""
         return Allocation(node, cpu_milli, memory_mib,
-                          tuple(sorted((k, v) for k, v in (numa_cpus or {}).items() if v)),
-                          tuple(sorted((k, v) for k, v in (gpus or {}).items() if v)))
+                          tuple(sorted((k, v) for k, v in numa_cpus.items() if v)) if numa_cpus else (),
+                          tuple(sorted((k, v) for k, v in gpus.items() if v)) if gpus else ())
 
 
 @dataclass(frozen=True, slots=True)  # one per pod holding devices unnamed

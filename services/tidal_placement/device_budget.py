@@ -90,9 +90,9 @@ def distinct_roots(mask: np.ndarray, root: np.ndarray) -> np.ndarray:
 def first_per_root(candidates: Iterable[int], root: np.ndarray) -> list[int]:
     """`candidates` (device columns, in preference order), keeping only the
     first of each physical GPU."""
-    picked, taken = [], set()
-    for col in candidates:
-        r = int(root[col]) if root[col] >= 0 else int(col)
+    picked, taken, roots = [], set(), root.tolist()
+    for col in (candidates.tolist() if isinstance(candidates, np.ndarray) else candidates):
+        r = roots[col] if roots[col] >= 0 else col
         if r not in taken:
             taken.add(r)
             picked.append(int(col))

@@ -101,11 +101,14 @@ def shared_numa_take(state: ClusterState, r: int, need: int) -> tuple[float, tup
     NUMA nodes cannot cover `need` takes them all. Plain Python on one row:
     the chosen node's walk runs once per decision."""
     count = int(state.numa_count[r])
-    covered = [t for t, free in enumerate(state.numa_cum_free[r, :count].tolist()) if free >= need]
-    cols = np.sort(state.numa_order[r, :covered[0] + 1]) if covered else np.arange(count)
+    first = next((t for t, free in enumerate(state.numa_cum_free[r, :count].tolist()) if free >= need), None)
+    cols = sorted(state.numa_order[r, :first + 1].tolist()) if first is not None else list(range(count))
+    if not cols:
+        return 0.0, ()
     # the mean as ndarray.mean computes it (the same sum, then one division), without its wrapper
-    score = float(np.add.reduce(state.numa_load[r, cols])) / cols.size if cols.size else 0.0
-    return score, tuple(sorted(state.numa_id[r, cols].tolist()))
+    score = float(np.add.reduce(state.numa_load[r, cols])) / len(cols)
+    ids = state.numa_id[r].tolist()
+    return score, tuple(sorted(ids[j] for j in cols))
 
 
 def exclusive_take(state: ClusterState, policy: str, cpus: int, r: int) -> tuple[dict[int, int], float]:
