@@ -23,7 +23,7 @@ import numpy as np
 
 from .gpu_candidates import Candidates, Scored, is_share, share_options, sigmoid_score
 from .gpu_fgd_few import PlainFrag, cost_and_device
-from .gpu_frag import FragModel
+from .gpu_frag import Figures, FragModel
 from .gpu_workload import Shape, TargetWorkload
 
 NAME = "fgd"
@@ -32,8 +32,7 @@ NAME = "fgd"
 def frag_deltas(frag: FragModel, c: Candidates, shape: Shape) -> np.ndarray:
     """Δ = F(before) − F(after): (nodes,) for whole-GPU and CPU-only pods,
     (nodes × devices) for a GPU share (−inf where the device cannot take it)."""
-    fig = frag.figures(c.gpu_free, c.model, c.models)
-    before = frag.frag_of(fig, c.cpu_free)
+    fig, before = frag_before(frag, c)
     cpu_after = c.cpu_free - shape.cpu_milli
     if is_share(shape):
         after = frag.share_after(fig, c.gpu_free, cpu_after, shape.gpu_milli)
@@ -41,6 +40,58 @@ def frag_deltas(frag: FragModel, c: Candidates, shape: Shape) -> np.ndarray:
     if shape.gpu_count:
         return before - frag.whole_after(fig, cpu_after, shape.gpu_count)
     return before - frag.frag_of(fig, cpu_after)
+
+
+def frag_before(frag: FragModel, c: Candidates) -> tuple[Figures, np.ndarray]:
+    """The candidates' figures and F before the pod. When they are a score
+    cache's node states (which keep `derived` figures), these are kept per
+    state: they are the same for every shape, and a rebuilt strategy
+    scores every state again for each shape."""
+    derived = getattr(c.state, "derived", None)
+    if derived is None:
+        fig = frag.figures(c.gpu_free, c.model, c.models)
+        return fig, frag.frag_of(fig, c.cpu_free)
+    models = c.models
+    kept = derived.get(NAME)
+    if kept is None or kept.frag is not frag or kept.models != models:
+        kept = derived[NAME] = _KeptBefore(frag, models)
+    return kept.read(c)
+
+
+class _KeptBefore:
+    """`frag_before` of node states, by state id (`known`: computed yet)."""
+
+    FIELDS = ("idle", "can", "small", "table_row", "idle_weight", "before")
+
+    def __init__(self, frag: FragModel, models: tuple[str, ...]):
+        self.frag, self.models = frag, models
+        self.known = np.zeros(0, dtype=bool)
+
+    def read(self, c: Candidates) -> tuple[Figures, np.ndarray]:
+        sids = c.rows
+        if len(self.known) <= sids.max(initial=-1):
+            self._grow(2 * int(sids.max()) + 1)
+        missing = sids[~self.known[sids]]
+        if missing.size:
+            state = c.state
+            fig = self.frag.figures(state.gpu_free[missing], state.gpu_model[missing], self.models)
+            for name, values in zip(self.FIELDS, (*fig[:5], self.frag.frag_of(fig, state.cpu_free[missing]))):
+                getattr(self, name)[missing] = values
+            self.known[missing] = True
+        idle, can, small, table_row, idle_weight, before = (getattr(self, name)[sids] for name in self.FIELDS)
+        return Figures(idle, can, small, table_row, idle_weight, self.frag.tables(self.models)[0]), before
+
+    def _grow(self, size: int) -> None:
+        demands, old = len(self.frag.demands), len(self.known)
+        self.known = np.concatenate([self.known, np.zeros(size - old, dtype=bool)])
+        for name in self.FIELDS:
+            wide = name in ("can", "small")
+            current = getattr(self, name, None)
+            fresh = np.zeros((size, demands) if wide else size,
+                             dtype=np.float64 if name in ("idle_weight", "before") else np.int64)
+            if current is not None:
+                fresh[:old] = current
+            setattr(self, name, fresh)
 
 
 @dataclass

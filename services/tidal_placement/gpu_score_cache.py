@@ -64,6 +64,9 @@ class _States:
         self.gpu_valid = np.zeros((size, cols), dtype=bool)
         self.row_state = np.full(cluster.capacity, -1, dtype=np.int64)
         self.plain: list[PlainRow] = []  # the figures of each state as Python values, by id
+        # what the strategy derives from each state's figures alone, under a key of its own
+        # (`gpu_fgd.frag_before`); the same for every shape, so kept across shapes
+        self.derived: dict = {}
         self.seen = 0  # the cluster's version stamp the row states are current to
 
     def __len__(self) -> int:
@@ -111,6 +114,7 @@ class _States:
             setattr(fresh, name, getattr(self, name)[keep])
         fresh.ids = {key: int(renumber[sid]) for key, sid in self.ids.items() if occupied[sid]}
         fresh.plain = [self.plain[sid] for sid in keep.tolist()]
+        fresh.derived = {}  # numbered as the states were
         fresh.row_state = np.where(rows >= 0, renumber[rows], -1)
         return fresh
 
