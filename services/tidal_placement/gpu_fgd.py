@@ -81,6 +81,10 @@ class _KeptBefore:
         idle, can, small, table_row, idle_weight, before = (getattr(self, name)[sids] for name in self.FIELDS)
         return Figures(idle, can, small, table_row, idle_weight, self.frag.tables(self.models)[0]), before
 
+    @property
+    def nbytes(self) -> int:
+        return self.known.nbytes + sum(getattr(self, name).nbytes for name in self.FIELDS if hasattr(self, name))
+
     def _grow(self, size: int) -> None:
         demands, old = len(self.frag.demands), len(self.known)
         self.known = np.concatenate([self.known, np.zeros(size - old, dtype=bool)])

@@ -28,6 +28,7 @@ eligibility (a GPU kind, a §B group, a mixed-model node).
 from __future__ import annotations
 
 import copy
+import sys
 from collections import OrderedDict
 
 import numpy as np
@@ -206,14 +207,18 @@ class ScoreCache:
         return StateScores(sids, entry.cost, entry.device, tuple(entry.tiebreaks), present)
 
     def memory(self) -> tuple[int, int]:
-        """(states remembered, bytes of their arrays and of every shape's scores)."""
+        """(states remembered, bytes of their arrays, of their figures kept
+        as Python values and derived by the strategy, and of every shape's
+        scores)."""
         states = self._states
         if states is None:
             return 0, 0
         arrays = [getattr(states, name) for name in states.FIGURES]
         for entry in self._entries.values():
             arrays += [entry.cost, *entry.tiebreaks] + ([entry.device] if entry.device is not None else [])
-        return len(states), sum(a.nbytes for a in arrays)
+        plain = sum(sys.getsizeof(row) + sys.getsizeof(row[0]) + sys.getsizeof(row[1]) for row in states.plain)
+        derived = sum(getattr(kept, "nbytes", 0) for kept in states.derived.values())
+        return len(states), sum(a.nbytes for a in arrays) + plain + derived
 
     def _current(self, cluster: ClusterState) -> _States:
         states = self._states
