@@ -37,7 +37,7 @@ from .gpu_workload import Shape
 from .numa_lookup import (exclusive_feasible, exclusive_scores, exclusive_take, shared_numa_least,
                           shared_numa_scores, shared_numa_take)
 from .pod_request import Placement, PodRequest
-from .ranking import Ranked, least, runners_up, runners_up_of_states, select, tied_states
+from .ranking import Ranked, runners_up, runners_up_of_states, select, tied_states
 
 __all__ = ["Placement", "PodRequest", "decide", "eligible_gpus", "node_fit", "shared_numa_scores"]
 
@@ -107,11 +107,10 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
             return exclusive_scores(state, pod.cpu_policy, cpus, sub)
         return shared_numa_scores(state, sub, need_cpus)
 
-    def numa_least(idx: np.ndarray) -> np.ndarray:
-        if pod.exclusive_cpus:
-            return least(numa_key(idx)).nonzero()[0]
+    def shared_least(idx: np.ndarray) -> np.ndarray:
         return shared_numa_least(state, rows if len(idx) == len(rows) else rows[idx], need_cpus)
 
+    numa_least = None if pod.exclusive_cpus else shared_least  # exclusive pods: select ranks by numa_key
     ranks = None if rank is None else rank[rows]
     if isinstance(scored, StateScores):  # the states' keys narrow the candidates to one state's rows or a few
         tied, cheapest = tied_states(scored)

@@ -136,12 +136,8 @@ class PlainFrag:
 
     def _frag(self, row: int, k: int, idle: int, can: list[int], small: list[int]) -> float:
         # F = idle·w − Σ_d q3_d·[can_d ≥ count_d]·(idle − small_d)   (FragModel.frag_of, whole_after)
-        q3 = self.table[row]
-        taken = 0.0
-        for weight, n, need, s in zip(q3, can, self.count, small):
-            if n >= need:
-                taken += weight * (idle - s)
-        return idle * self.idle_weight[k] - taken
+        # summed in order; a demand that does not fit adds 0.0, which changes no sum
+        return idle * self.idle_weight[k] - sum(self._terms(row, idle, can, small))
 
     def _terms(self, row: int, idle: int, can: list[int], small: list[int]) -> list[float]:
         # the terms `_frag` sums, 0.0 where a demand does not fit, each the
