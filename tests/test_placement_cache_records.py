@@ -76,3 +76,22 @@ def test_a_nodes_gpus_are_kept_as_what_grouping_reads():
     assert [(g.id, g.model, g.kind, g.healthy) for g in kept] == \
         [(g.id, g.model, g.kind, g.healthy) for g in topology.gpus] and len(kept) == 2
     assert all(isinstance(g, KeptGpu) and not hasattr(g, "__dict__") for g in kept)  # slotted, no pydantic model
+
+
+def test_a_pod_the_cluster_runs_keeps_no_decision_whatever_order_the_streams_are_read_in():
+    # a cluster of pods Tidal placed would otherwise keep each pod's decision for life
+    cache = cluster()
+    decision = placed_by(cache, "me", 1)
+    booked = cache.state.held("default/p")
+    running = pod("p", phase="running", cpu_milli=2000, node=decision.node, decision_id=decision.decision_id)
+    cache.apply(running, 2.0)
+    record = cache.records["default/p"]
+    assert (record.decision, record.failed, record.tries) == (None, frozenset(), 1)
+    assert cache.state.held("default/p") == booked  # the cluster's holding is what the decision booked
+    # a rebuild reading the pod before its decision
+    rebuilt = cluster()
+    assert rebuilt.apply_decision(fence_decision(1, "me"), "other", 0.0)
+    rebuilt.apply(running, 0.0)
+    assert rebuilt.apply_decision(decision, "other", 0.5)
+    assert rebuilt.records["default/p"].decision is None
+    assert rebuilt.state.held("default/p") == booked and "default/p" not in rebuilt.queue.entries

@@ -207,6 +207,8 @@ class ClusterCache(NodeFreshness):
     def _reconcile(self, key: str, now: float) -> None:
         """Make the cache and the queue say what the pod's record says."""
         record = self.records.get(key)
+        if record is not None:
+            record.settle()
         holding = record.holding() if record is not None else None
         if holding is None:
             if self.state.release(key) is not None:

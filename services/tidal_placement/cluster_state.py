@@ -29,7 +29,6 @@ Columns are padded: `numa_valid` / `gpu_valid` say which entries are real.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from tidal_schemas import NodeTopology
 
@@ -42,13 +41,6 @@ from .node_spec import NodeSpec, node_spec
 __all__ = ["GPU_MILLI", "NONE_FLOATING", "Allocation", "ClusterState", "Floating", "OK", "Outcome"]
 
 
-@dataclass(slots=True)  # one per pod held
-class _Held:
-    allocation: Allocation
-    confirmed: bool = False
-    floating: Floating = NONE_FLOATING
-
-
 class ClusterState(ClusterNodes):
     """Free resources of every node, as arrays; see the module docstring."""
 
@@ -59,7 +51,11 @@ class ClusterState(ClusterNodes):
         self.models: list[str] = []
         self.model_ids: dict[str, int] = {}
         self._spare: list[int] = []
-        self._held: dict[str, _Held] = {}
+        # what each pod holds; the few not bound yet, or holding devices unnamed,
+        # on the side (a record per pod of the three was 56 bytes of 150,000 pods)
+        self._held: dict[str, Allocation] = {}
+        self._assumed: dict[str, None] = {}  # a dict as a set: a third of the room
+        self._floating: dict[str, Floating] = {}
         self.on_held: Callable[[str], None] = lambda key: None  # told each pod key whose holding changed
         # node name -> held pod keys (known node or not); a dict as an ordered
         # set: a set of five keys takes 1.2 KB, the dict a third of that
@@ -111,10 +107,10 @@ class ClusterState(ClusterNodes):
         self._charged.pop(r, None)  # device arrays were reset: floating charges are redone below
         if new:  # pods parked until their node was known
             for key in self._pods_on.get(spec.name, ()):
-                a = self._held[key].allocation
+                a = self._held[key]
                 self.cpu_used[r] += a.cpu_milli
                 self.mem_used[r] += a.memory_mib
-                if self._held[key].floating:
+                if key in self._floating:
                     self._floating_on.setdefault(r, set()).add(key)
         self._reapply_devices(r)
         self.schedulable[r] = not self._blocked.get(r)
@@ -147,14 +143,14 @@ class ClusterState(ClusterNodes):
     def assume(self, pod_key: str, allocation: Allocation) -> Outcome:
         """Deduct a decision now; refused (nothing changed) if any figure would go negative."""
         if pod_key in self._held:
-            return Outcome(False, f"{pod_key} is already held on {self._held[pod_key].allocation.node}")
+            return Outcome(False, f"{pod_key} is already held on {self._held[pod_key].node}")
         r = self.rows.get(allocation.node)
         if r is None:
             return Outcome(False, f"unknown node {allocation.node}")
         problem = self._check(r, allocation)
         if problem:
             return Outcome(False, problem)
-        self._hold(pod_key, _Held(allocation))
+        self._hold(pod_key, allocation, NONE_FLOATING, confirmed=False)
         return OK
 
     def record(self, pod_key: str, allocation: Allocation, floating: Floating = NONE_FLOATING, *,
@@ -164,57 +160,56 @@ class ClusterState(ClusterNodes):
         counted even where it overbooks (the free figures then stay at 0).
         On a node not known yet it is parked (the outcome says so)."""
         held = self._held.get(pod_key)
-        if held is not None and (held.allocation, held.floating) == (allocation, floating):
-            held.confirmed = held.confirmed or confirmed
+        if held is not None and (held, self._floating.get(pod_key, NONE_FLOATING)) == (allocation, floating):
+            if confirmed:
+                self._assumed.pop(pod_key, None)
             return OK
         if held is not None:
             self.release(pod_key)
-        self._hold(pod_key, _Held(allocation, confirmed, floating))
+        self._hold(pod_key, allocation, floating, confirmed)
         if allocation.node not in self.rows:
             return Outcome(True, f"node {allocation.node} not known yet: held until its topology arrives")
         return OK
 
     def confirm(self, pod_key: str) -> Outcome:
         """Mark an assumed pod as bound."""
-        held = self._held.get(pod_key)
-        if held is None:
+        if pod_key not in self._held:
             return Outcome(False, f"{pod_key} is not held")
-        held.confirmed = True
+        self._assumed.pop(pod_key, None)
         return OK
 
     def forget(self, pod_key: str) -> Allocation | None:
         """Undo an assume whose bind failed; returns what was returned to the cache."""
-        held = self._held.get(pod_key)
-        if held is None or held.confirmed:
-            return None
-        return self.release(pod_key)
+        return self.release(pod_key) if pod_key in self._assumed else None
 
     def release(self, pod_key: str) -> Allocation | None:
         """Return a held pod's resources (assumed or bound); None when not held."""
         held = self._held.pop(pod_key, None)
         if held is None:
             return None
-        node = held.allocation.node
+        self._assumed.pop(pod_key, None)
+        floating = self._floating.pop(pod_key, None)
+        node = held.node
         self._pods_on[node].pop(pod_key, None)
         if not self._pods_on[node]:
             del self._pods_on[node]
         r = self.rows.get(node)
         if r is not None:
-            self._apply(r, held.allocation, -1)
-            if held.floating:
+            self._apply(r, held, -1)
+            if floating:
                 self._floating_on[r].discard(pod_key)
             self._settle(r)
         self.on_held(pod_key)
-        return held.allocation
+        return held
 
     def holdings(self) -> dict[str, tuple[Allocation, Floating, bool]]:
         """Every held pod: (allocation, floating devices, confirmed)."""
-        return {key: (h.allocation, h.floating, h.confirmed) for key, h in self._held.items()}
+        return {key: (a, self._floating.get(key, NONE_FLOATING), key not in self._assumed)
+                for key, a in self._held.items()}
 
     def held(self, pod_key: str) -> Allocation | None:
         """The allocation a pod holds, if any."""
-        entry = self._held.get(pod_key)
-        return entry.allocation if entry else None
+        return self._held.get(pod_key)
 
     # ---- internals ---------------------------------------------------------
 
@@ -260,13 +255,17 @@ class ClusterState(ClusterNodes):
                     self.gpu_used[r, gpu_cols[gpu]] += sign * milli
             self._refresh_gpus(r)
 
-    def _hold(self, pod_key: str, held: _Held) -> None:
-        self._held[pod_key] = held
-        self._pods_on.setdefault(held.allocation.node, {})[pod_key] = None
-        r = self.rows.get(held.allocation.node)
+    def _hold(self, pod_key: str, allocation: Allocation, floating: Floating, confirmed: bool) -> None:
+        self._held[pod_key] = allocation
+        if not confirmed:
+            self._assumed[pod_key] = None
+        if floating:
+            self._floating[pod_key] = floating
+        self._pods_on.setdefault(allocation.node, {})[pod_key] = None
+        r = self.rows.get(allocation.node)
         if r is not None:
-            self._apply(r, held.allocation, +1)
-            if held.floating:
+            self._apply(r, allocation, +1)
+            if floating:
                 self._floating_on.setdefault(r, set()).add(pod_key)
             self._settle(r)
         self.on_held(pod_key)
@@ -279,7 +278,7 @@ class ClusterState(ClusterNodes):
         for kind, col, amount in charged:
             (self.numa_used if kind == "numa" else self.gpu_used)[r, col] -= amount
         gpus = len(self.specs[r].gpu_ids) if r in self.specs else 0
-        charges = place_floating([self._held[key].floating for key in sorted(keys or ())], self.gpu_used[r, :gpus],
+        charges = place_floating([self._floating[key] for key in sorted(keys or ())], self.gpu_used[r, :gpus],
                                  self.gpu_valid[r, :gpus], self.gpu_root[r, :gpus], self.gpu_weight[r, :gpus],
                                  self.numa_alloc[r, :int(self.numa_count[r])], self.numa_used[r, :int(self.numa_count[r])])
         if charges:
@@ -290,7 +289,7 @@ class ClusterState(ClusterNodes):
         # A re-reported node keeps its pods: put their per-NUMA and per-GPU
         # holdings back by id; ids the node no longer reports are dropped.
         for key in self._pods_on.get(self.names[r], ()):
-            a = self._held[key].allocation
+            a = self._held[key]
             for numa, count in a.numa_cpus:
                 if numa in self._numa_col[r]:
                     self.numa_used[r, self._numa_col[r][numa]] += count

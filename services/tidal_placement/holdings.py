@@ -37,15 +37,27 @@ class Holding:
     bound: bool = False  # the cluster says so (else: decided, awaiting its bind)
 
 
+NONE_FAILED: frozenset[str] = frozenset()  # one for every record (`frozenset()` makes a new one each call)
+
+
 @dataclass(slots=True)
 class PodRecord:
     """The latest of each stream about one pod."""
 
     pod: KeptPod | None = None
     decision: KeptDecision | None = None  # latest admitted `placed` decision
-    failed: frozenset[str] = frozenset()  # decision ids whose bind failed or timed out (one shared empty set)
+    failed: frozenset[str] = NONE_FAILED  # decision ids whose bind failed or timed out
     assignment: CpuAssignment | None = None  # the node agent's latest for this pod
     tries: int = 0  # placements this replica made for the pod
+
+    def settle(self) -> None:
+        """Forget what only a pending pod reads. Once the cluster has the pod
+        bound, running or finished, its holding is the cluster's (rule 1) or
+        nothing, whatever decision is read: in a running cluster of pods
+        Tidal placed, each kept its decision and failed ids for life, about
+        a third of placement's memory per pod."""
+        if self.pod is not None and self.pod.phase != "pending":
+            self.decision, self.failed = None, NONE_FAILED
 
     def live_decision(self) -> KeptDecision | None:
         d = self.decision
