@@ -229,3 +229,10 @@ def test_garbage_never_raises():
     pod = pod_lifecycle({"metadata": {"name": "x"}, "spec": {"containers": [{"resources": {"requests": {"cpu": []}}}],
                                                              "priority": "high"}})
     assert pod.phase == "pending" and pod.invalid_reason and pod.priority == 0
+
+
+def test_a_time_without_its_zone_is_read_as_kubernetes_reads_it_not_at_all():
+    pod = make_pod(phase="Running", node="n1")
+    pod["metadata"]["creationTimestamp"], pod["status"]["startTime"] = "2026-11-27T12:28:21", "2026-11-27T12:28:22"
+    event = pod_lifecycle(pod)  # an event's times have their zone (a zoneless one is refused), so none is made up
+    assert (event.created_at, event.started_at) == (datetime(1970, 1, 1, tzinfo=timezone.utc), None)

@@ -52,6 +52,9 @@ def test_unknown_fields_from_newer_producers_are_ignored():
     ("payload.phase", "exploded", "field 'payload.phase': Input should be 'pending', 'bound', 'running' or 'deleted'"),
     ("cluster", "has spaces", "field 'cluster': String should match pattern"),
     ("payload.qos", 3, "field 'payload.qos'"),
+    # a time without its zone is a guess, and placement's queue cannot order it against one with a zone
+    ("payload.created_at", "2026-11-27T12:28:21", "field 'payload.created_at': Input should have timezone info"),
+    ("time", "2026-11-27T12:28:21", "field 'time': Input should have timezone info"),
 ])
 def test_wrong_types_are_rejected_naming_the_field(path, value, message):
     with pytest.raises(SchemaError) as caught:

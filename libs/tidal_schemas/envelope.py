@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from typing import Any, ClassVar, Generic, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from .errors import IdentityError, SchemaError, one_line
 
@@ -57,7 +57,7 @@ class Envelope(BaseModel, Generic[P]):
     version: StrictInt = Field(ge=1)  # "99" or true are typos, not versions
     cluster: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9_-]+$")
     key: str = Field(min_length=1, max_length=512)
-    time: datetime
+    time: AwareDatetime
     source: str = Field(min_length=1)
     causation_id: str | None = None
     payload: P

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import AwareDatetime, Field, model_validator
 
 from .common import CpuId, Fraction, GpuKind, Name, NonNegInt, NumaId, Qos, Record, Resources, repeated
 from .envelope import Payload, register
@@ -114,7 +113,7 @@ class NodeMetrics(Payload):
     TYPE = "node.metrics"
 
     node: Name
-    sampled_at: datetime
+    sampled_at: AwareDatetime
     interval_s: float = Field(gt=0)
     cpu_util: dict[CpuId, Fraction] = Field(default_factory=dict)
     numa_load: dict[NumaId, Fraction] = Field(default_factory=dict)

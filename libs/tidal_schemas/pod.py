@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AwareDatetime, Field, field_validator, model_validator
 
 from .common import (CpuPolicy, GpuKind, Int64, Name, NonNegInt, NumaId, PodName, Qos, Record, Resources, pod_key,
                      repeated)
@@ -70,8 +69,8 @@ class PodLifecycle(Payload):
     priority: Int64 = 0
     system_critical: bool = False
     evictable: bool = False
-    created_at: datetime
-    started_at: datetime | None = None
+    created_at: AwareDatetime
+    started_at: AwareDatetime | None = None
     invalid_reason: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     numa_cpus: dict[NumaId, NonNegInt] = Field(

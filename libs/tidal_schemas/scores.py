@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import Field
+from pydantic import AwareDatetime, Field
 
 from .common import Fraction, Name, NonNegInt, NumaId, Record
 from .envelope import Payload, register
@@ -25,7 +25,7 @@ class UserScore(Payload):
     resource_type: Name
     score: float = Field(ge=0)
     usage: float = Field(ge=0)
-    updated_at: datetime
+    updated_at: AwareDatetime
     adjust_time_s: float = Field(gt=0)
 
     def event_key(self) -> str:
@@ -55,7 +55,7 @@ class NodeScore(Record):
     load: Fraction
     numa_load: dict[NumaId, Fraction] = Field(default_factory=dict)
     peak: PeakEstimate | None = None
-    sampled_at: datetime
+    sampled_at: AwareDatetime
     sample: str | None = Field(default=None, max_length=128)
 
     def older_than(self, newest: datetime | None) -> bool:

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from .common import GPU_MILLI, Name, NonNegInt
@@ -48,7 +47,7 @@ class TenantUsage(Payload):
     quota: dict[str, NonNegInt] = Field(default_factory=dict, description="the limits in force")
     groups_free: dict[str, NonNegInt] = Field(default_factory=dict,
                                               description="per GPU group: whole GPUs free in it")
-    measured_at: datetime
+    measured_at: AwareDatetime
 
     def event_key(self) -> str:
         return self.tenant
@@ -137,7 +136,7 @@ class Condition(StatusRecord):
     status: Literal["True", "False", "Unknown"]
     reason: str = Field(min_length=1)
     message: str = ""
-    last_transition_time: datetime
+    last_transition_time: AwareDatetime
     observed_generation: NonNegInt = 0
 
 
@@ -150,7 +149,7 @@ class TenantStatus(StatusRecord):
     gpus: str = Field("", description="GPUs held per model against quota, in whole GPUs")
     free_groups: list[str] = Field(default_factory=list, description="GPU groups with at least one whole GPU free")
     free_group_count: NonNegInt = 0
-    updated_at: datetime | None = None
+    updated_at: AwareDatetime | None = None
     conditions: list[Condition] = Field(default_factory=list)
 
 
@@ -166,4 +165,4 @@ class FairShareStatus(StatusRecord):
 
     scores: dict[str, float] = Field(default_factory=dict)
     usage: dict[str, float] = Field(default_factory=dict)
-    last_update: datetime | None = None
+    last_update: AwareDatetime | None = None

@@ -139,9 +139,10 @@ def _time(text: Any) -> datetime | None:
     if not isinstance(text, str):
         return None
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
+    return moment if moment.tzinfo is not None else None  # RFC 3339, as Kubernetes reads it: the zone is not optional
 
 
 def _gpu(asks: Asks, from_resources: int, gpu_resource: str, problems: list[str]) -> GpuAsk:
