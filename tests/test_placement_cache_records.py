@@ -59,7 +59,7 @@ def test_the_record_keeps_a_pods_fields_and_shares_what_repeats():
     a, b = cache.records["default/a"].pod, cache.records["default/b"].pod
     event = pod("a", cpu_milli=2000, tenant="t1")
     # the traits are read through the pod, under the event's names; a kept list is a tuple
-    for name in (set(KeptPod.__slots__) - {"key", "traits"}) | set(PodTraits.__slots__):
+    for name in (set(KeptPod.__slots__) - {"key", "traits", "created"}) | set(PodTraits.__slots__) | {"created_at"}:
         kept = getattr(a, name)
         assert (list(kept) if isinstance(kept, tuple) else kept) == getattr(event, name), name
     assert a.event_key() == event.event_key() == "default/a" and a.name == "a"

@@ -25,11 +25,10 @@ score for the pod's resource type, and a waiting queue per resource type.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from tidal_schemas import resource_type
 
-from .kept import KeptPod
+from .kept import KeptPod, PodLike
 
 
 @dataclass(slots=True)  # one per pending pod: 20,000 in a burst
@@ -51,8 +50,8 @@ class Entry:
         return self.pod.event_key()
 
     @property
-    def order(self) -> tuple[float, datetime, str]:
-        return (self.score, self.pod.created_at, self.key)
+    def order(self) -> tuple[float, float, str]:
+        return (self.score, self.pod.created, self.key)
 
 
 class SchedulingQueue:
@@ -61,8 +60,9 @@ class SchedulingQueue:
         self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s
         self.entries: dict[str, Entry] = {}
 
-    def add(self, pod: KeptPod, score: float) -> None:
+    def add(self, pod: PodLike, score: float) -> None:
         """Queue a pending pod (a newer event of a queued pod replaces it)."""
+        pod = KeptPod.of(pod)
         entry = self.entries.get(pod.event_key())
         if entry is None:
             self.entries[pod.event_key()] = Entry(pod, score)
