@@ -14,16 +14,20 @@ A stand-in API server (the simulator's, speaking the real HTTP wire
 protocol) holds `--nodes` nodes and `--pods` running pods spread over them;
 the nodes' inventories are published as their agents publish them. The
 real placement, scoring, oversell, remediation and bridge start, each its
-own process; once the bridge has published every pod, a node agent for the
+own process. With `--placed` the pods are created pending instead and
+take the real path: placement decides, the bridge binds, and the bench
+plays the kubelets, starting each pod once its Binding is written — a
+cluster of pods Tidal placed, whose decisions are on the decision stream.
+Once the bridge has published every pod, a node agent for the
 first node (`tidal run topology`, on an empty cgroup tree: no pod cgroup
 is touched) starts, as one restarted in a running cluster. Once the agent's
 pod table has caught up and no process has used CPU for a while (every
 stream read to its end), it reads their resident memory from /proc.
 
-Prints one JSON line: {"cluster_pods": P, "nodes": N, "pods_here": K,
+Prints one JSON line: {"cluster_pods": P, "nodes": N, "placed": bool, "pods_here": K,
 "catch_up_s": T, "rss_mib": {process: MiB}, "peak_rss_mib": {process: MiB}}
 
-Run: .venv/bin/python bench/cluster_pods.py [--pods 30000] [--nodes 1000]
+Run: .venv/bin/python bench/cluster_pods.py [--pods 30000] [--nodes 1000] [--placed]
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import _common
 from tidal_bus import Bus
 from tidal_cli import Stack
 from tidal_simulator.kube_api import KubeApiServer, write_kubeconfig
+from tidal_simulator.kube_api.protocol import stamp
 from tidal_simulator.pods import node_manifest, pod_manifest, sim_pod
 
 NAMESPACE, CLUSTER = "bench", "c1"
@@ -53,13 +58,39 @@ CAUGHT_UP = re.compile(r"pod table caught up: (\d+) pods here")
 CRDS = Path(__file__).resolve().parent.parent / "k8s" / "base" / "crds"
 
 
-def running_pods(count: int, nodes: list[str]) -> list[dict]:
-    """Pod objects bound to the nodes in turn and running, of seven tenants."""
+def cluster_pods(count: int, nodes: list[str], placed: bool) -> list[dict]:
+    """Pod objects of seven tenants: bound to the nodes in turn and running,
+    or pending (`placed`: for Tidal to place)."""
     now = datetime.now(timezone.utc)
     return [pod_manifest(sim_pod(f"team-{i % 7}", f"run-{i:07d}", cpu_milli=500, memory_mib=1024,
                                  tenant=f"team-{i % 7}", user=f"team-{i % 7}-user", qos="LS"),
-                         now, node=nodes[i % len(nodes)], phase="Running")
+                         now, **({} if placed else {"node": nodes[i % len(nodes)], "phase": "Running"}))
             for i in range(count)]
+
+
+class Kubelets:
+    """The nodes' kubelets, played: a pod whose Binding was written starts
+    Running (status.phase, startTime)."""
+
+    def __init__(self, api: KubeApiServer, count: int) -> None:
+        self.api, self.count = api, count
+        self.bound: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        self.running = 0
+        self.all_running = asyncio.Event()
+        api.admit_binding = self.admit
+
+    def admit(self, pod: dict, node: str) -> None:  # in the API server's write: the binding follows
+        self.bound.put_nowait((pod["metadata"]["namespace"], pod["metadata"]["name"]))
+
+    async def run(self) -> None:
+        while True:
+            namespace, name = await self.bound.get()
+            await asyncio.sleep(0)  # the Binding is written once admitted
+            self.api.update_pod(namespace, name, lambda obj: obj["status"].update(
+                phase="Running", startTime=stamp(datetime.now(timezone.utc))))
+            self.running += 1
+            if self.running == self.count:
+                self.all_running.set()
 
 
 async def caught_up(log: Path, process, deadline: float) -> int:
@@ -89,6 +120,17 @@ async def published(bridge, count: int, deadline: float) -> None:
     raise SystemExit(f"cluster_pods: the bridge did not publish the pods in time; see {bridge.log_path}")
 
 
+async def until_running(kubelets: Kubelets, bridge, deadline: float) -> None:
+    """Until Tidal has placed every pod and the kubelets have started it."""
+    while time.monotonic() < deadline:
+        if bridge.process.poll() is not None:
+            raise SystemExit(f"cluster_pods: the bridge exited ({bridge.process.returncode}); see {bridge.log_path}")
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(kubelets.all_running.wait(), 1.0)
+            return
+    raise SystemExit(f"cluster_pods: {kubelets.running} of {kubelets.count} pods placed and running at the timeout")
+
+
 async def idle(stack: Stack, deadline: float, quiet_s: float = 3.0) -> None:
     """Until no process has used CPU for `quiet_s`: each has read what it follows to its end."""
     last, quiet_since = None, time.monotonic()
@@ -111,10 +153,14 @@ async def run(args: argparse.Namespace) -> dict:
         api.custom.register(yaml.safe_load(crd.read_text()))
     for topology in cluster:
         api.create_node(node_manifest(topology))
-    for pod in running_pods(args.pods, [t.node for t in cluster]):
+    kubelets = Kubelets(api, args.pods) if args.placed else None
+    for pod in cluster_pods(args.pods, [t.node for t in cluster], args.placed):
         api.create_pod(pod)
     async with contextlib.AsyncExitStack() as exits:  # closed in turn: the stack, the API server
         exits.push_async_callback(api.stop)
+        if kubelets is not None:
+            playing = asyncio.create_task(kubelets.run())
+            exits.callback(playing.cancel)
         tmp = Path(exits.enter_context(tempfile.TemporaryDirectory(prefix="tidal-cluster-pods-")))
         (tmp / "cgroup").mkdir()
         stack = exits.enter_context(Stack(tmp / "stack", nats_port=0, namespace=NAMESPACE, cluster=CLUSTER,
@@ -125,6 +171,8 @@ async def run(args: argparse.Namespace) -> dict:
         deadline = started + args.timeout
         bridge = await asyncio.to_thread(stack.add, "bridge", {
             "TIDAL_BRIDGE_KUBECONFIG": str(write_kubeconfig(tmp / "kubeconfig", api.url))})
+        if kubelets is not None:
+            await until_running(kubelets, bridge, deadline)
         await published(bridge, args.pods, deadline)
         agent = await asyncio.to_thread(stack.add, "topology", {
             "TIDAL_TOPOLOGY_NODE_NAME": cluster[0].node, "TIDAL_TOPOLOGY_CGROUP_ROOT": str(tmp / "cgroup"),
@@ -133,7 +181,8 @@ async def run(args: argparse.Namespace) -> dict:
         await idle(stack, deadline)
         took = time.monotonic() - started
         pids = {("node agent" if s.name == "topology" else s.name): s.process.pid for s in stack.services}
-        return {"cluster_pods": args.pods, "nodes": args.nodes, "pods_here": here, "catch_up_s": round(took, 1),
+        return {"cluster_pods": args.pods, "nodes": args.nodes, "placed": args.placed, "pods_here": here,
+                "catch_up_s": round(took, 1),
                 "rss_mib": {name: _common.proc_status_mib(pid, "VmRSS") for name, pid in pids.items()},
                 "peak_rss_mib": {name: _common.proc_status_mib(pid) for name, pid in pids.items()}}
 
@@ -142,6 +191,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=30_000, help="running pods in the cluster (default 30,000)")
     parser.add_argument("--nodes", type=int, default=1_000, help="nodes they run on (default 1,000)")
+    parser.add_argument("--placed", action="store_true",
+                        help="create the pods pending, for Tidal to place and bind (its decisions on the stream)")
     parser.add_argument("--seed", type=int, default=0, help="the nodes' inventories")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the catch-up")
     _common.collect_oldest_only_when_asked()
