@@ -179,7 +179,7 @@ async def test_a_pod_bound_since_the_watch_saw_it_keeps_its_decision(fake, kube)
         fake.update_pod("default", "p", lambda pod: (pod["spec"].update(nodeName="n2"),
                                                      pod["metadata"]["annotations"].update(bound)))
         outcome = await cached.bind(decision(decision_id="d1"))
-    assert (outcome.ok, outcome.reason) == (False, "pod default/p is already bound to node n2")
+    assert (outcome.ok, outcome.reason, outcome.bound_to) == (False, "pod default/p is already bound to node n2", "n2")
     # the decision is written with the Binding, which the API server refused: then the pod was read again
     assert fake.pod("default", "p")["metadata"]["annotations"] == bound and fake.bindings == []
     assert fake.count("POST", "/pods/p/binding") == 1 and fake.count("GET", "/pods/p") == 1

@@ -307,8 +307,8 @@ async def test_one_pods_decisions_in_one_event_are_carried_out_in_turn(nats_serv
         await bus.publish(PlacementDecisions.of(decision(node="n1", decision_id="d1"),
                                                 decision(node="n2", decision_id="d2")))
         events = await results.wait(lambda es: len(es) == 2, "two bind results")
-    assert [(e.payload.decision_id, e.payload.ok, e.payload.reason) for e in events] == [
-        ("d1", True, ""), ("d2", False, "pod default/web is already bound to node n1")]
+    assert [(e.payload.decision_id, e.payload.ok, e.payload.reason, e.payload.bound_to) for e in events] == [
+        ("d1", True, "", None), ("d2", False, "pod default/web is already bound to node n1", "n1")]
     pod = fake.pod("default", "web")
     assert (pod["spec"]["nodeName"], pod["metadata"]["annotations"]["tidal.dev/decision-id"]) == ("n1", "d1")
 

@@ -10,6 +10,7 @@ from tidal_cli.sample import node
 from tidal_placement.cache import ClusterCache
 from tidal_placement.cycle import cycle
 from tidal_placement.kept import KeptGpu, KeptPod, PodTraits
+from tidal_schemas import BindResult
 from tidal_schemas.fence import fence_decision
 
 
@@ -95,3 +96,27 @@ def test_a_pod_the_cluster_runs_keeps_no_decision_whatever_order_the_streams_are
     assert rebuilt.apply_decision(decision, "other", 0.5)
     assert rebuilt.records["default/p"].decision is None
     assert rebuilt.state.held("default/p") == booked and "default/p" not in rebuilt.queue.entries
+
+
+def test_a_bind_refused_as_the_pod_is_bound_holds_it_there_until_its_own_event_says_more():
+    cache = cluster()
+    first = placed_by(cache, "me", 1)
+    cache.rollback("default/p", 61.0)  # its bind outlived the timeout: the pod waits again
+    (second,) = cycle(cache, None, 100.0)
+    assert second.outcome == "placed" and second.decision_id != first.decision_id
+    # the first bind went through late, so the second is refused: the pod is bound to the first's node
+    cache.apply(BindResult(decision_id=second.decision_id, namespace="default", name="p", node=second.node,
+                           ok=False, reason=f"pod default/p is already bound to node {first.node}",
+                           bound_to=first.node), 101.0)
+    held = cache.state.held("default/p")
+    assert (held.node, held.cpu_milli) == (first.node, 2000) and "default/p" not in cache.queue.entries
+    assert list(cycle(cache, None, 200.0)) == []  # never placed again, so never refused again
+    running = pod("p", phase="running", cpu_milli=2000, node=first.node, decision_id=first.decision_id)
+    cache.apply(running, 202.0)  # its own event: what the cluster says it holds
+    assert cache.state.held("default/p") == held and cache.records["default/p"].pod.decision_id == first.decision_id
+    # refused for another reason, a pod waits to be placed again, as before
+    cache.apply(pod("q", cpu_milli=2000), 203.0)
+    (third,) = cycle(cache, None, 204.0)
+    cache.apply(BindResult(decision_id=third.decision_id, namespace="default", name="q", node=third.node,
+                           ok=False, reason="node gone"), 205.0)
+    assert "default/q" in cache.queue.entries and cache.state.held("default/q") is None

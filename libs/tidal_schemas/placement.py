@@ -113,6 +113,9 @@ class BindResult(Payload):
     node: Name
     ok: bool
     reason: str = ""
+    bound_to: Name | None = Field(
+        None, description="refused because the pod is bound already: the node it is bound to. Placement holds it "
+        "there from its requests until the pod's own event says what it holds, rather than place it again")
 
     def event_key(self) -> str:
         return pod_key(self.namespace, self.name)

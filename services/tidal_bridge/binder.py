@@ -52,6 +52,7 @@ class BindOutcome:
     ok: bool
     reason: str = ""
     pod: dict[str, Any] | None = None  # the pod as last read (for events)
+    bound_to: str | None = None  # refused: the node the pod is bound to already
 
 
 def check_pod(pod: dict[str, Any], decision: PlacementDecision, scheduler_name: str) -> BindOutcome | None:
@@ -65,7 +66,7 @@ def check_pod(pod: dict[str, Any], decision: PlacementDecision, scheduler_name: 
     if node:
         if node == decision.node and (meta.get("annotations") or {}).get(DECISION_ID) == decision.decision_id:
             return BindOutcome(True, "already bound by this decision", pod)
-        return BindOutcome(False, f"pod {key} is already bound to node {node}")
+        return BindOutcome(False, f"pod {key} is already bound to node {node}", bound_to=node)
     if meta.get("deletionTimestamp"):
         return BindOutcome(False, f"pod {key} is terminating")
     if status.get("phase") in ("Succeeded", "Failed"):

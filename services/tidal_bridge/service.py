@@ -220,7 +220,7 @@ class BridgeService(Service):
             outcome = await self.binder.bind_retrying(decision, self.api_retry)
             await self.publish(BindResult(decision_id=decision.decision_id, namespace=decision.namespace,
                                           name=decision.name, node=decision.node, ok=outcome.ok,
-                                          reason=outcome.reason),
+                                          reason=outcome.reason, bound_to=outcome.bound_to),
                                cause=envelope, discriminator=decision.decision_id)
             if outcome.ok:
                 self.pod_status.bound(decision.namespace, decision.name)

@@ -178,6 +178,12 @@ class ClusterCache(NodeFreshness):
         log.info("bind of %s on %s failed (%s): rolling back", key, result.node, result.reason)
         record = self._record(key)
         record.failed |= {result.decision_id}  # also when read before its decision
+        if result.bound_to and record.pod is not None and record.pod.phase == "pending":
+            # The cluster has it bound: by an earlier decision whose bind outlived its
+            # timeout, or by another scheduler. Placed again it would be refused again,
+            # each time one more decision, bind and result, while the pod's own event
+            # waits behind them: a retry storm under load.
+            record.pod = record.pod.bound_to(result.bound_to)
         self.room_changed = True
         self._reconcile(key, now)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from operator import attrgetter
 from types import MappingProxyType
@@ -122,6 +122,10 @@ class KeptPod:
     system_critical = property(attrgetter("traits.system_critical"))
     invalid_reason = property(attrgetter("traits.invalid_reason"))
     foreign = property(attrgetter("traits.foreign"))
+
+    def bound_to(self, node: str) -> KeptPod:
+        """The pod as bound to `node`, by a decision it does not name."""
+        return replace(self, phase="bound", node=_name(node), decision_id="")
 
     @property
     def created_at(self) -> datetime:
