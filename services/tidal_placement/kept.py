@@ -110,19 +110,6 @@ class KeptPod:
             numa_cpus=_numa_cpus(pod.numa_cpus), gpus=_gpu_shares(pod.gpus), decision_id=pod.decision_id,
             traits=_traits(pod), key=pod_key(pod.namespace, pod.name))
 
-    namespace = property(attrgetter("traits.namespace"))
-    requests = property(attrgetter("traits.requests"))
-    gpu = property(attrgetter("traits.gpu"))
-    tenant = property(attrgetter("traits.tenant"))
-    user = property(attrgetter("traits.user"))
-    exclusive_cpus = property(attrgetter("traits.exclusive_cpus"))
-    cpu_policy = property(attrgetter("traits.cpu_policy"))
-    qos = property(attrgetter("traits.qos"))
-    priority = property(attrgetter("traits.priority"))
-    system_critical = property(attrgetter("traits.system_critical"))
-    invalid_reason = property(attrgetter("traits.invalid_reason"))
-    foreign = property(attrgetter("traits.foreign"))
-
     def bound_to(self, node: str) -> KeptPod:
         """The pod as bound to `node`, by a decision it does not name."""
         return replace(self, phase="bound", node=_name(node), decision_id="")
@@ -138,6 +125,9 @@ class KeptPod:
     def event_key(self) -> str:
         return self.key
 
+
+for _trait in PodTraits.__slots__:  # read through the pod, under the event's names
+    setattr(KeptPod, _trait, property(attrgetter(f"traits.{_trait}")))
 
 PodLike = PodLifecycle | KeptPod  # what the policy reads a pod from
 
