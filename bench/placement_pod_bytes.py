@@ -35,9 +35,9 @@ import numpy as np
 
 import _common
 from cluster_pods import cluster_pods
-from tidal_bridge.pods import pod_lifecycle
-from tidal_placement.cache import ClusterCache
-from tidal_placement.cycle import cycle
+from tidal_bridge import pod_lifecycle
+from tidal_placement import ClusterCache
+from tidal_placement import scheduling_cycle as cycle
 from tidal_schemas import PlacementDecisions, decode, encode, make_envelope
 from tidal_schemas.decision_codec import write_decision
 from tidal_schemas.fence import fence_decision

@@ -13,6 +13,7 @@ from tidal_runtime.exports import lazy_exports
 PUBLIC = {
     "BridgeService": "service:BridgeService",
     "BridgeSettings": "settings:BridgeSettings",
+    "pod_lifecycle": "pods:pod_lifecycle",  # a Pod object as the bridge publishes it
 }
 __all__ = sorted(PUBLIC)
 __getattr__ = lazy_exports(__name__, PUBLIC)

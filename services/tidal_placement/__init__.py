@@ -25,6 +25,7 @@ PUBLIC = {
     "tenant_usage": "tenancy:tenant_usage",
     "PlacementService": "service:PlacementService",
     "PlacementSettings": "settings:PlacementSettings",
+    "scheduling_cycle": "cycle:cycle",  # not `cycle`: the module of that name would shadow it
 }
 __all__ = sorted(PUBLIC)
 __getattr__ = lazy_exports(__name__, PUBLIC)
