@@ -79,11 +79,11 @@ class PodTraits:
 
 def _traits(pod: PodLifecycle) -> PodTraits:
     requests, gpu = _requests(pod.requests), _gpu_ask(pod.gpu)
-    values = (_name(pod.namespace), requests, gpu, _name(pod.tenant), _name(pod.user),
-              pod.exclusive_cpus, pod.cpu_policy, _name(pod.qos), pod.priority, pod.system_critical,
-              pod.invalid_reason, pod.foreign)
+    named = (_name(pod.namespace), _name(pod.tenant), _name(pod.user), pod.exclusive_cpus, pod.cpu_policy,
+             _name(pod.qos), pod.priority, pod.system_critical, pod.invalid_reason, pod.foreign)
     # the shared parts by identity (a GPU ask is no key): alive while this entry holds them in its value
-    return _share(("traits", id(requests), id(gpu), *values[:1], *values[3:]), lambda: PodTraits(*values))
+    return _share(("traits", id(requests), id(gpu), *named),
+                  lambda: PodTraits(named[0], requests, gpu, *named[1:]))
 
 
 @dataclass(frozen=True, slots=True)
