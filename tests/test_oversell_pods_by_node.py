@@ -35,5 +35,12 @@ def test_a_pod_is_kept_as_what_oversell_reads_of_it():
                   started_at=T0)
     by_node.apply("c1", running)
     (held,) = by_node.on("c1", "n1")
-    assert held == HeldPod("default/a", "n1", 1000, 900, T0, running.created_at, "LS", 7, True, False)
-    assert not isinstance(held, PodLifecycle)
+    read = ("key", "node", "cpu_milli", "memory_mib", "started_at", "created_at", "qos", "priority", "evictable",
+            "system_critical")
+    assert [getattr(held, name) for name in read] == \
+        ["default/a", "n1", 1000, 900, T0, running.created_at, "LS", 7, True, False]
+    assert isinstance(held, HeldPod) and not isinstance(held, PodLifecycle)
+    # the pods of one workload on one node share one record of what they share
+    by_node.apply("c1", pod("b", phase="running", node="n1", priority=7, evictable=True, qos="LS", memory_mib=900))
+    assert [p.shape for p in by_node.on("c1", "n1")] == [held.shape] * 2
+    assert by_node.on("c1", "n1")[1].shape is held.shape and by_node.on("c1", "n1")[1].started_at is None
