@@ -10,6 +10,7 @@ PUBLIC = {
     "Service": "service:Service",
     "ServiceMetrics": "metrics:ServiceMetrics",
     "ServiceSettings": "settings:ServiceSettings",
+    "SharedValues": "shared:SharedValues",
     "Subscription": "service:Subscription",
     "collect_oldest_only_when_asked": "collector:collect_oldest_only_when_asked",
     "configure_logging": "logs:configure_logging",

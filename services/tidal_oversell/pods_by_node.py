@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from operator import attrgetter
 
+from tidal_runtime import SharedValues
 from tidal_schemas import HOLDING_PHASES, PodLifecycle
 
-SHAPES_KEPT = 100_000  # distinct shapes kept for sharing before starting afresh (bounds a hostile variety)
-_shapes: dict["PodShape", "PodShape"] = {}
+_shapes = SharedValues()
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,14 +35,8 @@ class PodShape:
 
 
 def _shape(pod: PodLifecycle) -> PodShape:
-    shape = PodShape(sys.intern(pod.node or ""), pod.requests.cpu_milli, pod.requests.memory_mib, sys.intern(pod.qos),
-                     pod.priority, pod.evictable, pod.system_critical)
-    found = _shapes.get(shape)
-    if found is None:
-        if len(_shapes) >= SHAPES_KEPT:
-            _shapes.clear()
-        found = _shapes[shape] = shape
-    return found
+    return _shapes.same(PodShape(sys.intern(pod.node or ""), pod.requests.cpu_milli, pod.requests.memory_mib,
+                                 sys.intern(pod.qos), pod.priority, pod.evictable, pod.system_critical))
 
 
 def _moment(seconds: float | None) -> datetime | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tidal_runtime import SharedValues
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -36,22 +38,11 @@ class Allocation:
         allocation = Allocation(node, cpu_milli, memory_mib,
                                 tuple(sorted((k, v) for k, v in numa_cpus.items() if v)) if numa_cpus else (),
                                 tuple(sorted((k, v) for k, v in gpus.items() if v)) if gpus else ())
-        return allocation if allocation.numa_cpus or allocation.gpus else _shared(allocation)
+        # the replicas of a workload on one node hold the same: 72 bytes a pod, of 150,000 at 5,000 nodes
+        return allocation if allocation.numa_cpus or allocation.gpus else _device_less.same(allocation)
 
 
-SHARED_KEPT = 100_000  # distinct allocations kept for sharing before starting afresh (bounds a hostile variety)
-_kept: dict[Allocation, Allocation] = {}
-
-
-def _shared(allocation: Allocation) -> Allocation:
-    # The replicas of a workload on one node hold the same: a record each
-    # was 72 bytes of every pod of a cluster (150,000 at 5,000 nodes).
-    found = _kept.get(allocation)
-    if found is None:
-        if len(_kept) >= SHARED_KEPT:
-            _kept.clear()
-        found = _kept[allocation] = allocation
-    return found
+_device_less = SharedValues()
 
 
 @dataclass(frozen=True, slots=True)  # one per pod holding devices unnamed

@@ -18,21 +18,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Any
 
+from tidal_runtime import SharedValues
 from tidal_schemas import Gpu, GpuAsk, GpuShare, PlacementDecision, PodLifecycle, Resources, pod_key
 
-SHARED_KEPT = 100_000  # distinct shared parts kept before starting afresh (bounds a hostile variety)
-_shared: dict[tuple, Any] = {}
-
-
-def _share(key: tuple, make) -> Any:
-    found = _shared.get(key)
-    if found is None:
-        if len(_shared) >= SHARED_KEPT:
-            _shared.clear()
-        found = _shared[key] = make()
-    return found
+_share = SharedValues().get  # the parts that repeat across pods, each kept once
 
 
 def _requests(r: Resources) -> Resources:
