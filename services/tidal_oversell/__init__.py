@@ -9,6 +9,7 @@ from tidal_runtime.exports import lazy_exports
 PUBLIC = {
     "OversellService": "service:OversellService",
     "OversellSettings": "settings:OversellSettings",
+    "PodsByNode": "pods_by_node:PodsByNode",  # what oversell keeps of the pods holding room on each node
 }
 __all__ = sorted(PUBLIC)
 __getattr__ = lazy_exports(__name__, PUBLIC)

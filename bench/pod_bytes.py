@@ -1,11 +1,13 @@
-"""The bytes placement keeps for each running pod of a cluster, and where.
+"""The bytes placement and oversell keep for each running pod of a cluster,
+and where.
 
-A cluster's pods run for hours, 30 a node, and placement keeps each while
-it runs; the placement benches hold pending pods only. This feeds
+A cluster's pods run for hours, 30 a node, and both services keep each
+while it runs; the placement benches hold pending pods only. This feeds
 placement's own cache (`ClusterCache`) the events it reads of `--pods`
 running pods on `--nodes` nodes, each decoded from its wire form as the
 service decodes it, and counts what stays allocated (tracemalloc) once
-they all run, by line of code:
+they all run, by line of code; and oversell's table of the pods on each
+node (`PodsByNode`) the same pods' events as they run:
 
 - by default, pods bound and running before Tidal started, as the bridge
   reads them from the cluster (`tidal_bridge.pods.pod_lifecycle`);
@@ -18,9 +20,9 @@ The pods are those of bench/cluster_pods.py (500m, 1 GiB, seven tenants),
 which measures the processes' resident memory in the same cluster.
 
 Prints one JSON line: {"pods": P, "nodes": N, "placed": bool, "bytes_per_pod": B,
-"top": [["file:line", bytes a pod], ...]}
+"top": [["file:line", bytes a pod], ...], "oversell_bytes_per_pod": O}
 
-Run: .venv/bin/python bench/placement_pod_bytes.py [--pods 20000] [--nodes 1000] [--placed]
+Run: .venv/bin/python bench/pod_bytes.py [--pods 20000] [--nodes 1000] [--placed]
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import numpy as np
 import _common
 from cluster_pods import cluster_pods
 from tidal_bridge import pod_lifecycle
+from tidal_oversell import PodsByNode
 from tidal_placement import ClusterCache
 from tidal_placement import scheduling_cycle as cycle
 from tidal_schemas import PlacementDecisions, decode, encode, make_envelope
@@ -46,9 +49,13 @@ CLUSTER, LEADER = "c1", "bench"
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def wire(payload) -> bytes:
+    return encode(make_envelope(payload, cluster=CLUSTER, source="bench"))
+
+
 def read(cache: ClusterCache, payload, now: float) -> None:
     """`payload` as placement reads it: off the wire, decoded and validated."""
-    event = decode(encode(make_envelope(payload, cluster=CLUSTER, source="bench")))
+    event = decode(wire(payload))
     if isinstance(event.payload, PlacementDecisions):
         for decision in event.payload.items:
             cache.apply_decision(decision, LEADER, now)
@@ -93,10 +100,26 @@ def run(pods: int, nodes: int, placed: bool, seed: int) -> dict:
     kept = tracemalloc.take_snapshot()
     tracemalloc.stop()
     if running < pods:
-        raise SystemExit(f"placement_pod_bytes: only {running} of {pods} pods placed: give more --nodes")
+        raise SystemExit(f"pod_bytes: only {running} of {pods} pods placed: give more --nodes")
     total = sum(stat.size for stat in kept.statistics("filename"))
     top = [[where(stat.traceback[0]), round(stat.size / pods)] for stat in kept.statistics("lineno")[:8]]
-    return {"pods": pods, "nodes": nodes, "placed": placed, "bytes_per_pod": round(total / pods), "top": top}
+    return {"pods": pods, "nodes": nodes, "placed": placed, "bytes_per_pod": round(total / pods), "top": top,
+            "oversell_bytes_per_pod": oversell_bytes(pods, [t.node for t in cluster])}
+
+
+def oversell_bytes(pods: int, nodes: list[str]) -> int:
+    """What oversell's table of pods by node keeps of each running pod's
+    event (placed by Tidal or not: it keeps the same of either)."""
+    events = [wire(pod_lifecycle(manifest)) for manifest in cluster_pods(pods, nodes, placed=False)]
+    gc.collect()
+    tracemalloc.start()
+    by_node = PodsByNode()
+    for event in events:
+        by_node.apply(CLUSTER, decode(event).payload)
+    gc.collect()
+    kept = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    return round(kept / pods)
 
 
 def main() -> None:
