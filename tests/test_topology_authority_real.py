@@ -123,8 +123,12 @@ def node_audit(settings: TopologySettings, capsys) -> tuple[int, dict]:
     return code, json.loads(out) if out.strip().startswith("{") else {"output": out}
 
 
-def assert_clean(settings, capsys) -> None:
-    code, report = node_audit(settings, capsys)
+async def assert_clean(agent, settings, capsys) -> None:
+    """The node audit finds nothing once the agent has finished the change it
+    is making: a subtree is narrowed bottom-up, so a process shows its new
+    CPUs before its pod's cgroup does (the agent audits after each change)."""
+    async with agent.cpus.lock:
+        code, report = node_audit(settings, capsys)
     assert code == 0 and report["violations"] == [], report
 
 
@@ -186,12 +190,12 @@ async def test_shared_pods_leave_the_exclusive_cpu_and_get_it_back(nats_server, 
         await bus.publish(running("db", db, "d1", {1: 1}))
         await pinned(db, [1], "the exclusive pod")
         await pinned(other, [0], "the other scheduler's pod leaves the exclusive CPU")
-        assert_clean(settings, capsys)
+        await assert_clean(agent, settings, capsys)
 
         await bus.publish(pod("db", phase="deleted", node=NODE, uid=db.uid))
         remove(db)
         await pinned(other, [0, 1], "the shared pool has cpu1 again")
-        assert_clean(settings, capsys)
+        await assert_clean(agent, settings, capsys)
     await stop_own(agent, task)
 
 
@@ -215,7 +219,7 @@ async def test_a_failed_bind_and_a_bind_timeout_each_give_the_cpus_back(nats_ser
         assert (await seen.wait("second", released=False)).cpuset == [1]
         await pinned(second, [1], "the next exclusive pod")
         await pinned(shared, [0], "the shared pod off the exclusive CPU")
-        assert_clean(settings, capsys)
+        await assert_clean(agent, settings, capsys)
 
         # "second" ends; "third" is never bound: after the bind timeout its cpu1 comes back
         await bus.publish(pod("second", phase="deleted", node=NODE, uid=second.uid))
@@ -228,7 +232,7 @@ async def test_a_failed_bind_and_a_bind_timeout_each_give_the_cpus_back(nats_ser
         await bus.publish(running("fourth", fourth, "d4", {1: 1}))
         await pinned(fourth, [1], "the exclusive pod after the timeout")
         await pinned(shared, [0], "the shared pod off the exclusive CPU")
-        assert_clean(settings, capsys)
+        await assert_clean(agent, settings, capsys)
         await seen.close()
     await stop_own(agent, task)
 
@@ -307,7 +311,7 @@ async def test_a_move_keeps_the_books_placement_and_later_events_true(nats_serve
         assert second.numa_cpus == {source: 1}
         await pinned(b, [source], "the next exclusive pod")
         assert allowed(a) == [target]
-        assert_clean(settings, capsys)
+        await assert_clean(agent, settings, capsys)
     await stop_own(placement, placement_task)
     await stop_own(agent, agent_task)
 
@@ -325,7 +329,7 @@ async def test_a_shared_pod_placed_on_one_numa_node_runs_only_on_its_shared_cpus
         await pinned(web, [1], "the shared pod on NUMA 1")
         await pinned(other, [0, 1], "a pod placed on no NUMA node: the whole shared pool")
         await pinned(db, [0, 1], "a pod the agent has no event of yet: the whole shared pool")
-        assert_clean(settings, capsys)
+        await assert_clean(agent, settings, capsys)
 
         # NUMA 1's only CPU becomes exclusive: web falls back to the whole shared pool
         await bus.publish(decision("db", "d2", {1: 1}))
@@ -333,7 +337,7 @@ async def test_a_shared_pod_placed_on_one_numa_node_runs_only_on_its_shared_cpus
         await pinned(db, [1], "the exclusive pod")
         await pinned(web, [0], "the shared pod, NUMA 1 having no shared CPU left")
         await pinned(other, [0], "the other pod")
-        assert_clean(settings, capsys)
+        await assert_clean(agent, settings, capsys)
     await stop_own(agent, task)
 
 
@@ -349,7 +353,7 @@ async def test_a_cpuset_corrupted_by_hand_is_reported_by_the_command_and_the_gau
         await bus.publish(running("db", db, "d1", {1: 1}))
         await pinned(db, [1], "the exclusive pod")
         await pinned(other, [0], "the shared pod")
-        assert_clean(settings, capsys)
+        await assert_clean(agent, settings, capsys)
 
         # someone widens the shared pod's cgroup onto the exclusive CPU
         (CGROUP / "cpuset" / parent / f"pod{other.uid}" / "cpuset.cpus").write_text("0-1")
