@@ -50,11 +50,12 @@ def factor_allocatable(topology: NodeTopology, pods: Sequence[HeldPod], peak: Pe
     no_peak = peak.reason if peak is not None and peak.reason else "no peak estimate from scoring yet"
     decisions: dict[str, FactorDecision] = {}
     inputs: dict[str, float] = {}
+    started = [p.started_at for p in pods]  # once for both resources: each read builds a datetime
     for resource, field in RESOURCES:
         asked = float(getattr(requested, field))
         peak_value = getattr(peak, field) if peak is not None else None
         decision = decide_factor(asked, float(peak_value) if peak_value else None, previous.get(resource),
-                                 [p.started_at for p in pods], now, settings, no_peak_reason=no_peak)
+                                 started, now, settings, no_peak_reason=no_peak)
         decisions[resource] = decision
         inputs[f"requested_{field}"] = asked
         if peak_value is not None:
