@@ -79,13 +79,13 @@ class Kubelets:
         self.all_running = asyncio.Event()
         api.admit_binding = self.admit
 
-    def admit(self, pod: dict, node: str) -> None:  # in the API server's write: the binding follows
+    def admit(self, pod: dict, node: str) -> None:
+        # in the API server's handler, which writes the Binding before it next awaits: `run` sees it written
         self.bound.put_nowait((pod["metadata"]["namespace"], pod["metadata"]["name"]))
 
     async def run(self) -> None:
         while True:
             namespace, name = await self.bound.get()
-            await asyncio.sleep(0)  # the Binding is written once admitted
             self.api.update_pod(namespace, name, lambda obj: obj["status"].update(
                 phase="Running", startTime=stamp(datetime.now(timezone.utc))))
             self.running += 1
