@@ -90,8 +90,8 @@ class Path:
         await wait_until(lambda: all(self._seen_bound(n) for n in names), timeout, "bound pods seen by placement")
 
     def _seen_bound(self, name: str) -> bool:
-        record = self.placement.clusters[CLUSTER].records.get(f"default/{name}")
-        return record is not None and record.pod is not None and record.pod.phase in ("bound", "running")
+        pod = self.placement.clusters[CLUSTER].records.pod(f"default/{name}")
+        return pod is not None and pod.phase in ("bound", "running")
 
     async def pending_reason(self, name: str) -> str:
         fence, reason = DecisionFence(), None

@@ -1,15 +1,18 @@
 """What placement's cache keeps of a decision: what it books and whom it
 names, not its explanation (most of placement's memory per pod placed);
 of a pod event: the fields placement reads, the repeated parts shared;
-and a fenced-out decision of its own is still rolled back, known by its id."""
+and a fenced-out decision of its own is still rolled back, known by its id.
+A running pod is kept as its event alone, its ids in 128 bits."""
 
 from __future__ import annotations
+
+import pytest
 
 from builders import pod
 from tidal_cli.sample import node
 from tidal_placement.cache import ClusterCache
 from tidal_placement.cycle import cycle
-from tidal_placement.kept import KeptGpu, KeptPod, PodTraits
+from tidal_placement.kept import KeptGpu, KeptPod, PodTraits, packed_id, unpacked_id
 from tidal_schemas import BindResult
 from tidal_schemas.fence import fence_decision
 
@@ -32,14 +35,14 @@ def placed_by(cache: ClusterCache, leader: str, epoch: int, name: str = "p"):
 def test_the_record_keeps_what_a_decision_books_not_its_explanation():
     cache = cluster()
     decision = placed_by(cache, "me", 1)
-    kept = cache.records["default/p"].decision
+    kept = cache.records.get("default/p").decision
     assert (kept.decision_id, kept.node, kept.requests, dict(kept.numa_cpus), list(kept.gpus), kept.epoch,
             kept.leader) == \
         (decision.decision_id, decision.node, decision.requests, decision.numa_cpus, decision.gpus, 1, "me")
     for explanation in ("chosen", "runners_up", "filtered", "reason", "nodes"):
         assert not hasattr(kept, explanation)
     assert cache.apply_decision(decision, "me", 1.5)  # read back from the log: kept the same way
-    assert cache.records["default/p"].decision == kept
+    assert cache.records.get("default/p").decision == kept
     assert cache.state.held("default/p").cpu_milli == 2000  # and it still books the pod
 
 
@@ -57,10 +60,11 @@ def test_the_record_keeps_a_pods_fields_and_shares_what_repeats():
     cache = cluster()
     cache.apply(pod("a", cpu_milli=2000, tenant="t1"), 0.0)
     cache.apply(pod("b", cpu_milli=2000, tenant="t1"), 0.0)
-    a, b = cache.records["default/a"].pod, cache.records["default/b"].pod
+    a, b = cache.records.pod("default/a"), cache.records.pod("default/b")
     event = pod("a", cpu_milli=2000, tenant="t1")
     # the traits are read through the pod, under the event's names; a kept list is a tuple
-    for name in (set(KeptPod.__slots__) - {"key", "traits", "created"}) | set(PodTraits.__slots__) | {"created_at"}:
+    kept_names = set(KeptPod.__slots__) - {"key", "traits", "created", "packed_uid", "packed_decision_id"}
+    for name in kept_names | {"uid", "decision_id"} | set(PodTraits.__slots__) | {"created_at"}:
         kept = getattr(a, name)
         assert (list(kept) if isinstance(kept, tuple) else kept) == getattr(event, name), name
     assert a.event_key() == event.event_key() == "default/a" and a.name == "a"
@@ -86,15 +90,17 @@ def test_a_pod_the_cluster_runs_keeps_no_decision_whatever_order_the_streams_are
     booked = cache.state.held("default/p")
     running = pod("p", phase="running", cpu_milli=2000, node=decision.node, decision_id=decision.decision_id)
     cache.apply(running, 2.0)
-    record = cache.records["default/p"]
-    assert (record.decision, record.failed, record.tries) == (None, frozenset(), 1)
+    # nothing but the pod is kept: no record around it, no decision, failed ids or tries
+    assert cache.records.pod("default/p").phase == "running" and list(cache.records.records()) == []
+    record = cache.records.get("default/p")
+    assert (record.decision, record.failed, record.tries) == (None, frozenset(), 0)
     assert cache.state.held("default/p") == booked  # the cluster's holding is what the decision booked
     # a rebuild reading the pod before its decision
     rebuilt = cluster()
     assert rebuilt.apply_decision(fence_decision(1, "me"), "other", 0.0)
     rebuilt.apply(running, 0.0)
     assert rebuilt.apply_decision(decision, "other", 0.5)
-    assert rebuilt.records["default/p"].decision is None
+    assert rebuilt.records.get("default/p").decision is None
     assert rebuilt.state.held("default/p") == booked and "default/p" not in rebuilt.queue.entries
 
 
@@ -113,10 +119,32 @@ def test_a_bind_refused_as_the_pod_is_bound_holds_it_there_until_its_own_event_s
     assert list(cycle(cache, None, 200.0)) == []  # never placed again, so never refused again
     running = pod("p", phase="running", cpu_milli=2000, node=first.node, decision_id=first.decision_id)
     cache.apply(running, 202.0)  # its own event: what the cluster says it holds
-    assert cache.state.held("default/p") == held and cache.records["default/p"].pod.decision_id == first.decision_id
+    assert cache.state.held("default/p") == held and cache.records.pod("default/p").decision_id == first.decision_id
     # refused for another reason, a pod waits to be placed again, as before
     cache.apply(pod("q", cpu_milli=2000), 203.0)
     (third,) = cycle(cache, None, 204.0)
     cache.apply(BindResult(decision_id=third.decision_id, namespace="default", name="q", node=third.node,
                            ok=False, reason="node gone"), 205.0)
     assert "default/q" in cache.queue.entries and cache.state.held("default/q") is None
+
+
+_UID = "0f8a6c2e-5b1d-4e7a-9c3f-2d6b8e1a4c70"
+
+
+@pytest.mark.parametrize("text", ["", "pod-1", _UID, _UID.upper(), _UID.replace("-", ""), "+" + _UID[1:],
+                                  _UID[:9] + "_" + _UID[10:], " " + _UID[1:], "-" + _UID[1:]])
+def test_an_id_is_kept_in_128_bits_only_in_its_canonical_form_and_given_back_as_it_was(text):
+    packed = packed_id(text)
+    assert unpacked_id(packed) == text
+    assert isinstance(packed, int) == (text == _UID)  # whatever else int() would read stays text: one to one
+
+
+def test_a_running_pods_ids_are_kept_packed_and_read_as_text():
+    cache = cluster()
+    decision_id = "7d0c3b9e-1f2a-5c4d-8e6f-0a1b2c3d4e5f"
+    cache.apply(pod("p", phase="running", cpu_milli=2000, node="n0", uid=_UID, decision_id=decision_id), 0.0)
+    kept = cache.records.pod("default/p")
+    assert isinstance(kept.packed_uid, int) and isinstance(kept.packed_decision_id, int)
+    assert (kept.uid, kept.decision_id) == (_UID, decision_id)
+    cache.apply(pod("p", phase="deleted", uid=_UID), 1.0)
+    assert packed_id(_UID) in cache.gone  # and a late decision for it books nothing

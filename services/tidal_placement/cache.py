@@ -26,8 +26,8 @@ from tidal_schemas.fence import DecisionFence
 from .cluster_state import ClusterState
 from .freshness import NodeFreshness
 from .gpu_groups import GroupRegistry
-from .holdings import PodRecord
-from .kept import KeptDecision, KeptGpu, KeptPod
+from .kept import KeptDecision, KeptGpu, KeptPod, packed_id
+from .pod_records import PodRecords
 from .queue import SchedulingQueue
 from .tenant_ledger import TenantLedger
 
@@ -59,8 +59,8 @@ class ClusterCache(NodeFreshness):
         self.inventory: dict[str, list[KeptGpu]] = {}  # node -> its GPUs
         self.gpu_model: dict[str, str] = {}  # GPU id -> model
         self.scores: dict[tuple[str, str], float] = {}  # (user, resource type) -> fair-share score
-        self.records: dict[str, PodRecord] = {}  # pod key -> what is known of it
-        self.gone: dict[str, None] = {}  # uids of deleted pods, oldest first
+        self.records = PodRecords()  # pod key -> what is known of it
+        self.gone: dict[int | str, None] = {}  # uids of deleted pods (`packed_id`), oldest first
         self.awaiting_bind: dict[str, float] = {}  # pod key -> when its decision was taken or read
         self.last_sample: dict[str, datetime] = {}  # node -> time of its newest sample
         self.stale: set[str] = set()  # nodes taken out for stale metrics
@@ -136,32 +136,28 @@ class ClusterCache(NodeFreshness):
             live = record.live_decision() if record is not None else None
             if d.leader == me and live is not None and live.decision_id == d.decision_id:
                 self.rollback(key, now)  # fenced out: undo our own assumption
-        elif d.uid not in self.gone:
-            record = self._record(key)
+        elif packed_id(d.uid) not in self.gone:
+            record = self.records.edit(key)
             if record.decision is None or record.decision.decision_id != d.decision_id:  # not our own, kept
                 record.decision = KeptDecision.of(d)
             self._reconcile(key, now)
         return admitted
-
-    def _record(self, key: str) -> PodRecord:
-        return self.records.setdefault(key, PodRecord())
 
     def _apply_pod(self, event: PodLifecycle, now: float) -> None:
         pod = KeptPod.of(event)
         key = pod.key
         if pod.phase == "deleted":
             self.room_changed = True
-            self.records.pop(key, None)
-            self._bury(pod.uid)
+            self.records.pop(key)
+            self._bury(pod.packed_uid)
         else:
-            record = self._record(key)
-            record.pod = pod
-            if record.waits():
+            self.records.set_pod(key, pod)
+            if self.records.get(key).waits():
                 self.on_pending(pod)
         self._reconcile(key, now)
         self._charge(key)  # its tenant or requests may have changed, its holding not
 
-    def _bury(self, uid: str) -> None:
+    def _bury(self, uid: int | str) -> None:
         # Decisions are another stream: one for a pod deleted since may be read
         # after its deletion (a rebuild), and must not book anything then.
         if uid:
@@ -176,7 +172,7 @@ class ClusterCache(NodeFreshness):
             self.state.confirm(key)
             return
         log.info("bind of %s on %s failed (%s): rolling back", key, result.node, result.reason)
-        record = self._record(key)
+        record = self.records.edit(key)
         record.failed |= {result.decision_id}  # also when read before its decision
         if result.bound_to and record.pod is not None and record.pod.phase == "pending":
             # The cluster has it bound: by an earlier decision whose bind outlived its
@@ -192,7 +188,7 @@ class ClusterCache(NodeFreshness):
         # pod's per-NUMA holding follows it (holdings.bound_holding).
         if a.released and a.pod not in self.records:
             return False  # the pod is gone: nothing to correct
-        record = self._record(a.pod)
+        record = self.records.edit(a.pod)
         before = record.holding()
         record.assignment = a
         if record.holding() != before:  # moved or taken back: the CPUs it left are free
@@ -206,7 +202,7 @@ class ClusterCache(NodeFreshness):
         record = self.records.get(key)
         decision = record.live_decision() if record is not None else None
         if decision is not None:
-            record.failed |= {decision.decision_id}
+            self.records.edit(key).failed |= {decision.decision_id}
         self.room_changed = True
         self._reconcile(key, now)
 
@@ -215,6 +211,7 @@ class ClusterCache(NodeFreshness):
         record = self.records.get(key)
         if record is not None:
             record.settle()
+            self.records.keep(key, record)
         holding = record.holding() if record is not None else None
         if holding is None:
             if self.state.release(key) is not None:
@@ -237,7 +234,7 @@ class ClusterCache(NodeFreshness):
         """The leader took `decision` (already assumed in the state): the pod
         holds it from now on, whatever is read next."""
         key = pod.event_key()
-        record = self._record(key)
+        record = self.records.edit(key)
         record.decision, record.tries = KeptDecision.of(decision), record.tries + 1
         self.queue.remove(key)
         self.awaiting_bind[key] = now
@@ -248,10 +245,10 @@ class ClusterCache(NodeFreshness):
 
     def holdings(self) -> Iterator[tuple[KeptPod, dict[str, int]]]:
         """(pod, GPUs held by name) of every Tidal pod holding room here."""
-        for key, record in self.records.items():
-            held = self.state.held(key) if record.pod is not None and not record.pod.foreign else None
+        for key, pod in self.records.pods():
+            held = self.state.held(key) if not pod.foreign else None
             if held is not None:
-                yield record.pod, dict(held.gpus)
+                yield pod, dict(held.gpus)
 
     def tenant_usage(self) -> dict[str, dict[str, int]]:
         """`tenancy.tenant_usage` of `holdings()`, from the ledger (a copy)."""
@@ -265,14 +262,14 @@ class ClusterCache(NodeFreshness):
     def _charge(self, key: str) -> None:
         if self._ledger_stale:
             return  # rebuilt whole when next read
-        record, held = self.records.get(key), self.state.held(key)
-        pod = record.pod if record is not None and held is not None else None
+        held = self.state.held(key)
+        pod = self.records.pod(key) if held is not None else None
         self.ledger.set(key, None if pod is None or pod.foreign else pod,
                         ((self.gpu_model.get(gpu, ""), milli) for gpu, milli in dict(held.gpus).items()) if held else ())
 
     def placed_here(self) -> list[KeptPod]:
-        """Pods this replica has placed (and not seen deleted), as last seen."""
-        return [record.pod for record in self.records.values() if record.tries and record.pod is not None]
+        """Pods this replica has placed that are not bound yet, as last seen."""
+        return [record.pod for record in self.records.records() if record.tries and record.pod is not None]
 
     def tries(self, key: str) -> int:
         """Placements this replica made for the pod (a rollback's retry gets a new decision id)."""

@@ -53,10 +53,15 @@ class PodRecord:
     def settle(self) -> None:
         """Forget what only a pending pod reads. Once the cluster has the pod
         bound, running or finished, its holding is the cluster's (rule 1) or
-        nothing, whatever decision is read. Kept, a cluster's pods Tidal
-        placed each held its decision for life: about 250 bytes a pod."""
+        nothing, whatever decision is read, and no decision id is derived
+        from its tries again. Kept, a cluster's pods Tidal placed each held
+        its decision for life: about 250 bytes a pod."""
         if self.pod is not None and self.pod.phase != "pending":
-            self.decision, self.failed = None, NONE_FAILED
+            self.decision, self.failed, self.tries = None, NONE_FAILED, 0
+
+    def holds_only_its_pod(self) -> bool:
+        """Whether the pod's latest event is all there is to keep (`pod_records`)."""
+        return self.decision is None and not self.failed and self.assignment is None and not self.tries
 
     def live_decision(self) -> KeptDecision | None:
         d = self.decision
