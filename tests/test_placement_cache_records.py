@@ -148,3 +148,27 @@ def test_a_running_pods_ids_are_kept_packed_and_read_as_text():
     assert (kept.uid, kept.decision_id) == (_UID, decision_id)
     cache.apply(pod("p", phase="deleted", uid=_UID), 1.0)
     assert packed_id(_UID) in cache.gone  # and a late decision for it books nothing
+
+
+def _kept_under(cache: ClusterCache, key: str) -> list[str]:
+    """The key objects the pod is kept under: its record's, its kept pod's and its holding's."""
+    return [next(k for k in cache.records if k == key), cache.records.pod(key).key,
+            next(k for k in cache.state.holdings() if k == key)]
+
+
+def test_a_pod_is_kept_under_one_key_object_whatever_event_named_it_since():
+    # keys are not interned: each event's key is a new string, and every table keeps the first
+    cache = cluster()
+    decision = placed_by(cache, "me", 1)
+    first = cache.records.pod("default/p").key
+    cache.apply(BindResult(decision_id=decision.decision_id, namespace="default", name="p", node=decision.node,
+                           ok=True), 1.0)
+    cache.apply(pod("p", phase="running", cpu_milli=2000, node=decision.node, decision_id=decision.decision_id), 2.0)
+    assert all(k is first for k in _kept_under(cache, "default/p"))
+    # a rebuild reading the decision before the pod: the decision's key is the one kept
+    rebuilt = cluster()
+    assert rebuilt.apply_decision(fence_decision(1, "me"), "other", 0.0)
+    assert rebuilt.apply_decision(decision, "other", 0.5)
+    first = next(k for k in rebuilt.records if k == "default/p")
+    rebuilt.apply(pod("p", phase="running", cpu_milli=2000, node=decision.node, decision_id=decision.decision_id), 1.0)
+    assert all(k is first for k in _kept_under(rebuilt, "default/p"))

@@ -57,8 +57,9 @@ class HeldPod:
     shape: PodShape
 
     @staticmethod
-    def of(pod: PodLifecycle) -> "HeldPod":
-        return HeldPod(pod.event_key(), pod.started_at.timestamp() if pod.started_at else None,
+    def of(pod: PodLifecycle, key: str | None = None) -> "HeldPod":
+        """`key`: the pod's key object, as its tables keep it (one string a pod)."""
+        return HeldPod(key or pod.event_key(), pod.started_at.timestamp() if pod.started_at else None,
                        pod.created_at.timestamp(), _shape(pod))
 
     started_at = property(lambda self: _moment(self.started))
@@ -89,7 +90,7 @@ class PodsByNode:
             if not held:
                 del self._on[cluster, was.node]
         if pod.phase in HOLDING_PHASES and pod.node:
-            kept = pods[key] = HeldPod.of(pod)
+            kept = pods[key] = HeldPod.of(pod, key)
             self._on.setdefault((cluster, kept.node), {})[key] = kept
         if not pods:
             del self._held[cluster]

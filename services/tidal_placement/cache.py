@@ -130,7 +130,7 @@ class ClusterCache(NodeFreshness):
         admitted = self.fence.admit(d)
         if d.outcome != "placed":
             return admitted
-        key = d.event_key()
+        key = self.records.key_of(d.event_key())
         record = self.records.get(key)
         if not admitted:
             live = record.live_decision() if record is not None else None
@@ -144,8 +144,8 @@ class ClusterCache(NodeFreshness):
         return admitted
 
     def _apply_pod(self, event: PodLifecycle, now: float) -> None:
-        pod = KeptPod.of(event)
-        key = pod.key
+        key = self.records.key_of(event.event_key())
+        pod = KeptPod.of(event, key)
         if pod.phase == "deleted":
             self.room_changed = True
             self.records.pop(key)
@@ -166,7 +166,7 @@ class ClusterCache(NodeFreshness):
                 del self.gone[next(iter(self.gone))]
 
     def _apply_bind(self, result: BindResult, now: float) -> None:
-        key = f"{result.namespace}/{result.name}"
+        key = self.records.key_of(result.event_key())
         if result.ok:
             self.awaiting_bind.pop(key, None)
             self.state.confirm(key)
@@ -188,12 +188,13 @@ class ClusterCache(NodeFreshness):
         # pod's per-NUMA holding follows it (holdings.bound_holding).
         if a.released and a.pod not in self.records:
             return False  # the pod is gone: nothing to correct
-        record = self.records.edit(a.pod)
+        key = self.records.key_of(a.pod)
+        record = self.records.edit(key)
         before = record.holding()
         record.assignment = a
         if record.holding() != before:  # moved or taken back: the CPUs it left are free
             self.room_changed = True
-        self._reconcile(a.pod, now)
+        self._reconcile(key, now)
         return True
 
     def rollback(self, key: str, now: float) -> None:

@@ -44,6 +44,7 @@ NONE_FAILED: frozenset[str] = frozenset()  # one for every record (`frozenset()`
 class PodRecord:
     """The latest of each stream about one pod."""
 
+    key: str  # the very key object every table of placement keys the pod by (`pod_records`)
     pod: KeptPod | None = None
     decision: KeptDecision | None = None  # latest admitted `placed` decision
     failed: frozenset[str] = NONE_FAILED  # decision ids whose bind failed or timed out

@@ -116,14 +116,15 @@ class KeptPod:
     key: str  # one string for every table keyed by this pod
 
     @staticmethod
-    def of(pod: PodLifecycle | KeptPod) -> KeptPod:
+    def of(pod: PodLifecycle | KeptPod, key: str | None = None) -> KeptPod:
+        """`key`: the pod's key object, as kept already (else made)."""
         if isinstance(pod, KeptPod):
             return pod
         return KeptPod(
             packed_uid=packed_id(pod.uid), phase=_name(pod.phase), node=_name(pod.node),
             created=pod.created_at.timestamp() if pod.phase == "pending" else NOT_KEPT,
             numa_cpus=_numa_cpus(pod.numa_cpus), gpus=_gpu_shares(pod.gpus),
-            packed_decision_id=packed_id(pod.decision_id), traits=_traits(pod), key=pod_key(pod.namespace, pod.name))
+            packed_decision_id=packed_id(pod.decision_id), traits=_traits(pod), key=key or pod_key(pod.namespace, pod.name))
 
     def bound_to(self, node: str) -> KeptPod:
         """The pod as bound to `node`, by a decision it does not name."""

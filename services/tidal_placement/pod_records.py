@@ -6,6 +6,11 @@ a pod is kept as its `KeptPod` alone, with no `PodRecord` around it (72
 bytes less a pod, of the 150,000 a 5,000-node cluster runs); a record is
 made again when a decision, a failed bind, the node agent's assignment or a
 placement of this replica is to be kept for it.
+
+The key each pod is kept under is one string for every table of placement
+(records, holdings, the node's pods, the queue…): `key_of` gives back the
+object kept first, so a key read from a later event is dropped, not kept
+again.
 """
 
 from __future__ import annotations
@@ -26,13 +31,20 @@ class PodRecords:
         """What is known of the pod, to read: a pod kept alone comes in a record
         made for the asking, so change it through `edit`."""
         known = self._known.get(key)
-        return PodRecord(known) if isinstance(known, KeptPod) else known
+        return PodRecord(known.key, known) if isinstance(known, KeptPod) else known
+
+    def key_of(self, key: str) -> str:
+        """The key object the pod is kept under (`key` itself for a pod not known)."""
+        known = self._known.get(key)
+        return key if known is None else known.key
 
     def edit(self, key: str) -> PodRecord:
         """The pod's record, to change (made when there is none); `keep` it after."""
         known = self._known.get(key)
-        if not isinstance(known, PodRecord):
-            known = self._known[key] = PodRecord(known)
+        if isinstance(known, KeptPod):
+            known = self._known[key] = PodRecord(known.key, known)
+        elif known is None:
+            known = self._known[key] = PodRecord(key)
         return known
 
     def keep(self, key: str, record: PodRecord) -> None:
