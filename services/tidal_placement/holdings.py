@@ -68,7 +68,8 @@ class PodRecord:
         d = self.decision
         if d is None or d.decision_id in self.failed:
             return None
-        if self.pod is not None and self.pod.uid and d.uid and d.uid != self.pod.uid:
+        mine = self.pod.packed_uid if self.pod is not None else ""
+        if mine != "" and d.packed_uid != "" and d.packed_uid != mine:  # taken for an earlier pod of the name
             return None
         return d
 

@@ -66,6 +66,12 @@ def unpacked_id(value: int | str) -> str:
     return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
 
+def _read_as_text(slot: str) -> property:
+    """The id kept packed in `slot`, read as the event's text."""
+    packed = attrgetter(slot)
+    return property(lambda self: unpacked_id(packed(self)))
+
+
 @dataclass(frozen=True, slots=True)
 class PodTraits:
     """The fields of a pod that the pods of one workload share (whose it is,
@@ -130,13 +136,8 @@ class KeptPod:
         """The pod as bound to `node`, by a decision it does not name."""
         return replace(self, phase="bound", node=_name(node), created=NOT_KEPT, packed_decision_id="")
 
-    @property
-    def uid(self) -> str:
-        return unpacked_id(self.packed_uid)
-
-    @property
-    def decision_id(self) -> str:
-        return unpacked_id(self.packed_decision_id)
+    uid = _read_as_text("packed_uid")
+    decision_id = _read_as_text("packed_decision_id")
 
     @property
     def created_at(self) -> datetime:
@@ -179,8 +180,8 @@ class KeptDecision:
     nodes filtered out, reason) is for the bridge and the metrics; kept
     for every pod placed it was most of placement's memory per pod."""
 
-    decision_id: str
-    uid: str
+    packed_decision_id: int | str  # `packed_id`s, read as `decision_id` and `uid`: a pod Tidal placed
+    packed_uid: int | str  # keeps its decision until its bind, 150,000 at once in a burst that size
     node: str | None
     requests: Resources
     numa_cpus: Mapping[int, int]
@@ -189,9 +190,13 @@ class KeptDecision:
     epoch: int
     leader: str
 
+    uid = _read_as_text("packed_uid")
+    decision_id = _read_as_text("packed_decision_id")
+
     @staticmethod
     def of(d: PlacementDecision) -> KeptDecision:
         return KeptDecision(
-            decision_id=d.decision_id, uid=d.uid, node=_name(d.node), requests=_requests(d.requests),
+            packed_decision_id=packed_id(d.decision_id), packed_uid=packed_id(d.uid), node=_name(d.node),
+            requests=_requests(d.requests),
             numa_cpus=_numa_cpus(d.numa_cpus), numa_nodes=_share(("nodes", *d.numa_nodes), lambda: tuple(d.numa_nodes)),
             gpus=_gpu_shares(d.gpus), epoch=d.epoch, leader=_name(d.leader))

@@ -24,11 +24,16 @@ score for the pod's resource type, and a waiting queue per resource type.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from tidal_schemas import resource_type
 
 from .kept import KeptPod, PodLike
+
+
+NONE_FILTERED: Mapping[str, int] = MappingProxyType({})  # one for every entry not tried yet (a dict each: 64 bytes)
 
 
 @dataclass(slots=True)  # one per pending pod: 20,000 in a burst
@@ -39,7 +44,7 @@ class Entry:
     reason: str = ""
     refused: bool = False  # by a rule, not for room: see `refuse`
     attempts: int = 0
-    filtered: dict[str, int] = field(default_factory=dict)
+    filtered: Mapping[str, int] = field(default_factory=lambda: NONE_FILTERED)
     announced: float | None = None  # when its last pending decision was published (see cycle.py)
     said: tuple = ()  # the gist of the reason that decision gave (cycle.gist)
     room: bool = False  # room may have appeared since its last attempt
