@@ -140,6 +140,18 @@ CASES = {
         [placed("p", "d1"), bound("p", "d1", ok=False), pod("p", "bound", decision="d1")],
         [placed("p", "d1"), bound("p", "d1", ok=False), placed("p", "d2"), pod("p", "bound", decision="d2")],
     ),
+    "decision-id-reused": (
+        # the pod made again under its name (a new uid) placed by the first pod's decision id
+        [placed("p", "d1"), pod("p", "deleted", decision="d1"),
+         placed("p", "d1").model_copy(update={"uid": "uid-p-again"})],
+        # a redelivery names the same pod; the pod made again gets an id of its own
+        [placed("p", "d1"), placed("p", "d1"), pod("p", "deleted", decision="d1"),
+         placed("p", "d2").model_copy(update={"uid": "uid-p-again"})],
+    ),
+    "decision-id-reused/other-pod": (
+        [placed("p", "d1"), placed("q", "d1")],
+        [placed("p", "d1"), placed("q", "d2")],
+    ),
 }
 
 

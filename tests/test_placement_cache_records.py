@@ -172,3 +172,16 @@ def test_a_pod_is_kept_under_one_key_object_whatever_event_named_it_since():
     first = next(k for k in rebuilt.records if k == "default/p")
     rebuilt.apply(pod("p", phase="running", cpu_milli=2000, node=decision.node, decision_id=decision.decision_id), 1.0)
     assert all(k is first for k in _kept_under(rebuilt, "default/p"))
+
+
+def test_a_pod_made_again_under_its_name_gets_decision_ids_of_its_own():
+    # a StatefulSet's pod deleted and made again: the same name, a new uid, no tries yet
+    cache = cluster()
+    assert cache.apply_decision(fence_decision(1, "me"), "me", 0.0)
+    cache.apply(pod("web-0", uid="u1", cpu_milli=2000), 0.0)
+    (first,) = cycle(cache, None, 1.0)
+    cache.apply(pod("web-0", uid="u1", phase="deleted"), 2.0)
+    cache.apply(pod("web-0", uid="u2", cpu_milli=2000), 2.0)
+    (second,) = cycle(cache, None, 3.0)
+    assert (first.outcome, second.outcome, first.uid, second.uid) == ("placed", "placed", "u1", "u2")
+    assert second.decision_id != first.decision_id  # else a node agent reads it as the first's, redelivered

@@ -9,7 +9,7 @@ from typing import Any
 
 from tidal_schemas import Envelope
 
-from . import ineligible_action, over_allocated, over_quota, placed_twice, rolled_back, shared_cpu
+from . import id_reused, ineligible_action, over_allocated, over_quota, placed_twice, rolled_back, shared_cpu
 from .violation import Check, Violation
 
 CHECKS: dict[str, Callable[[], Check]] = {
@@ -19,6 +19,7 @@ CHECKS: dict[str, Callable[[], Check]] = {
     over_quota.NAME: over_quota.OverQuota,
     ineligible_action.NAME: ineligible_action.IneligibleAction,
     rolled_back.NAME: rolled_back.BindNotRolledBack,
+    id_reused.NAME: id_reused.DecisionIdReused,
 }
 STREAMS = ("node.topology", "node.allocatable", "tenant.config", "pod.lifecycle", "placement.decision",
            "bind.result", "cpu.assignment", "node.metrics", "node.action", "action.result")

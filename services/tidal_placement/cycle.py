@@ -31,6 +31,7 @@ from .cache import ClusterCache
 from .decide import decide
 from .kept import PodLike
 from .pod_request import ERROR, PLACED, UNRESOLVABLE, WAIT, Placement, PodRequest, placement_decision
+from .queue import Entry
 from .tenancy import allowance, charge
 
 log = logging.getLogger("tidal.placement")
@@ -52,6 +53,14 @@ def gist(placement: Placement) -> tuple:
     which move with nearly every pod placed: which filters stopped the pod,
     or the rule's words."""
     return (placement.code, tuple(sorted(placement.filtered)) if placement.filtered else placement.reason)
+
+
+def attempt_of(cache: ClusterCache, entry: Entry) -> str:
+    """Which attempt for which pod a decision is, for its id: the pod's uid
+    too, as a pod deleted and made again under its name (a StatefulSet's)
+    starts from no tries, and its decisions must not take the ids of the
+    first pod's (a node agent would read one as the other's, redelivered)."""
+    return f"{entry.pod.uid}/{cache.tries(entry.key)}/{entry.attempts}"
 
 
 def cycle(cache: ClusterCache, strategy: Any, now: float,
@@ -92,7 +101,7 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
                 continue
             entry.announced, entry.said = now, (WAIT, held_back)
             decision_id = derived_id(log_of, PlacementDecisions.TYPE, entry.key,
-                                     f"{cache.tries(entry.key)}/{entry.attempts}/held-back")
+                                     f"{attempt_of(cache, entry)}/held-back")
             yield placement_decision(entry.pod, Placement(False, reason=held_back), decision_id,
                                      epoch=fence.epoch, leader=fence.leader, queue_position=position,
                                      fair_share_score=entry.score, nodes=nodes, **traced(entry.key, False))
@@ -101,8 +110,7 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
             continue
         pod = entry.pod
         placement = place(cache, pod, usage, strategy)
-        tries = f"{cache.tries(entry.key)}/{entry.attempts}"
-        decision_id = derived_id(log_of, PlacementDecisions.TYPE, entry.key, tries)
+        decision_id = derived_id(log_of, PlacementDecisions.TYPE, entry.key, attempt_of(cache, entry))
         extra: dict[str, Any] = dict(epoch=fence.epoch, leader=fence.leader, queue_position=position,
                                      fair_share_score=entry.score)
         if placement.code == PLACED:
