@@ -136,7 +136,7 @@ class ClusterCache(NodeFreshness):
             live = record.live_decision() if record is not None else None
             if d.leader == me and live is not None and live.decision_id == d.decision_id:
                 self.rollback(key, now)  # fenced out: undo our own assumption
-        elif packed_id(d.uid) not in self.gone:
+        elif not (self.gone and packed_id(d.uid) in self.gone):
             record = self.records.edit(key)
             if record.decision is None or record.decision.decision_id != d.decision_id:  # not our own, kept
                 record.decision = KeptDecision.of(d)

@@ -66,7 +66,7 @@ class PodRecord:
 
     def live_decision(self) -> KeptDecision | None:
         d = self.decision
-        if d is None or d.decision_id in self.failed:
+        if d is None or (self.failed and d.decision_id in self.failed):
             return None
         mine = self.pod.packed_uid if self.pod is not None else ""
         if mine != "" and d.packed_uid != "" and d.packed_uid != mine:  # taken for an earlier pod of the name
