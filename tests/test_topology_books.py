@@ -364,3 +364,19 @@ def test_the_node_audit_command_reads_the_books_and_the_cgroup_files(tmp_path, c
     (tmp_path / "books.json").write_text("{")
     assert cli.main(args) == 2
     assert "the agent's books are unreadable" in capsys.readouterr().err
+
+
+def test_a_pod_made_again_under_its_name_keeps_its_cpus_when_the_first_pods_deletion_is_read_late():
+    # ns/a ran here by d1; it was deleted and made again (a StatefulSet's pod: another uid), and
+    # placement's decision for the new pod is read before the first pod's deletion (another stream)
+    state = decided(FRESH, numa_cpus={1: 2}, uid=UID_A).state
+    state = books.on_pod(state, lifecycle("a", "running", uid=UID_A, did="d1", numa_cpus={1: 2}), NODE, TOPO,
+                         T0, adopt=True).state
+    new = books.on_decision(state, decision("a", "d2", numa_cpus={0: 2}, uid=UID_B), NODE, TOPO, T0 + 1, None)
+    late = books.on_pod(new.state, lifecycle("a", "deleted", uid=UID_A, did="d1"), NODE, TOPO, T0 + 2, adopt=True)
+    assert late.state.claims["ns/a"].uid == UID_B and late.state.held_by("ns/a") == {2, 3}
+    # Why placement's ids derive from the uid: the first pod's id again reads as its decision
+    # redelivered, the claim stays the first pod's, and its deletion takes the new pod's CPUs.
+    same = books.on_decision(state, decision("a", "d1", numa_cpus={0: 2}, uid=UID_B), NODE, TOPO, T0 + 1, None)
+    gone = books.on_pod(same.state, lifecycle("a", "deleted", uid=UID_A, did="d1"), NODE, TOPO, T0 + 2, adopt=True)
+    assert "ns/a" not in gone.state.claims and not gone.state.held_by("ns/a")
