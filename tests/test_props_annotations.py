@@ -15,7 +15,7 @@ from tidal_bridge.annotations import (
     ANNOTATION_KEYS, LABEL_KEYS, MAX_GPUS, MAX_NAME, PREFIX, WRITTEN_ON_PODS, Asks, parse_asks,
 )
 from tidal_bridge.binder import check_pod
-from tidal_bridge.pods import pod_lifecycle, read_pod, slim_pod
+from tidal_bridge.pods import kept_pod, pod_lifecycle, read_kept_pod, read_pod, slim_pod
 from tidal_bridge.quantity import MAX_TEXT, QuantityError, count, cpu_milli, memory_mib, parse_quantity
 from tidal_schemas import PlacementDecision, decode, encode, make_envelope
 from tidal_schemas.common import MAX_INT
@@ -169,8 +169,8 @@ def test_any_pod_becomes_a_publishable_event(annotations, labels, requests):
     assert event.invalid_reason is None or "\n" not in event.invalid_reason
 
 
-# The bridge's watch keeps each pod as `slim_pod` leaves it: read back, it must
-# be the pod it was, whatever else the pod carried.
+# The bridge's watch keeps each pod as `slim_pod` leaves it, in JSON text
+# (`kept_pod`): read back, it must be the pod it was, whatever else the pod carried.
 containers = st.lists(st.fixed_dictionaries(
     {"name": st.text(max_size=8),
      "resources": st.fixed_dictionaries({}, optional={
@@ -201,7 +201,8 @@ def test_a_pod_kept_slim_reads_as_the_whole_pod(annotations, labels, main, init,
                     "tolerations": [{"key": "k"}]},
            "status": {**status, "conditions": [{"type": "Ready"}], "containerStatuses": [{"name": "c"}],
                       "podIP": "10.0.0.1"}}
-    kept = slim_pod(pod)
+    kept = read_kept_pod(kept_pod(pod))  # as the watch keeps it and reads it back
+    assert kept == slim_pod(pod) and isinstance(kept_pod(pod), str)
     assert read_pod(kept, deleted=deleted) == read_pod(pod, deleted=deleted)
     for node, did in (("n1", ""), ("n2", "d1")):
         decision = PlacementDecision(decision_id=did or "d0", namespace="ns", name="p", outcome="placed", node=node,
@@ -211,3 +212,13 @@ def test_a_pod_kept_slim_reads_as_the_whole_pod(annotations, labels, main, init,
         assert on_kept is None or (on_kept.ok, on_kept.reason) == (on_pod.ok, on_pod.reason)
     assert "volumes" not in kept["spec"] and "conditions" not in kept["status"]
     assert all(k.startswith(PREFIX) for k in kept["metadata"]["annotations"])
+
+
+def test_a_kept_pod_reads_back_exactly_whatever_json_the_api_server_sent():
+    # what `json.loads` reads from a hostile or broken server: past 64 bits, NaN, a lone surrogate
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1", "annotations": {"tidal.dev/x": "\ud800"}},
+           "spec": {"priority": 10**30, "containers": []}, "status": {"startTime": float("nan")}}
+    kept = read_kept_pod(kept_pod(pod))
+    assert kept["spec"]["priority"] == 10**30 and kept["metadata"]["annotations"] == {"tidal.dev/x": "\ud800"}
+    assert kept["status"]["startTime"] != kept["status"]["startTime"]  # NaN, not null
+    assert kept_pod(kept) == kept_pod(pod)

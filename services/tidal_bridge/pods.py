@@ -25,6 +25,7 @@ shared CPU pool: they never hold exclusive CPUs, whatever they ask.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -248,6 +249,18 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
         if containers in spec:
             kept_spec[containers] = [{k: c[k] for k in _KEPT_CONTAINER if k in c} for c in spec[containers] or []]
     return {"metadata": kept_meta, "spec": kept_spec, "status": {k: status[k] for k in _KEPT_STATUS if k in status}}
+
+
+def kept_pod(pod: dict[str, Any]) -> str:
+    """`slim_pod(pod)` as the watch keeps it: compact JSON text (ASCII, one
+    byte a character), read back by `read_kept_pod`. The nested dicts of a
+    slim pod take about 2.6 KB, the text about 600 bytes, for each pod of
+    the cluster. `json` both ways, as the watch reads its lines: exact for
+    whatever `json.loads` gave (NaN, integers past 64 bits, lone surrogates)."""
+    return json.dumps(slim_pod(pod), separators=(",", ":"))
+
+
+read_kept_pod = json.loads
 
 
 def payload_digest(pod: PodLifecycle) -> bytes:

@@ -63,7 +63,7 @@ from .node_annotations import AnnotationsWritten
 from .node_watch import NodeWatch
 from .objects import DECISION_UNREADABLE, INVALID_ANNOTATION, SCHEDULED, allocatable_annotations, annotations_patch
 from .pod_status import PodStatusReporter, create_pod_event
-from .pods import payload_digest, read_pod, slim_pod
+from .pods import kept_pod, payload_digest, read_kept_pod, read_pod
 from .settings import BridgeSettings
 from .tenants import TenantBridge
 from .watch import Change, Reflector
@@ -130,7 +130,8 @@ class BridgeService(Service):
         if self.kube is None:
             self.kube = await Kube.connect(s)
         # Every pod: a field selector cannot say "ours, or bound" (selectors only AND).
-        self.pods = Reflector.of(self.kube, "pods", self._on_pod, s, accept=self._counted, keep=slim_pod)
+        self.pods = Reflector.of(self.kube, "pods", self._on_pod, s, accept=self._counted, keep=kept_pod,
+                                 read_kept=read_kept_pod)
         self.nodes.connect(self.kube, s)
         self.binder = Binder(self.kube, scheduler_name=s.scheduler_name, attempts=s.bind_attempts,
                              retry_s=s.bind_retry_s, pods=self.pods, nodes=self.nodes.reflector)

@@ -18,8 +18,9 @@ failure replays from the last event handled. Nothing is doubled: a change
 whose (uid, resourceVersion) was already handed over is dropped, and a
 DELETED is handed over once per uid.
 
-The last state of every object is kept (`keep` may slim it) and found by
-name with `get`: a cache as the informers' of kube-scheduler, as current as
+The last state of every object is kept (`keep` may slim it, or keep it
+in a form of its own that `read_kept` reads back) and found by name with
+`get`: a cache as the informers' of kube-scheduler, as current as
 the watch, for reads that a precondition on the write makes safe.
 """
 
@@ -94,7 +95,8 @@ class Reflector:
     def __init__(self, kube: Kube, resource: str, sink: Sink, *,
                  field_selector: str | None = None, accept: Callable[[dict[str, Any]], bool] | None = None,
                  timeout_s: int = 300, backoff: Backoff | None = None,
-                 keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None, page_size: int = PAGE) -> None:
+                 keep: Callable[[dict[str, Any]], Any] | None = None,
+                 read_kept: Callable[[Any], dict[str, Any]] | None = None, page_size: int = PAGE) -> None:
         self.kube = kube
         self.resource = resource
         self.sink = sink
@@ -103,8 +105,9 @@ class Reflector:
         self.timeout_s = timeout_s
         self.backoff = backoff or Backoff(0.5, 30.0)
         self.resource_version: str | None = None
-        self.known: dict[str, tuple[str, dict[str, Any]]] = {}  # uid -> (resourceVersion, last object kept)
+        self.known: dict[str, tuple[str, Any]] = {}  # uid -> (resourceVersion, last object as kept)
         self.keep = keep or (lambda obj: obj)
+        self.read_kept = read_kept or (lambda kept: kept)
         self.page_size = page_size
         self._uids: dict[tuple[str, str], str] = {}  # (namespace, name) -> uid of the object of that name now
         self.stats = WatchStats()
@@ -117,7 +120,7 @@ class Reflector:
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The object of that name as last seen (as kept), None when none is known."""
         uid = self._uids.get((namespace, name))
-        return None if uid is None else self.known[uid][1]
+        return None if uid is None else self.read_kept(self.known[uid][1])
 
     async def run(self) -> None:
         while True:
@@ -165,7 +168,7 @@ class Reflector:
             raise
         self.stats.lists += 1
         for uid in [uid for uid in self.known if uid not in present]:
-            await self._apply("DELETED", self.known[uid][1])
+            await self._apply("DELETED", self.read_kept(self.known[uid][1]))
         self.resource_version = version
         self.synced.set()
 
