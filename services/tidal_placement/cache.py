@@ -160,7 +160,7 @@ class ClusterCache(NodeFreshness):
     def _bury(self, uid: int | str) -> None:
         # Decisions are another stream: one for a pod deleted since may be read
         # after its deletion (a rebuild), and must not book anything then.
-        if uid:
+        if uid != "":  # a packed uid may be 0
             self.gone[uid] = None
             while len(self.gone) > GONE_KEPT:
                 del self.gone[next(iter(self.gone))]
