@@ -12,7 +12,8 @@ from builders import pod
 from tidal_cli.sample import node
 from tidal_placement.cache import ClusterCache
 from tidal_placement.cycle import cycle
-from tidal_placement.kept import KeptGpu, KeptPod, PodTraits, packed_id, unpacked_id
+from tidal_placement.kept import KeptGpu, KeptPod, PodTraits
+from tidal_runtime import packed_id, unpacked_id
 from tidal_schemas import BindResult
 from tidal_schemas.fence import fence_decision
 

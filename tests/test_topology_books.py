@@ -142,12 +142,14 @@ def test_a_decision_other_than_the_one_the_pod_is_bound_by_is_ignored():
     assert not step.changed and "bound by d2" in step.note
 
 
-# The agent's pod table keeps a pod of another node only as `PodElsewhere`:
-# every decision must meet the same answer as with the pod's whole event.
+# The agent's pod table keeps a pod of another node only as `PodElsewhere`
+# (its ids packed when they are UUIDs): every decision must meet the same
+# answer as with the pod's whole event.
+DID = "7d0c3b9e-1f2a-5c4d-8e6f-0a1b2c3d4e5f"
 SEEN = [lifecycle(name, phase, node=node, uid=uid, did=did)
         for name in ("a", "b") for phase in ("pending", "bound", "running")
         for node in ((None, NODE, "n2") if phase == "pending" else (NODE, "n2"))
-        for uid in (UID_A, UID_B, "") for did in ("", "d1", "d2")]
+        for uid in (UID_A, UID_B, "") for did in ("", "d1", "d2", DID)]
 
 
 @pytest.mark.parametrize("outcome, node", [("placed", NODE), ("placed", "n2"), ("pending", None)])
@@ -160,7 +162,9 @@ def test_the_pod_tables_record_of_a_pod_answers_every_decision_as_its_event(outc
         table.apply(seen)
         kept = table.get(seen.event_key())
         assert isinstance(kept, PodElsewhere) == (seen.node != NODE)
-        for did, uid in (("d1", ""), ("d2", UID_A), ("d3", UID_B)):
+        if isinstance(kept, PodElsewhere):
+            assert (kept.uid, kept.decision_id) == (seen.uid, seen.decision_id)
+        for did, uid in (("d1", ""), ("d2", UID_A), ("d3", UID_B), (DID, UID_A)):
             d = decision("a", did, node=node or NODE, numa_cpus={1: 1}, outcome=outcome, uid=uid)
             with_record, with_event = (books.on_decision(state, d, NODE, TOPO, T0, pod) for pod in (kept, seen))
             assert with_record == with_event

@@ -20,13 +20,14 @@ from tidal_schemas import (
     STOP_SCHEDULING_TAINT, BindResult, CpuAssignment, NodeAction, NodeAllocatables, NodeScores, NodeTopology,
     PlacementDecision, PodLifecycle, Resources, TenantConfig, UserScore, resource_type,
 )
+from tidal_runtime import packed_id
 from tidal_schemas import filters
 from tidal_schemas.fence import DecisionFence
 
 from .cluster_state import ClusterState
 from .freshness import NodeFreshness
 from .gpu_groups import GroupRegistry
-from .kept import KeptDecision, KeptGpu, KeptPod, packed_id
+from .kept import KeptDecision, KeptGpu, KeptPod
 from .pod_records import PodRecords
 from .queue import SchedulingQueue
 from .tenant_ledger import TenantLedger

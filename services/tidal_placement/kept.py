@@ -12,7 +12,6 @@ tenant and user names — are shared, not copied.
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -20,7 +19,7 @@ from datetime import datetime, timezone
 from operator import attrgetter
 from types import MappingProxyType
 
-from tidal_runtime import SharedValues
+from tidal_runtime import SharedValues, packed_id, read_as_text
 from tidal_schemas import Gpu, GpuAsk, GpuShare, PlacementDecision, PodLifecycle, Resources, pod_key
 
 _share = SharedValues().get  # the parts that repeat across pods, each kept once
@@ -46,30 +45,6 @@ def _numa_cpus(counts: Mapping[int, int]) -> Mapping[int, int]:
 
 def _name(text: str | None) -> str | None:
     return sys.intern(text) if text else text
-
-
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def packed_id(text: str) -> int | str:
-    """An id as kept: a UUID in its canonical form (what the API server gives
-    every pod, and Tidal every decision) as its 128 bits, 48 bytes against 88
-    for the text; any other text as itself. One to one: only the canonical
-    form is packed, so `unpacked_id` gives back the very text."""
-    return int(text.replace("-", ""), 16) if len(text) == 36 and _UUID.fullmatch(text) else text
-
-
-def unpacked_id(value: int | str) -> str:
-    if isinstance(value, str):
-        return value
-    x = f"{value:032x}"
-    return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
-
-
-def _read_as_text(slot: str) -> property:
-    """The id kept packed in `slot`, read as the event's text."""
-    packed = attrgetter(slot)
-    return property(lambda self: unpacked_id(packed(self)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +111,8 @@ class KeptPod:
         """The pod as bound to `node`, by a decision it does not name."""
         return replace(self, phase="bound", node=_name(node), created=NOT_KEPT, packed_decision_id="")
 
-    uid = _read_as_text("packed_uid")
-    decision_id = _read_as_text("packed_decision_id")
+    uid = read_as_text("packed_uid")
+    decision_id = read_as_text("packed_decision_id")
 
     @property
     def created_at(self) -> datetime:
@@ -190,8 +165,8 @@ class KeptDecision:
     epoch: int
     leader: str
 
-    uid = _read_as_text("packed_uid")
-    decision_id = _read_as_text("packed_decision_id")
+    uid = read_as_text("packed_uid")
+    decision_id = read_as_text("packed_decision_id")
 
     @staticmethod
     def of(d: PlacementDecision) -> KeptDecision:

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
+from tidal_runtime import packed_id, read_as_text
 from tidal_schemas import HOLDING_PHASES, PodLifecycle
 
 from .cgroup_paths import check_uid
@@ -35,16 +36,19 @@ class PodElsewhere:
     reads of a pod (a decision for a pod bound by another is ignored) and
     what `owned` says of it."""
 
-    uid: str
+    packed_uid: int | str  # the ids as `tidal_runtime.packed_id` keeps them: 80 bytes less a pod Tidal placed
     phase: str
     node: str | None
-    decision_id: str
+    packed_decision_id: int | str
+
+    uid = read_as_text("packed_uid")
+    decision_id = read_as_text("packed_decision_id")
 
     @staticmethod
     def of(pod: PodLifecycle) -> "PodElsewhere":
         # node names and phases each kept once, however many pods name them
-        return PodElsewhere(pod.uid, sys.intern(pod.phase), sys.intern(pod.node) if pod.node else None,
-                            pod.decision_id)
+        return PodElsewhere(packed_id(pod.uid), sys.intern(pod.phase), sys.intern(pod.node) if pod.node else None,
+                            packed_id(pod.decision_id))
 
 
 class NodePods:
