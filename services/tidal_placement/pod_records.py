@@ -48,8 +48,9 @@ class PodRecords:
         return known
 
     def keep(self, key: str, record: PodRecord) -> None:
-        """Keep the pod alone when its record holds nothing else."""
-        if record.pod is not None and record.holds_only_its_pod():
+        """Keep the pod alone when its record holds nothing else (a record made
+        for the asking by `get` is not kept: its pod is kept alone already)."""
+        if self._known.get(key) is record and record.pod is not None and record.holds_only_its_pod():
             self._known[key] = record.pod
 
     def set_pod(self, key: str, pod: KeptPod) -> None:
@@ -60,12 +61,11 @@ class PodRecords:
             self._known[key] = pod
 
     def pod(self, key: str) -> KeptPod | None:
-        known = self._known.get(key)
-        return known.pod if isinstance(known, PodRecord) else known
+        return _pod_of(self._known.get(key))
 
     def pods(self) -> Iterator[tuple[str, KeptPod]]:
         for key, known in self._known.items():
-            pod = known.pod if isinstance(known, PodRecord) else known
+            pod = _pod_of(known)
             if pod is not None:
                 yield key, pod
 
@@ -84,3 +84,7 @@ class PodRecords:
 
     def __len__(self) -> int:
         return len(self._known)
+
+
+def _pod_of(known: PodRecord | KeptPod | None) -> KeptPod | None:
+    return known.pod if isinstance(known, PodRecord) else known
