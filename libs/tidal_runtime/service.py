@@ -58,6 +58,7 @@ class Service:
     name: ClassVar[str] = "service"
     settings_class: ClassVar[type[ServiceSettings]] = ServiceSettings
     produces: ClassVar[tuple[str, ...]] = ()  # streams it writes (what `tidal demo` waits for)
+    reads_back: ClassVar[tuple[str, ...]] = ()  # of those, what it reads back itself (Bus.reads_back)
 
     def __init__(self, settings: ServiceSettings | None = None, *, bus: Bus | None = None) -> None:
         self.settings = settings or self.settings_class()
@@ -134,6 +135,7 @@ class Service:
             await self.bus.backend.connect()
         try:
             await self.bus.ensure_streams()
+            self.bus.reads_back(*self.reads_back)
             self.http = HealthServer(self.settings.http_host, self.settings.http_port, self.ready,
                                      self.metrics.render)
             await self.http.start()

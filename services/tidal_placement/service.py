@@ -1,9 +1,8 @@
-"""The placement service: wiring only. Every replica follows the streams into
-one `ClusterCache` per cluster (cache.py); the replica elected by the single
-partition of `tenant.config` fences the decision log (leadership.py) and
-runs the scheduling cycle (cycle.py) for the clusters it leads, publishing
-its decisions `publish_window` to an event, each in its pod's trace. Each is
-assumed at once, confirmed by a good bind result, forgotten on a failed bind or timeout.
+"""The placement service: wiring only. Every replica follows the streams into one `ClusterCache` per cluster
+(cache.py); the replica elected by the single partition of `tenant.config` fences the decision log
+(leadership.py) and runs the scheduling cycle (cycle.py) for the clusters it leads, publishing its decisions
+`publish_window` to an event, each in its pod's trace (read back from the log as published: `reads_back`).
+Each is assumed at once, confirmed by a good bind result, forgotten on a failed bind or timeout.
 
 One clock, injectable (`clock`, wall seconds), for permits, bind timeouts,
 takeovers and staleness."""
@@ -42,6 +41,7 @@ class PlacementService(Service):
     name = "placement"
     settings_class = PlacementSettings
     produces = ("placement.decision", "tenant.usage")
+    reads_back = ("placement.decision",)
 
     def __init__(self, settings: PlacementSettings | None = None, **kwargs: Any) -> None:
         super().__init__(settings, **kwargs)
