@@ -2,7 +2,8 @@
 
 in-process: the policy core alone (decide + assume), from bench/placement_policy.py.
 bus: the placement service as its own process; this script publishes the
-synthetic cluster, then a burst of pending pods, and times each pod from its
+synthetic cluster, then a burst of pending pods (`--rate R`: R a second, the
+pods due within each 5 ms published together), and times each pod from its
 publish to its decision arriving back (pending-to-decision latency).
 
 `--strategy` is the GPU strategy (default: the placement service's own
