@@ -3,7 +3,8 @@ reads every published event on each path, `bench/oversell_sample.py`
 handles every sample, `bench/tenant_usage.py` finds the kept tenant usage
 equal to the full pass, `bench/cluster_pods.py`'s bridge, services and real
 node agent catch up with the cluster's running pods, the agent counting its
-own (the figures themselves are the benchmarks', not a test's)."""
+own, `bench/sample_cost.py` counts the samples' CPU with the stages named
+(the figures themselves are the benchmarks', not a test's)."""
 
 from __future__ import annotations
 
@@ -43,3 +44,11 @@ def test_cluster_pods_runs_the_bridge_services_and_a_real_agent_through_the_clus
     processes = {"placement", "scoring", "oversell", "remediation", "bridge", "node agent"}
     assert set(row["rss_mib"]) == set(row["peak_rss_mib"]) == processes
     assert all(row["peak_rss_mib"][p] >= row["rss_mib"][p] > 0 for p in processes)
+
+
+def test_sample_cost_counts_every_process_of_the_stages_named_and_the_agents():
+    done = bench("sample_cost.py", "--nodes", "20", "--interval", "0.5", "--seconds", "1.5", "--stages", "oversell")
+    assert done.returncode == 0, done.stderr
+    (row,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert (row["nodes"], row["stages"]) == (20, ["oversell"]) and row["samples"] >= 20
+    assert set(row["cpu_us_per_sample"]) == {"oversell", "nats-server", "bench agents"}
