@@ -53,7 +53,7 @@ from tidal_schemas.fence import DecisionFence  # noqa: E402
 
 DEFAULT_STRATEGY = placement_policy.DEFAULT_STRATEGY
 # Paced pods come as the pods due within a tick, as the agents' samples do
-# (`_common.AGENT_TICK_S`): at 2,000 a second, 10 every 5 ms rather than a
+# (`_common._AGENT_TICK_S`): at 2,000 a second, 10 every 5 ms rather than a
 # publish, and a write to the broker's socket, every 0.5 ms.
 ARRIVAL_TICK_S = 0.005
 
