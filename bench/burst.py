@@ -139,6 +139,15 @@ async def wait_for_stages(stack: Stack, stream: str, count: int, timeout: float 
         await asyncio.sleep(0.5)
 
 
+async def first_samples(stack: Stack, bus: Bus, nodes: list, rng: np.random.Generator) -> None:
+    """Every node's first sample, published as its agent does after its
+    topology, once the stages have read the topologies; back when they have
+    read the samples too (with no stage running, at once)."""
+    await wait_for_stages(stack, "node.topology", len(nodes))
+    await publish_all(bus, [node_sample(n, datetime.now(timezone.utc), rng) for n in nodes])
+    await wait_for_stages(stack, "node.metrics", len(nodes))
+
+
 BATCHED = ("score.node", "node.allocatable")  # one event per partition for the samples in hand
 
 
@@ -167,10 +176,8 @@ async def drive(stack: Stack, args: argparse.Namespace, broker: tuple[int | None
         await bus.ensure_streams()
         say(f"{args.nodes} nodes: topologies")
         await publish_all(bus, nodes)  # agents start: their inventory, then their first samples
-        await wait_for_stages(stack, "node.topology", args.nodes)
         say("first samples")
-        await publish_all(bus, [node_sample(n, datetime.now(timezone.utc), rng) for n in nodes])
-        await wait_for_stages(stack, "node.metrics", args.nodes)
+        await first_samples(stack, bus, nodes, rng)
         decisions = Decisions()
         reader = asyncio.create_task(decisions.follow(bus))
         warmup = pods(1, np.random.default_rng(args.seed + 1), namespace="warmup")

@@ -34,7 +34,6 @@ import os
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -42,10 +41,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 import placement_policy  # noqa: E402  (the in-process benchmark beside this file)
 from _common import (  # noqa: E402  (shared by the bus benchmarks)
-    Actor, PUBLISH_WINDOW, agents_job, collect_oldest_only_when_asked, cpu_seconds, node_sample, pods, process_row,
+    Actor, PUBLISH_WINDOW, agents_job, collect_oldest_only_when_asked, cpu_seconds, pods, process_row,
     publish_all, topologies,
 )
-from burst import BATCHED, SERVICES, nodes_per_event, wait_for_stages  # noqa: E402
+from burst import BATCHED, SERVICES, first_samples, nodes_per_event  # noqa: E402
 
 from tidal_bus import Bus, StartAt  # noqa: E402
 from tidal_cli import Stack  # noqa: E402
@@ -71,9 +70,7 @@ async def bus_run(nodes: int, count: int, seed: int, rate: float = 0.0, strategy
             cluster = list(topologies(nodes, rng))
             await publish_all(bus, cluster)
             if sampling:  # the agents' first samples, turned into scores and allocatable before the pods
-                await wait_for_stages(stack, "node.topology", nodes)
-                await publish_all(bus, [node_sample(n, datetime.now(timezone.utc), rng) for n in cluster])
-                await wait_for_stages(stack, "node.metrics", nodes)
+                await first_samples(stack, bus, cluster, rng)
                 agents = Actor(agents_job, url=stack.bus_url, namespace="bench", cluster="bench", nodes=nodes,
                                mine=(0, nodes), seed=seed, interval_s=sampling, aligned=aligned)
                 await asyncio.to_thread(agents.wait_ready)

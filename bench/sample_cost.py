@@ -23,14 +23,13 @@ import asyncio
 import json
 import sys
 import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import Actor, agents_job, cpu_seconds, node_sample, publish_all, topologies  # noqa: E402
-from burst import SERVICES, wait_for_stages  # noqa: E402
+from _common import Actor, agents_job, cpu_seconds, publish_all, topologies  # noqa: E402
+from burst import SERVICES, first_samples  # noqa: E402
 
 from tidal_bus import Bus  # noqa: E402
 from tidal_cli import Stack  # noqa: E402
@@ -44,11 +43,7 @@ async def run(nodes: int, stages: list[str], interval_s: float, seconds: float, 
         async with Bus.from_url(stack.bus_url, namespace="bench", cluster="bench", source="bench") as bus:
             cluster = list(topologies(nodes, rng))
             await publish_all(bus, cluster)
-            if stages:
-                await wait_for_stages(stack, "node.topology", nodes)
-            await publish_all(bus, [node_sample(n, datetime.now(timezone.utc), rng) for n in cluster])
-            if stages:
-                await wait_for_stages(stack, "node.metrics", nodes)
+            await first_samples(stack, bus, cluster, rng)
             agents = Actor(agents_job, url=stack.bus_url, namespace="bench", cluster="bench", nodes=nodes,
                            mine=(0, nodes), seed=seed, interval_s=interval_s)
             await asyncio.to_thread(agents.wait_ready)

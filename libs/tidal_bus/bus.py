@@ -49,7 +49,7 @@ class Bus:
         """This process reads back what it publishes on `stream_names`:
         `read` hands it the envelope it published, not a decode of its
         bytes (read_back.py)."""
-        self._read_back = ReadBack({*self._read_back.streams, *(stream(n).name for n in stream_names)})
+        self._read_back.streams |= {stream(n).name for n in stream_names}
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str = "tidal", cluster: str, source: str, **options: Any) -> "Bus":

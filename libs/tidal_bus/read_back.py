@@ -25,7 +25,7 @@ class ReadBack:
     back yet, by their bytes."""
 
     def __init__(self, streams: Iterable[str] = ()) -> None:
-        self.streams = frozenset(streams)
+        self.streams = set(streams)
         self._kept: dict[bytes, Envelope[Any]] = {}
         self._bytes = 0
 
