@@ -58,8 +58,8 @@ def on_ack_of(bus, marker: bytes, instead) -> None:
     """The ack of the score whose bytes hold `marker` becomes `instead(its ack)`."""
     send = bus.backend.send
 
-    async def altered(spec, cluster, key, data, msg_id, trace=None):
-        stored = await send(spec, cluster, key, data, msg_id, trace)
+    async def altered(spec, cluster, key, data, msg_id, trace=None, lane=None):
+        stored = await send(spec, cluster, key, data, msg_id, trace, lane)
         return instead(stored) if spec.name == "score.node" and marker in data else stored
     bus.backend.send = altered
 
@@ -290,10 +290,10 @@ async def test_a_task_a_handler_started_waits_for_its_own_publishes(nats_server,
         on_ack_of(bus, b'"load":0.5', held)  # the ack, when handed over to wait for later
         publish = bus.backend.publish
 
-        async def held_publish(spec, cluster, key, data, msg_id, trace=None):  # … or waited for at once
+        async def held_publish(spec, cluster, key, data, msg_id, trace=None, lane=None):  # … or waited for at once
             if spec.name == "score.node":
                 await release.wait()
-            return await publish(spec, cluster, key, data, msg_id, trace)
+            return await publish(spec, cluster, key, data, msg_id, trace, lane)
         bus.backend.publish = held_publish
 
         async def publish_later(envelope):

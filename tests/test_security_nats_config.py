@@ -36,7 +36,9 @@ def test_node_agent_may_publish_its_own_node_only():
 def test_central_services_publish_their_streams_in_their_cluster(service):
     perms = service_permissions(service, namespace=NS, cluster=CLUSTER)
     own = {s for s in perms.publish if s.startswith(f"{NS}.")}
-    assert own == {f"{NS}.{stream(n).token}.{CLUSTER}.*.*" for n in (*ACCESS[service].publishes, "dead.letter")}
+    published = (*ACCESS[service].publishes, "dead.letter")
+    lanes = {f"{NS}.{stream(n).token}.{CLUSTER}.*.*.{stream(n).side_lane}" for n in published if stream(n).side_lane}
+    assert own == {f"{NS}.{stream(n).token}.{CLUSTER}.*.*" for n in published} | lanes
     assert perms.subscribe == (f"_INBOX_{service}.>",)
 
 

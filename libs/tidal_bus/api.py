@@ -103,6 +103,7 @@ class RawMessage:
     stored_at: datetime | None = None  # when the broker stored it (NATS) or the producer sent it (Kafka)
     cluster: str | None = None  # the cluster it was published under (subject token / record key), when known
     trace: TraceContext | None = None  # from its trace headers; None when absent or malformed
+    lane: str | None = None  # the stream's side lane it was sent in (StreamSpec.side_lane); None: the main lane
 
 
 class GroupSubscription(abc.ABC):
@@ -167,17 +168,18 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def publish(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
-                      trace: TraceContext | None = None) -> int:
-        """Append one message, with `trace` in its headers; return its
-        position. Waits for the broker's ack."""
+                      trace: TraceContext | None = None, lane: str | None = None) -> int:
+        """Append one message, with `trace` in its headers, in the stream's
+        side `lane` (None: the main lane); return its position. Waits for
+        the broker's ack."""
 
     async def send(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
-                   trace: TraceContext | None = None) -> Position:
+                   trace: TraceContext | None = None, lane: str | None = None) -> Position:
         """Hand one message to the broker behind every message handed before
         it, and return a coroutine of its position (the broker's ack):
         messages sent so keep their order however their acks are waited
         for. This default waits for the ack here."""
-        position = await self.publish(spec, cluster, key, data, msg_id, trace)
+        position = await self.publish(spec, cluster, key, data, msg_id, trace, lane)
         return known(position)
 
     @abc.abstractmethod
@@ -204,10 +206,13 @@ class Backend(abc.ABC):
         until: dict[int, int] | None = None,
         follow: bool = False,
         linger_s: float = 0.0,
+        main_lane_only: bool = False,
     ) -> AsyncIterator[RawMessage]:
         """Read without a group (tail, replay, state rebuild). With `until`,
         stop in each partition after that position; without `follow`, stop
-        at the end of what exists now. Following, `linger_s` as in `subscribe`."""
+        at the end of what exists now. Following, `linger_s` as in `subscribe`.
+        `main_lane_only`: without the stream's side lane (the broker does
+        not send it, where it can tell)."""
 
     @abc.abstractmethod
     async def delete_stream(self, spec: StreamSpec) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from tidal_schemas import DeadLetter, Envelope, Payload, SchemaError, encode, make_envelope
 from tidal_schemas.errors import IdentityError
-from tidal_schemas.streams import STREAMS, StreamSpec, stream
+from tidal_schemas.streams import STREAMS, StreamSpec, lane_of, stream
 
 from .api import Backend, RawMessage, StartAt
 from .backends import backend_from_url
@@ -106,11 +106,12 @@ class Bus:
         returned waits for its ack (and ends its publish span then)."""
         if not spans_on():  # no span to end at the ack: what the backend returns is all there is to wait for
             return await self.backend.send(stream(envelope.type), envelope.cluster, envelope.key,
-                                           self._encoded(envelope), envelope.id, parent or new_trace())
+                                           self._encoded(envelope), envelope.id, parent or new_trace(),
+                                           lane_of(envelope.payload))
         with ExitStack() as stack:
             sent = stack.enter_context(publishing(self.source, envelope, parent))
             stored = await self.backend.send(stream(envelope.type), envelope.cluster, envelope.key,
-                                             self._encoded(envelope), envelope.id, sent)
+                                             self._encoded(envelope), envelope.id, sent, lane_of(envelope.payload))
             span = stack.pop_all()
 
         async def acked() -> None:
@@ -123,7 +124,7 @@ class Bus:
         headers); returns its stream position. EventTooLarge (not
         retriable) above MAX_EVENT_BYTES."""
         return await self.backend.publish(stream(envelope.type), envelope.cluster, envelope.key,
-                                          self._encoded(envelope), envelope.id, trace)
+                                          self._encoded(envelope), envelope.id, trace, lane_of(envelope.payload))
 
     def _encoded(self, envelope: Envelope[Any]) -> bytes:
         data = encode(envelope)
@@ -166,12 +167,13 @@ class Bus:
         return Consumer(self, stream(stream_name), group, handler, start=start or StartAt.earliest(), **options)
 
     async def catch_up_then_follow(
-        self, stream_name: str, on_event, on_caught_up, *, linger_s: float = 0.0
+        self, stream_name: str, on_event, on_caught_up, *, linger_s: float = 0.0, main_lane_only: bool = False
     ) -> None:
         """Read a stream from its start without a group: hand every event to
         `on_event`, call `on_caught_up` once the backlog present at the start
         is done, then keep following (in batches that linger `linger_s`, see
-        `Backend.subscribe`). For state every replica needs whole (e.g. the
+        `Backend.subscribe`; without the stream's side lane if
+        `main_lane_only`). For state every replica needs whole (e.g. the
         table of running pods)."""
         last: dict[int, int] = {}
         seen = SeenIds()  # a retried publish may have stored an event twice (StreamSpec.written_by_nodes)
@@ -192,27 +194,31 @@ class Bus:
                 raise
             span.end("ok")
 
-        async for raw, event in self.read(stream_name, StartAt.earliest()):
+        async for raw, event in self.read(stream_name, StartAt.earliest(), main_lane_only=main_lane_only):
             last[raw.partition] = raw.position
             await hand_over(raw, event, live=False)
         await on_caught_up()
-        async for raw, event in self.read(stream_name, StartAt.after(last), follow=True, linger_s=linger_s):
+        async for raw, event in self.read(stream_name, StartAt.after(last), follow=True, linger_s=linger_s,
+                                          main_lane_only=main_lane_only):
             await hand_over(raw, event, live=True)
 
     async def read(
-        self, stream_name: str, start: StartAt, *, follow: bool = False, linger_s: float = 0.0
+        self, stream_name: str, start: StartAt, *, follow: bool = False, linger_s: float = 0.0,
+        main_lane_only: bool = False
     ) -> AsyncIterator[tuple[RawMessage, Envelope[Any] | SchemaError]]:
         """Read a stream without a group: each message with its decoded
         event, or the SchemaError that says why it is refused (see
-        `intake.accept`: oversized, undecodable, wrong stream, identity)."""
+        `intake.accept`: oversized, undecodable, wrong stream, identity);
+        `main_lane_only`: without the stream's side lane (`StreamSpec.side_lane`)."""
         spec: StreamSpec = stream(stream_name)
-        async for raw in self.backend.read(spec, start, follow=follow, linger_s=linger_s):
+        async for raw in self.backend.read(spec, start, follow=follow, linger_s=linger_s,
+                                           main_lane_only=main_lane_only):
             mine = self._read_back.taken(raw, spec.name)
             if mine is not None:
                 yield raw, mine
                 continue
             try:
-                yield raw, accept(raw.data, spec.name, key=raw.key, cluster=raw.cluster)
+                yield raw, accept(raw.data, spec.name, key=raw.key, cluster=raw.cluster, lane=raw.lane)
             except IdentityError as exc:  # a forgery: say so, though readers do not file dead letters
                 self.refused[spec.name] += 1
                 log.warning("refused on %s at %d: %s", spec.name, raw.position, exc)

@@ -171,7 +171,7 @@ class Consumer:
             self.spec, StartAt.earliest(), partitions=frozenset(floors), until=floors
         ):
             try:
-                envelope = accept(raw.data, self.spec.name, key=raw.key, cluster=raw.cluster)
+                envelope = accept(raw.data, self.spec.name, key=raw.key, cluster=raw.cluster, lane=raw.lane)
             except SchemaError:
                 continue  # it was dead-lettered when first seen
             seen_as = _seen_as(envelope)
@@ -192,7 +192,7 @@ class Consumer:
     async def _handle(self, raw: RawMessage) -> None:
         self.observer.received(self.spec.name, raw.pending)
         try:
-            envelope = accept(raw.data, self.spec.name, key=raw.key, cluster=raw.cluster)
+            envelope = accept(raw.data, self.spec.name, key=raw.key, cluster=raw.cluster, lane=raw.lane)
         except SchemaError as exc:  # the message is the reason: oversized / undecodable / wrong stream / identity
             await self._dead_letter(raw, str(exc), retriable=False)
             return

@@ -24,6 +24,7 @@ from typing import Any
 
 from tidal_schemas import Envelope, SchemaError, decode
 from tidal_schemas.errors import IdentityError
+from tidal_schemas.streams import lane_of
 
 from .errors import BusError
 
@@ -47,11 +48,16 @@ def check_size(size: int, where: str, limit: int = MAX_EVENT_BYTES) -> None:
         raise EventTooLarge(f"{where}: {size} bytes is over the {limit}-byte limit")
 
 
-def accept(data: bytes, stream: str, *, key: str | None = None, cluster: str | None = None) -> Envelope[Any]:
+def accept(data: bytes, stream: str, *, key: str | None = None, cluster: str | None = None,
+           lane: str | None = None) -> Envelope[Any]:
     """The event in `data` as read from `stream` under the subject's `key`
-    and `cluster` (None: not known, not checked); SchemaError whose message
-    is the dead-letter reason otherwise (`oversized: …`, `undecodable: …`,
-    `wrong stream: …`, `identity: …`)."""
+    and `cluster` (None: not known, not checked) and in its side `lane`
+    (None: the main lane); SchemaError whose message is the dead-letter
+    reason otherwise (`oversized: …`, `undecodable: …`, `wrong stream: …`,
+    `identity: …`). An event of the main lane sent in the side lane would
+    be hidden from the readers of the main lane: refused. One of the side
+    lane in the main lane hides nothing (and is how events were sent before
+    there were lanes): accepted."""
     if len(data) > MAX_EVENT_BYTES:
         raise SchemaError(f"oversized: {len(data)} bytes > {MAX_EVENT_BYTES}-byte limit")
     try:
@@ -68,6 +74,9 @@ def accept(data: bytes, stream: str, *, key: str | None = None, cluster: str | N
     if cluster is not None and envelope.cluster != cluster:
         raise IdentityError(f"identity: published in cluster {cluster[:63]!r} but the event says "
                           f"{envelope.cluster[:63]!r}")
+    if lane is not None and lane != lane_of(envelope.payload):
+        raise IdentityError(f"identity: published in the {lane[:40]!r} lane of {stream}, where this "
+                          f"{envelope.type} event does not go")
     return envelope
 
 

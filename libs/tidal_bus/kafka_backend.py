@@ -25,7 +25,7 @@ from .auth import BusAuth
 from .errors import BusError
 from .intake import EventTooLarge
 from .kafka_group import KafkaGroupSubscription
-from .kafka_records import linger_for_more, noop_ack, noop_nak, position_of, raw_message, record_key, seek
+from .kafka_records import LANE_HEADER, linger_for_more, noop_ack, noop_nak, position_of, raw_message, record_key, seek
 from .kafka_topics import ensure_topic
 from .membership import raise_if_cancelling
 from .subjects import kafka_topic
@@ -107,15 +107,17 @@ class KafkaBackend(Backend):
         self._known_topics.discard(topic)
 
     async def publish(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
-                      trace: TraceContext | None = None) -> int:
-        return await (await self.send(spec, cluster, key, data, msg_id, trace))
+                      trace: TraceContext | None = None, lane: str | None = None) -> int:
+        return await (await self.send(spec, cluster, key, data, msg_id, trace, lane))
 
     async def send(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
-                   trace: TraceContext | None = None) -> Position:
+                   trace: TraceContext | None = None, lane: str | None = None) -> Position:
         await self.ensure_stream(spec)
         if self._producer is None:
             raise BusError("Kafka backend used before connect()")
         headers = [("tidal-id", msg_id.encode()), ("tidal-cluster", cluster.encode())]
+        if lane is not None:
+            headers.append((LANE_HEADER, lane.encode()))
         if trace is not None:
             headers += [(name, value.encode()) for name, value in trace.headers().items()]
         topic, partition = kafka_topic(self.namespace, spec), partition_for(key, spec.partitions)
@@ -155,7 +157,7 @@ class KafkaBackend(Backend):
 
     async def read(self, spec: StreamSpec, start: StartAt, *, partitions: frozenset[int] | None = None,
                    until: dict[int, int] | None = None, follow: bool = False,
-                   linger_s: float = 0.0) -> AsyncIterator[RawMessage]:
+                   linger_s: float = 0.0, main_lane_only: bool = False) -> AsyncIterator[RawMessage]:
         await self.ensure_stream(spec)
         topic = kafka_topic(self.namespace, spec)
         chosen = sorted(partitions) if partitions is not None else list(range(spec.partitions))
@@ -201,7 +203,9 @@ class KafkaBackend(Backend):
                             done.add(tp.partition)
                             consumer.pause(tp)
                             break
-                        yield raw_message(record, deliveries=1, ack=noop_ack, nak=noop_nak)
+                        raw = raw_message(record, deliveries=1, ack=noop_ack, nak=noop_nak)
+                        if raw.lane is None or not main_lane_only:  # Kafka cannot filter: left out here
+                            yield raw
                         if not follow and not past_end and position >= stop[tp.partition]:
                             done.add(tp.partition)
                             consumer.pause(tp)

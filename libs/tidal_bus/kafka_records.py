@@ -13,6 +13,9 @@ from .api import RawMessage, StartAt
 from .trace_context import carried
 
 
+LANE_HEADER = "tidal-lane"  # the stream's side lane a record was sent in (StreamSpec.side_lane); absent: the main lane
+
+
 def record_key(cluster: str, key: str) -> str:
     """The Kafka record key: the cluster and the event key, as a NATS subject
     carries both, so compaction keeps one record per key *per cluster* (two
@@ -47,7 +50,15 @@ def raw_message(record, *, deliveries: int, ack, nak, highwater: int | None = No
         pending=None if highwater is None else max(highwater - record.offset - 1, 0),
         stored_at=None if record.timestamp is None else datetime.fromtimestamp(record.timestamp / 1000, timezone.utc),
         trace=carried(record.headers) if record.headers else None,
+        lane=_lane(record.headers),
     )
+
+
+def _lane(headers) -> str | None:
+    for name, value in headers or ():
+        if name == LANE_HEADER:
+            return value.decode(errors="replace")
+    return None
 
 
 async def seek(consumer: AIOKafkaConsumer, tps: list[TopicPartition], start: StartAt) -> None:

@@ -1,7 +1,8 @@
 """NATS JetStream backend.
 
 Layout: one file-backed stream per Tidal stream (`TIDAL_NODE_METRICS`),
-subjects `{ns}.{stream}.{cluster}.{partition}.{key}`. A consumer group is one
+subjects `{ns}.{stream}.{cluster}.{partition}.{key}` (and `.{lane}` after it
+for the stream's side lane, `StreamSpec.side_lane`). A consumer group is one
 durable pull consumer per partition (filtered on the partition token); the
 group's members split the partitions between them (see membership.py), so a
 key is handled by one member at a time, in order.
@@ -17,7 +18,6 @@ from collections.abc import AsyncIterator
 
 import nats.errors  # binds `nats` too
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig
 from nats.js.errors import NotFoundError
@@ -28,14 +28,13 @@ from .api import AssignmentListener, Backend, GroupSubscription, Position, RawMe
 from .auth import BusAuth, BusPermissionError, redact_url
 from .errors import BusConfigError, BusError
 from .intake import EventTooLarge, check_size, dedupe_key
-from .nats_delivery import delivery_of
 from .nats_group import NatsGroupSubscription
 from .nats_pull import Puller
 from .nats_reader import read_stream
 from .nats_refusals import AUTH_FAILURE, Refusals, credentials_hint
 from .nats_streams import create_stream
-from .subjects import decode_token, nats_stream_name, nats_subject
-from .trace_context import TraceContext, carried
+from .subjects import nats_stream_name, nats_subject
+from .trace_context import TraceContext
 
 log = logging.getLogger(__name__)
 PUBLISH_ACK_WAIT_S = 2.0  # one try of a publish: how long the server's ack is waited for
@@ -183,9 +182,9 @@ class NatsBackend(Backend):
         self._known_streams.discard(name)
 
     async def publish(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
-                      trace: TraceContext | None = None) -> int:
+                      trace: TraceContext | None = None, lane: str | None = None) -> int:
         await self.ensure_stream(spec)
-        subject, headers = self._addressed(spec, cluster, key, data, msg_id, trace)
+        subject, headers = self._addressed(spec, cluster, key, data, msg_id, trace, lane)
         # The broker may be restarting: retry within a bound. Retrying is safe:
         # the message id makes the server drop a second copy, and where there is
         # none, consumers drop it by event id.
@@ -208,13 +207,13 @@ class NatsBackend(Backend):
                 delay = min(delay * 2, 2.0)
 
     async def send(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
-                   trace: TraceContext | None = None) -> Position:
+                   trace: TraceContext | None = None, lane: str | None = None) -> Position:
         await self.ensure_stream(spec)
-        subject, headers = self._addressed(spec, cluster, key, data, msg_id, trace)
+        subject, headers = self._addressed(spec, cluster, key, data, msg_id, trace, lane)
         try:
             acked = await self.js.publish_async(subject, data, headers=headers)
         except nats.errors.Error:  # not even handed over (reconnecting…): wait, with publish's retries
-            return known(await self.publish(spec, cluster, key, data, msg_id, trace))
+            return known(await self.publish(spec, cluster, key, data, msg_id, trace, lane))
 
         async def position() -> int:
             try:
@@ -222,13 +221,13 @@ class NatsBackend(Backend):
             except (nats.errors.Error, asyncio.TimeoutError) as exc:
                 # lost or refused: sent again, waiting (the server stores an id once)
                 log.info("publish to %s: %r; sending it again", subject, exc)
-                return await self.publish(spec, cluster, key, data, msg_id, trace)
+                return await self.publish(spec, cluster, key, data, msg_id, trace, lane)
         return position()
 
     def _addressed(self, spec: StreamSpec, cluster: str, key: str, data: bytes, msg_id: str,
-                   trace: TraceContext | None) -> tuple[str, dict[str, str] | None]:
+                   trace: TraceContext | None, lane: str | None) -> tuple[str, dict[str, str] | None]:
         """The subject and headers of a message; EventTooLarge over the server's limit."""
-        subject = nats_subject(self.namespace, spec, cluster, partition_for(key, spec.partitions), key)
+        subject = nats_subject(self.namespace, spec, cluster, partition_for(key, spec.partitions), key, lane)
         # The server drops a second message with the same id within its window
         # (so a retried publish appends once); ids are scoped to the key, and
         # streams node agents write do without it (see StreamSpec.written_by_nodes).
@@ -264,37 +263,12 @@ class NatsBackend(Backend):
 
     def read(self, spec: StreamSpec, start: StartAt, *, partitions: frozenset[int] | None = None,
              until: dict[int, int] | None = None, follow: bool = False,
-             linger_s: float = 0.0) -> AsyncIterator[RawMessage]:
-        return read_stream(self, spec, start, partitions=partitions, until=until, follow=follow, linger_s=linger_s)
+             linger_s: float = 0.0, main_lane_only: bool = False) -> AsyncIterator[RawMessage]:
+        return read_stream(self, spec, start, partitions=partitions, until=until, follow=follow, linger_s=linger_s,
+                           main_lane_only=main_lane_only)
 
     async def puller(self, stream_name: str, config: ConsumerConfig) -> Puller:
         """The pulling end of a consumer of `stream_name` (created when it does not exist)."""
         if self._nc is None:
             raise BusError("NATS backend used before connect()")
         return await Puller.open(self._nc, self.js, stream_name, config)
-
-    def raw_message(self, msg: Msg) -> RawMessage:
-        tokens = msg.subject.split(".")
-        delivery = delivery_of(msg)
-
-        async def ack() -> None:
-            if msg.reply:
-                await msg.ack()
-
-        async def nak(delay: float) -> None:
-            if msg.reply:
-                await msg.nak(delay=delay if delay > 0 else None)
-
-        return RawMessage(
-            data=msg.data,
-            key=decode_token(tokens[-1]),
-            partition=int(tokens[-2]),
-            position=delivery.position,
-            deliveries=delivery.deliveries,
-            ack=ack,
-            nak=nak,
-            pending=delivery.pending,
-            stored_at=delivery.stored_at,
-            cluster=decode_token(tokens[-3]),
-            trace=carried(msg.headers.items()) if msg.headers else None,
-        )

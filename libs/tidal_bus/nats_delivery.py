@@ -17,6 +17,10 @@ from typing import NamedTuple
 
 from nats.aio.msg import Msg
 
+from .api import RawMessage
+from .subjects import decode_token, subject_lane
+from .trace_context import carried
+
 # $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ns>.<pending>; the
 # newer layout puts <domain>.<account hash> before the stream and may end in a token
 _V1_TOKENS, _V2_SHIFT = 9, 2
@@ -38,3 +42,36 @@ def delivery_of(msg: Msg) -> Delivery:
         return Delivery(meta.sequence.stream, meta.num_delivered, meta.num_pending, meta.timestamp)
     return Delivery(int(tokens[5 + shift]), int(tokens[4 + shift]), int(tokens[8 + shift]),
                     datetime.fromtimestamp(int(tokens[7 + shift]) / 1_000_000_000.0, timezone.utc))
+
+
+def raw_message(msg: Msg) -> RawMessage:
+    """A JetStream delivery as the bus hands it on: the subject read back into
+    cluster, partition, key and lane, the reply subject into `delivery_of`."""
+    tokens = msg.subject.split(".")
+    lane = subject_lane(tokens)
+    if lane is not None:
+        del tokens[5:]
+    delivery = delivery_of(msg)
+
+    async def ack() -> None:
+        if msg.reply:
+            await msg.ack()
+
+    async def nak(delay: float) -> None:
+        if msg.reply:
+            await msg.nak(delay=delay if delay > 0 else None)
+
+    return RawMessage(
+        data=msg.data,
+        key=decode_token(tokens[-1]),
+        partition=int(tokens[-2]),
+        position=delivery.position,
+        deliveries=delivery.deliveries,
+        ack=ack,
+        nak=nak,
+        pending=delivery.pending,
+        stored_at=delivery.stored_at,
+        cluster=decode_token(tokens[-3]),
+        trace=carried(msg.headers.items()) if msg.headers else None,
+        lane=lane,
+    )

@@ -19,6 +19,7 @@ from .api import AssignmentListener, GroupSubscription, RawMessage, StartAt
 from .errors import BusError
 from .membership import Membership, cancel_until_done, raise_if_cancelling
 from .nats_pull import Puller
+from .nats_delivery import raw_message
 from .nats_streams import deliver_options
 from .subjects import encode_durable, nats_consumer_name, nats_partition_filter, nats_stream_name
 
@@ -190,7 +191,7 @@ class NatsGroupSubscription(GroupSubscription):
                     if self._fetchers.get(partition) is not me:
                         await msg.nak()  # no longer ours: let the new owner have it at once
                         continue
-                    await self._queue.put(self._backend.raw_message(msg))
+                    await self._queue.put(raw_message(msg))
         finally:
             try:
                 await psub.close(return_unread=True)

@@ -5,8 +5,9 @@ consume what, and the nats-server configuration that enforces it.
 which consumer groups it runs (stream, group), and which streams it reads
 whole without a group. From it, each user gets
 
-- publish on `{ns}.{stream}.{cluster}.*.*` for the streams it produces, and
-  the node agent of node X only `{ns}.{stream}.{cluster}.{partition(X)}.{X}`;
+- publish on `{ns}.{stream}.{cluster}.*.*` for the streams it produces (and
+  `….*.*.{lane}` for a stream's side lane), and the node agent of node X
+  only `{ns}.{stream}.{cluster}.{partition(X)}.{X}`;
 - dead letters of its own cluster;
 - the JetStream API calls it makes, named per stream (`STREAM.INFO`/`CREATE`
   of the namespace's streams, never `UPDATE`/`DELETE`/`PURGE`) and, for its
@@ -114,6 +115,8 @@ def service_permissions(service: str, *, namespace: str, cluster: str, node: str
             publish.append(f"{namespace}.{spec.token}.{c}.{partition_for(node, spec.partitions)}.{encode_token(node)}")
         else:
             publish.append(f"{namespace}.{spec.token}.{c}.*.*")
+            if spec.side_lane is not None:
+                publish.append(f"{namespace}.{spec.token}.{c}.*.*.{spec.side_lane}")
     publish.append(f"{namespace}.{stream('dead.letter').token}.{c}.*.*")
 
     api = "$JS.API"

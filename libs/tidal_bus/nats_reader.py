@@ -25,6 +25,7 @@ from tidal_schemas.streams import StreamSpec
 
 from .api import RawMessage, StartAt
 from .membership import raise_if_cancelling
+from .nats_delivery import raw_message
 from .nats_streams import deliver_options
 from .subjects import nats_partition_filter, nats_stream_name
 
@@ -43,12 +44,14 @@ async def read_stream(
     until: dict[int, int] | None = None,
     follow: bool = False,
     linger_s: float = 0.0,
+    main_lane_only: bool = False,
 ) -> AsyncIterator[RawMessage]:
     await backend.ensure_stream(spec)
     if partitions is None:
-        filters = [nats_partition_filter(backend.namespace, spec, None)]
+        filters = [nats_partition_filter(backend.namespace, spec, None, main_lane_only=main_lane_only)]
     else:
-        filters = [nats_partition_filter(backend.namespace, spec, p) for p in sorted(partitions)]
+        filters = [nats_partition_filter(backend.namespace, spec, p, main_lane_only=main_lane_only)
+                   for p in sorted(partitions)]
         if not filters:
             return
     limit = max(until.values()) if until else None
@@ -83,7 +86,7 @@ async def read_stream(
                     await asyncio.sleep(0.5)
                     break
                 for msg in batch:
-                    raw = backend.raw_message(msg)
+                    raw = raw_message(msg)
                     last = raw.position
                     if until is not None and raw.position > until.get(raw.partition, 0):
                         if limit is not None and raw.position > limit:

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from tidal_schemas import Envelope
+from tidal_schemas.streams import lane_of
 
 from .api import RawMessage
 
@@ -50,7 +51,7 @@ class ReadBack:
         if envelope is None:
             return None
         self._bytes -= len(raw.data)
-        if envelope.type != stream or raw.key != envelope.key \
+        if envelope.type != stream or raw.key != envelope.key or raw.lane != lane_of(envelope.payload) \
                 or (raw.cluster is not None and raw.cluster != envelope.cluster):
             return None  # our bytes where we did not put them: decoded, and refused, as any input
         return envelope

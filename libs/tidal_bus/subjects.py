@@ -59,14 +59,27 @@ def nats_stream_name(namespace: str, spec: StreamSpec) -> str:
     return f"{namespace}_{spec.token}".upper().replace("-", "_")
 
 
-def nats_subject(namespace: str, spec: StreamSpec, cluster: str, partition: int, key: str) -> str:
-    return f"{namespace}.{spec.token}.{encode_token(cluster)}.{partition}.{encode_token(key)}"
+def nats_subject(namespace: str, spec: StreamSpec, cluster: str, partition: int, key: str,
+                 lane: str | None = None) -> str:
+    """Where an event goes; one of the stream's side lane (`lane`) gets the
+    lane's name as a sixth token, which readers of the main lane filter out."""
+    subject = f"{namespace}.{spec.token}.{encode_token(cluster)}.{partition}.{encode_token(key)}"
+    return subject if lane is None else f"{subject}.{lane}"
 
 
-def nats_partition_filter(namespace: str, spec: StreamSpec, partition: int | None) -> str:
-    if partition is None:
-        return f"{namespace}.{spec.token}.>"
-    return f"{namespace}.{spec.token}.*.{partition}.*"
+def nats_partition_filter(namespace: str, spec: StreamSpec, partition: int | None, *,
+                          main_lane_only: bool = False) -> str:
+    """The subjects of a partition (None: of every partition), with the
+    stream's side lane unless `main_lane_only`."""
+    if partition is None and not main_lane_only:
+        return f"{namespace}.{spec.token}.>"  # the whole stream: its subjects
+    last = ">" if spec.side_lane is not None and not main_lane_only else "*"  # the key, and the lane after it
+    return f"{namespace}.{spec.token}.*.{'*' if partition is None else partition}.{last}"
+
+
+def subject_lane(tokens: list[str]) -> str | None:
+    """The side lane of a subject split at its dots (None: the main lane)."""
+    return tokens[5] if len(tokens) > 5 else None
 
 
 def nats_consumer_name(group: str, spec: StreamSpec, partition: int) -> str:

@@ -43,6 +43,11 @@ class Payload(BaseModel):
     def event_key(self) -> str:
         raise NotImplementedError
 
+    def in_side_lane(self) -> bool:
+        """Whether the event travels in its stream's side lane
+        (`StreamSpec.side_lane`), which readers may leave out."""
+        return False
+
 
 P = TypeVar("P", bound=Payload)
 

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from .envelope import envelope_of, event_types
-from .streams import STREAMS
+from .streams import STREAMS, StreamSpec
 
 ASYNCAPI_FILE = "asyncapi.json"
 
@@ -25,6 +25,13 @@ def event_schema(event_type: str) -> dict[str, Any]:
     schema["$id"] = f"https://tidal.dev/schemas/{event_type}.json"
     schema["properties"]["type"]["const"] = event_type
     return schema
+
+
+def _lane_note(stream: StreamSpec) -> str:
+    if stream.side_lane is None:
+        return ""
+    return (f" Events of the side lane '{stream.side_lane}' (see StreamSpec.side_lane) get '.{stream.side_lane}' "
+            f"after the key on NATS and the record header 'tidal-lane: {stream.side_lane}' on Kafka.")
 
 
 def asyncapi_document() -> dict[str, Any]:
@@ -45,7 +52,7 @@ def asyncapi_document() -> dict[str, Any]:
         channels[name] = {
             "address": stream.subject_pattern(),
             "description": f"NATS subject pattern; on Kafka the topic is '{{namespace}}.{stream.name}', "
-            f"{stream.partitions} partitions by key. Retention: {stream.max_age_s:.0f} s.",
+            f"{stream.partitions} partitions by key. Retention: {stream.max_age_s:.0f} s." + _lane_note(stream),
             "messages": {name: {"$ref": f"#/components/messages/{name}"}},
         }
         operations[f"publish_{name}"] = {

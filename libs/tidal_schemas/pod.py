@@ -82,6 +82,9 @@ class PodLifecycle(Payload):
     def event_key(self) -> str:
         return pod_key(self.namespace, self.name)
 
+    def in_side_lane(self) -> bool:
+        return self.phase == "pending"  # what holds nothing yet: only placement acts on it
+
     @model_validator(mode="after")
     def _exclusive_needs_whole_cpus(self) -> "PodLifecycle":
         if self.exclusive_cpus and (self.requests.cpu_milli == 0 or self.requests.cpu_milli % 1000):

@@ -32,6 +32,18 @@ class StreamSpec:
     sets its message id as it likes, so any agent could fill it with ids of
     other nodes' events: such a stream does not use it. Consumers drop
     duplicates by id under the verified key (tidal_bus.intake.dedupe_key)."""
+    side_lane: str | None = None
+    """The name of a lane of events (`Payload.in_side_lane`) a reader may
+    leave out, and the broker then never sends it (NATS: a sixth subject
+    token, Kafka: a record header). Pending pods: every pod arrives pending,
+    and only placement acts on that; fair share, oversell and the node
+    agents follow only the pods that hold something, and a burst of
+    arrivals costs them nothing. The last event per subject would not be
+    the last per key, so a state stream has none."""
+
+    def __post_init__(self) -> None:
+        if self.side_lane is not None and self.keep_last_per_key:
+            raise ValueError(f"stream {self.name}: a state stream (keep_last_per_key) cannot have a side lane")
 
     def subject_pattern(self, namespace: str = "tidal") -> str:
         return f"{namespace}.{self.token}.{{cluster}}.{{partition}}.{{key}}"
@@ -53,7 +65,7 @@ _CATALOGUE = [
                consumers=("scoring", "placement", "oversell", "remediation")),
     StreamSpec("node.metrics", max_age_s=1 * DAY, producers=("topology", "simulator"), written_by_nodes=True,
                consumers=("scoring", "oversell", "remediation")),
-    StreamSpec("pod.lifecycle", producers=("bridge", "simulator"),
+    StreamSpec("pod.lifecycle", producers=("bridge", "simulator"), side_lane="pending",
                consumers=("scoring", "placement", "oversell", "remediation")),
     # The last configuration of every tenant lives as long as the tenant: an
     # unchanged tenant must not age out (deleting one is an explicit event).
@@ -88,3 +100,9 @@ def stream(name: str) -> StreamSpec:
         return STREAMS[name]
     except KeyError:
         raise KeyError(f"unknown stream {name!r}; known: {', '.join(sorted(STREAMS))}") from None
+
+
+def lane_of(payload) -> str | None:
+    """The lane an event of `payload` travels in: its stream's side lane
+    (`StreamSpec.side_lane`), or None, the main lane."""
+    return STREAMS[payload.TYPE].side_lane if payload.in_side_lane() else None
