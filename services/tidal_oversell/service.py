@@ -80,7 +80,9 @@ class OversellService(Service):
         async def done() -> None:
             return None
 
-        await self.bus.catch_up_then_follow("pod.lifecycle", on_event, done, linger_s=self.settings.input_linger_s)
+        # pending pods are on no node: the broker leaves them out (StreamSpec.side_lane)
+        await self.bus.catch_up_then_follow("pod.lifecycle", on_event, done, linger_s=self.settings.input_linger_s,
+                                            main_lane_only=True)
 
     async def follow_action_log(self) -> None:
         def apply(envelope: Envelope[Any]) -> None:

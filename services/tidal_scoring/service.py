@@ -128,8 +128,9 @@ class ScoringService(Service):
         async def on_caught_up() -> None:
             self.pods_caught_up.set()
 
+        # pending pods hold nothing: the broker leaves them out (StreamSpec.side_lane)
         await self.bus.catch_up_then_follow("pod.lifecycle", on_event, on_caught_up,
-                                            linger_s=self.settings.input_linger_s)
+                                            linger_s=self.settings.input_linger_s, main_lane_only=True)
 
     def _handles(self, cluster: str) -> bool:
         clusters = self.settings.handled_clusters()

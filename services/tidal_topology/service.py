@@ -125,7 +125,8 @@ class TopologyService(Service):
                 self.cpus.live = True
                 await self.cpus.apply()
 
-        await self.bus.catch_up_then_follow("pod.lifecycle", on_event, done)
+        # pending pods are on no node yet: the broker leaves them out (StreamSpec.side_lane)
+        await self.bus.catch_up_then_follow("pod.lifecycle", on_event, done, main_lane_only=True)
 
     def _mine(self, envelope: Envelope[Any]) -> bool:
         return envelope.cluster == self.settings.cluster
