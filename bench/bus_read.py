@@ -14,10 +14,17 @@ own work.
 - relay-window: the same as scoring, oversell and remediation read samples:
   outputs waited for a window of events at a time (`output_window`, the
   services' default; tidal_bus.output_window).
+- pods: `--nodes` pending pods' events over `pod.lifecycle`, read whole as
+  placement reads the pods (`Bus.catch_up_then_follow`);
+- pods-main-lane: the same pods read as fair share, oversell and the node
+  agents read them, the main lane only: the broker sends none of them
+  (`StreamSpec.side_lane`), and the figure is the cost of each pending pod
+  to such a reader.
 
 `--nodes` events are published first (one event per node, each holding
-that node's score: the per-event cost, whatever an event holds), then read once;
-only the reading is timed, by the process's CPU clock.
+that node's score: the per-event cost, whatever an event holds; for the pod
+paths, as many pods), then read once; only the reading is timed, by the
+process's CPU clock.
 
 Prints one JSON line per path: {"path": P, "events": N, "cpu_us_per_event": X}
 
@@ -68,6 +75,30 @@ async def follower(bus: Bus, topologies: list, count: int) -> float:
     return spent
 
 
+async def pods(bus: Bus, topologies: list, count: int, main_lane_only: bool = False) -> float:
+    await _common.publish_all(bus, _common.pods(count, np.random.default_rng(0)))  # pending, as they arrive
+    caught_up = asyncio.Event()
+
+    async def on_event(envelope) -> None:
+        return None
+
+    async def done() -> None:
+        caught_up.set()
+    started = time.process_time()
+    task = asyncio.create_task(bus.catch_up_then_follow("pod.lifecycle", on_event, done,
+                                                        main_lane_only=main_lane_only))
+    await caught_up.wait()
+    spent = time.process_time() - started
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await bus.backend.delete_stream(stream("pod.lifecycle"))  # the next path publishes its own
+    return spent
+
+
+async def pods_main_lane(bus: Bus, topologies: list, count: int) -> float:
+    return await pods(bus, topologies, count, main_lane_only=True)
+
+
 async def group(bus: Bus, topologies: list, count: int, relay: bool = False, window: int = 1) -> float:
     handled = 0
 
@@ -100,7 +131,8 @@ async def relay_window(bus: Bus, topologies: list, count: int) -> float:
     return await group(bus, topologies, count, relay=True, window=OUTPUT_WINDOW)
 
 
-PATHS = {"follower": follower, "group": group, "group-window": group_window, "relay": relay, "relay-window": relay_window}
+PATHS = {"follower": follower, "group": group, "group-window": group_window, "relay": relay, "relay-window": relay_window,
+         "pods": pods, "pods-main-lane": pods_main_lane}
 
 
 async def main(args: argparse.Namespace) -> None:
