@@ -14,7 +14,8 @@ import pytest
 from builders import pod
 from conftest import make_bus, wait_until
 from tidal_bus import StartAt
-from tidal_bus.subjects import nats_partition_filter
+from nats.js.api import AckPolicy, ConsumerConfig
+from tidal_bus.subjects import nats_consumer_name, nats_partition_filter, nats_stream_name
 from tidal_schemas import encode, make_envelope
 from tidal_schemas.errors import IdentityError
 from tidal_schemas.streams import StreamSpec, lane_of, stream
@@ -111,3 +112,30 @@ async def test_a_bound_pod_sent_in_the_side_lane_is_refused_and_a_pending_one_in
     assert [e for e in whole if e not in refused] == [plain]
     assert main == [plain]  # harmless there: a reader of the main lane ignores a pending pod
     assert bus.refused["pod.lifecycle"] == 1
+
+
+async def test_a_group_durable_made_before_the_lane_is_given_the_filter_that_includes_it(nats_server, namespace):
+    """A group's durables made by a Tidal before pod.lifecycle had a side
+    lane filter `….*.{p}.*`, which leaves it out: the member updates them."""
+    got = []
+
+    async def handler(envelope, delivery) -> None:
+        got.append(envelope)
+    async with make_bus(nats_server.url, namespace, source="bridge") as bus:
+        await bus.ensure_streams(["pod.lifecycle"])
+        name = nats_stream_name(namespace, PODS)
+        for p in range(PODS.partitions):
+            old = ConsumerConfig(name=nats_consumer_name("g", PODS, p), durable_name=nats_consumer_name("g", PODS, p),
+                                 ack_policy=AckPolicy.EXPLICIT, filter_subject=f"{namespace}.{PODS.token}.*.{p}.*")
+            await bus.backend.js.add_consumer(name, config=old)
+        for payload in lifecycle("a"):
+            await bus.publish(payload)
+        consumer = bus.consumer("pod.lifecycle", "g", handler)
+        task = asyncio.create_task(consumer.run())
+        await wait_until(lambda: len(got) == 4, timeout=30, what="the pod's four events, its pending one included")
+        consumer.stop()
+        await asyncio.wait_for(task, 30)
+        filters = {(await bus.backend.js.consumer_info(name, nats_consumer_name("g", PODS, p))).config.filter_subject
+                   for p in range(PODS.partitions)}
+    assert seen(got) == [("a", "pending"), ("a", "bound"), ("a", "running"), ("a", "deleted")]
+    assert filters == {nats_partition_filter(namespace, PODS, p) for p in range(PODS.partitions)}

@@ -57,14 +57,21 @@ class Puller:
     @classmethod
     async def open(cls, nc: Client, js: JetStreamContext, stream: str, config: ConsumerConfig) -> "Puller":
         """Create the consumer (a durable one only when it does not exist:
-        as `pull_subscribe` does) and subscribe to its deliveries."""
+        as `pull_subscribe` does) and subscribe to its deliveries. A durable
+        whose filter leaves out the stream's side lane, as a group's did
+        before the stream had one, gets the filter it is given: it would
+        otherwise never be sent the lane's events."""
         name = config.durable_name
         if name:
             try:
-                await js.consumer_info(stream, name)
+                found = (await js.consumer_info(stream, name)).config
             except nats.js.errors.NotFoundError:
                 config.name = name
                 await js.add_consumer(stream, config=config)
+            else:
+                if config.filter_subject and found.filter_subject != config.filter_subject:
+                    found.filter_subject = config.filter_subject  # the rest as it was: where it is, what it owes
+                    await js.add_consumer(stream, config=found)
         else:  # ephemeral: a name of our own, as nats-py gives one (the permissions expect a name)
             name = config.name = uuid.uuid4().hex
             await js.add_consumer(stream, config=config)
