@@ -170,6 +170,25 @@ async def test_broken_watches_and_relists_publish_each_state_once(nats_server, n
         [("a", "pending"), ("a", "bound"), ("b", "pending"), ("c", "pending"), ("b", "deleted")]
 
 
+async def test_a_pod_made_again_under_its_name_while_the_watch_was_down_ends_the_names_events(
+        nats_server, namespace, fake, bus):
+    """A StatefulSet's pod deleted and made again during a watch gap: the
+    relist lists the successor before it finds the old uid missing. The
+    old pod's deletion is published first, so readers that key pods by
+    name (fair share, oversell, placement) end holding the successor."""
+    fake.add_pod("web-0", node="n1", phase="Running")
+    pods = Stream(bus, "pod.lifecycle")
+    async with running(settings(nats_server, namespace, fake)):
+        await pods.wait(lambda es: len(es) == 1, "web-0 running")
+        fake.break_watches("abort")
+        fake.delete_pod("default", "web-0")
+        successor = fake.add_pod("web-0", node="n1", phase="Running")
+        fake.compact()  # the reconnect gets 410 and relists
+        events = await pods.wait(lambda es: len(es) == 3, "the old web-0 deleted, its successor running")
+    assert [(e.payload.phase, e.payload.uid) for e in events[1:]] == \
+        [("deleted", events[0].payload.uid), ("running", successor["metadata"]["uid"])]
+
+
 async def test_a_malformed_annotation_publishes_an_unschedulable_pod_and_a_kubernetes_event(
         nats_server, namespace, fake, bus):
     fake.add_pod("bad", annotations={"tidal.dev/gpu-milli": "1500"})

@@ -147,6 +147,9 @@ async def test_objects_are_found_by_name_as_last_seen_also_across_a_replacement(
         await wait_until(lambda: len(sink.changes) == 5, 5, "changes")
         assert reflector.get("default", "a")["metadata"]["uid"] == successor["metadata"]["uid"]
         assert reflector.get("default", "b") is None and reflector.get("other", "a") is None
+    # the old a's deletion before its successor: readers that key pods by name keep the successor
+    assert sink.changes[2:] == [("DELETED", "a", "1"), ("ADDED", "a", successor["metadata"]["resourceVersion"]),
+                                ("DELETED", "b", "2")]
 
 
 async def test_410_as_an_http_status_also_relists(fake, kube):

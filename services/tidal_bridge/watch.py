@@ -3,9 +3,10 @@ reflector, handing every change to a sink exactly once.
 
     relist:  list (consistent read, in pages of PAGE items as client-go's
              pager asks: never the whole list in memory) → for each item:
-             ADDED / MODIFIED if its (uid, resourceVersion) is new; every
-             known uid missing from the list → DELETED; resume from the
-             list's resourceVersion. A page's snapshot gone (410) → relist.
+             ADDED / MODIFIED if its (uid, resourceVersion) is new, after
+             DELETED of another uid known under its name; every known uid
+             missing from the list → DELETED; resume from the list's
+             resourceVersion. A page's snapshot gone (410) → relist.
     watch:   watch?resourceVersion=<last>&allowWatchBookmarks=true; each
              event is applied, then its resourceVersion becomes <last>;
              BOOKMARK only moves <last>. A clean end (server timeout) → watch
@@ -230,6 +231,12 @@ class Reflector:
         previous = self.known.get(uid)
         if previous is not None and previous[0] == version:
             return  # seen in this very state: a replay across a reconnect
+        predecessor = self._uids.get(name)
+        if predecessor is not None and predecessor != uid and predecessor in self.known:
+            # A name is one object's at a time, so the one known under it is gone; a relist lists
+            # its successor before finding it missing. Its DELETED goes first: the pod events'
+            # readers key pods by name, and a deletion after the successor would remove the successor.
+            await self._apply("DELETED", self.read_kept(self.known[predecessor][1]))
         await self.sink(Change("ADDED" if previous is None else "MODIFIED", obj))
         self.known[uid] = (version, self.keep(obj))
         self._uids[name] = uid
