@@ -82,19 +82,25 @@ async def test_following_the_main_lane_pending_pods_published_meanwhile_never_ar
     assert seen(got) == [("new", "bound"), ("new", "running"), ("new", "deleted"), ("old", "bound")]
 
 
-async def test_a_group_member_gets_both_lanes(bus_url, namespace):
+async def through_group_g(bus) -> list:
+    """A pod's four events published, then read by a member of group "g"."""
     got = []
 
     async def handler(envelope, delivery) -> None:
         got.append(envelope)
+    for payload in lifecycle("a"):
+        await bus.publish(payload)
+    consumer = bus.consumer("pod.lifecycle", "g", handler)
+    task = asyncio.create_task(consumer.run())
+    await wait_until(lambda: len(got) == 4, timeout=30, what="the pod's four events, its pending one included")
+    consumer.stop()
+    await asyncio.wait_for(task, 30)
+    return got
+
+
+async def test_a_group_member_gets_both_lanes(bus_url, namespace):
     async with make_bus(bus_url, namespace, source="bridge") as bus:
-        for payload in lifecycle("a"):
-            await bus.publish(payload)
-        consumer = bus.consumer("pod.lifecycle", "g", handler)
-        task = asyncio.create_task(consumer.run())
-        await wait_until(lambda: len(got) == 4, timeout=30, what="the pod's four events")
-        consumer.stop()
-        await asyncio.wait_for(task, 30)
+        got = await through_group_g(bus)
     assert seen(got) == [("a", "pending"), ("a", "bound"), ("a", "running"), ("a", "deleted")]
 
 
@@ -117,10 +123,6 @@ async def test_a_bound_pod_sent_in_the_side_lane_is_refused_and_a_pending_one_in
 async def test_a_group_durable_made_before_the_lane_is_given_the_filter_that_includes_it(nats_server, namespace):
     """A group's durables made by a Tidal before pod.lifecycle had a side
     lane filter `….*.{p}.*`, which leaves it out: the member updates them."""
-    got = []
-
-    async def handler(envelope, delivery) -> None:
-        got.append(envelope)
     async with make_bus(nats_server.url, namespace, source="bridge") as bus:
         await bus.ensure_streams(["pod.lifecycle"])
         name = nats_stream_name(namespace, PODS)
@@ -128,13 +130,7 @@ async def test_a_group_durable_made_before_the_lane_is_given_the_filter_that_inc
             old = ConsumerConfig(name=nats_consumer_name("g", PODS, p), durable_name=nats_consumer_name("g", PODS, p),
                                  ack_policy=AckPolicy.EXPLICIT, filter_subject=f"{namespace}.{PODS.token}.*.{p}.*")
             await bus.backend.js.add_consumer(name, config=old)
-        for payload in lifecycle("a"):
-            await bus.publish(payload)
-        consumer = bus.consumer("pod.lifecycle", "g", handler)
-        task = asyncio.create_task(consumer.run())
-        await wait_until(lambda: len(got) == 4, timeout=30, what="the pod's four events, its pending one included")
-        consumer.stop()
-        await asyncio.wait_for(task, 30)
+        got = await through_group_g(bus)
         filters = {(await bus.backend.js.consumer_info(name, nats_consumer_name("g", PODS, p))).config.filter_subject
                    for p in range(PODS.partitions)}
     assert seen(got) == [("a", "pending"), ("a", "bound"), ("a", "running"), ("a", "deleted")]
