@@ -146,6 +146,27 @@ def test_samples_cover_every_event_type_and_stream():
 
 
 @PROPS
+@given(event_type_names, st.floats(min_value=0, allow_nan=False, allow_infinity=False), st.text(max_size=12))
+def test_encode_writes_what_orjson_writes_of_the_events_json_form(event_type, number, text):
+    """`encode` uses pydantic's JSON writer: the bytes are those orjson
+    writes of `model_dump(mode="json")`, as an earlier Tidal published
+    them (any float, any text)."""
+    payload = SAMPLES[event_type]
+    if event_type == "score.user":
+        payload = payload.model_copy(update={"score": number})
+    if event_type == "dead.letter":
+        payload = payload.model_copy(update={"reason": text})
+    envelope = make_envelope(payload, cluster="c1", source="s")
+    assert encode(envelope) == orjson.dumps(envelope.model_dump(mode="json"))
+
+
+def test_text_json_cannot_hold_is_refused_with_the_reason():
+    letter = SAMPLES["dead.letter"].model_copy(update={"reason": "a lone \ud800 surrogate"})  # as YAML can carry
+    with pytest.raises(SchemaError, match="cannot be written as JSON.*surrogates not allowed"):
+        encode(make_envelope(letter, cluster="c1", source="s"))
+
+
+@PROPS
 @given(st.binary(max_size=600))
 def test_random_bytes(data):
     outcome(data)
