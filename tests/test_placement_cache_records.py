@@ -186,3 +186,18 @@ def test_a_pod_made_again_under_its_name_gets_decision_ids_of_its_own():
     (second,) = cycle(cache, None, 3.0)
     assert (first.outcome, second.outcome, first.uid, second.uid) == ("placed", "placed", "u1", "u2")
     assert second.decision_id != first.decision_id  # else a node agent reads it as the first's, redelivered
+
+
+def test_a_predecessors_deletion_read_after_its_successor_leaves_the_successor_booked():
+    # a pod made again under its name, its predecessor's deletion read late: the room the
+    # successor holds stays booked (freed, a second pod could be placed on top of it)
+    cache = cluster(1)
+    cache.apply(pod("web-0", uid="u2", phase="running", node="n0", cpu_milli=2000), 0.0)
+    held = int(cache.state.cpu_free[0])
+    cache.apply(pod("web-0", uid="u1", phase="deleted", node="n0", cpu_milli=2000), 1.0)
+    assert int(cache.state.cpu_free[0]) == held and cache.records.get("default/web-0").pod.uid == "u2"
+    cache.apply(pod("web-0", uid="u2", phase="deleted", node="n0", cpu_milli=2000), 2.0)
+    assert int(cache.state.cpu_free[0]) == held + 2000 and "default/web-0" not in cache.records
+    cache.apply(pod("old", phase="running", node="n0", cpu_milli=1000), 3.0)  # no uids: told apart by name only
+    cache.apply(pod("old", phase="deleted", node="n0"), 4.0)
+    assert int(cache.state.cpu_free[0]) == held + 2000

@@ -148,15 +148,24 @@ class ClusterCache(NodeFreshness):
         key = self.records.key_of(event.event_key())
         pod = KeptPod.of(event, key)
         if pod.phase == "deleted":
+            self._bury(pod.packed_uid)
+            if self._succeeded(key, pod.packed_uid):
+                return  # the pod this name held before: its successor's record and room stay
             self.room_changed = True
             self.records.pop(key)
-            self._bury(pod.packed_uid)
         else:
             self.records.set_pod(key, pod)
             if self.records.get(key).waits():
                 self.on_pending(pod)
         self._reconcile(key, now)
         self._charge(key)  # its tenant or requests may have changed, its holding not
+
+    def _succeeded(self, key: str, uid: int | str) -> bool:
+        """Whether the pod kept under `key` is not the one of `uid`: made again under
+        its name, the predecessor's deletion read late (without both uids: no)."""
+        record = self.records.get(key)
+        kept = None if record is None or record.pod is None else record.pod.packed_uid
+        return uid != "" and kept is not None and kept != "" and kept != uid
 
     def _bury(self, uid: int | str) -> None:
         # Decisions are another stream: one for a pod deleted since may be read
