@@ -30,7 +30,7 @@ from tidal_simulator.topology_builder import make_topology  # noqa: E402
 from tidal_schemas import (  # noqa: E402
     GpuAsk, NodeMetrics, NodeTopology, PodLifecycle, Resources, encode, make_envelope,
 )
-from tidal_schemas.streams import stream  # noqa: E402
+from tidal_schemas.streams import lane_of, stream  # noqa: E402
 from tidal_topology import build_metrics  # noqa: E402
 from tidal_topology import PodSample  # noqa: E402
 
@@ -102,15 +102,15 @@ async def publish_all(bus: Bus, payloads: Iterable, window: int = PUBLISH_WINDOW
 
 
 def encoded(payload, cluster: str) -> tuple:
-    """An event ready for `Backend.publish`: (stream, cluster, key, bytes, id)."""
+    """An event ready for `Backend.publish`: (stream, cluster, key, bytes, id, lane)."""
     envelope = make_envelope(payload, cluster=cluster, source="agents")
-    return stream(envelope.type), envelope.cluster, envelope.key, encode(envelope), envelope.id
+    return stream(envelope.type), envelope.cluster, envelope.key, encode(envelope), envelope.id, lane_of(payload)
 
 
 async def publish_encoded(bus: Bus, items: Sequence[tuple], window: int = PUBLISH_WINDOW) -> None:
-    """`publish_all` for events `encoded` beforehand."""
+    """`publish_all` for events `encoded` beforehand, each in its lane (`StreamSpec.side_lane`)."""
     for chunk in batched(items, window):
-        await asyncio.gather(*(bus.backend.publish(*item) for item in chunk))
+        await asyncio.gather(*(bus.backend.publish(*item[:5], lane=item[5]) for item in chunk))
 
 
 # -- simulated cluster actors, each in its own process ----------------------------
