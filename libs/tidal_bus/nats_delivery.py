@@ -18,7 +18,7 @@ from typing import NamedTuple
 from nats.aio.msg import Msg
 
 from .api import RawMessage
-from .subjects import decode_token, subject_lane
+from .subjects import subject_parts
 from .trace_context import carried
 
 # $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ns>.<pending>; the
@@ -47,10 +47,7 @@ def delivery_of(msg: Msg) -> Delivery:
 def raw_message(msg: Msg) -> RawMessage:
     """A JetStream delivery as the bus hands it on: the subject read back into
     cluster, partition, key and lane, the reply subject into `delivery_of`."""
-    tokens = msg.subject.split(".")
-    lane = subject_lane(tokens)
-    if lane is not None:
-        del tokens[5:]
+    cluster, partition, key, lane = subject_parts(msg.subject)
     delivery = delivery_of(msg)
 
     async def ack() -> None:
@@ -63,15 +60,15 @@ def raw_message(msg: Msg) -> RawMessage:
 
     return RawMessage(
         data=msg.data,
-        key=decode_token(tokens[-1]),
-        partition=int(tokens[-2]),
+        key=key,
+        partition=partition,
         position=delivery.position,
         deliveries=delivery.deliveries,
         ack=ack,
         nak=nak,
         pending=delivery.pending,
         stored_at=delivery.stored_at,
-        cluster=decode_token(tokens[-3]),
+        cluster=cluster,
         trace=carried(msg.headers.items()) if msg.headers else None,
         lane=lane,
     )

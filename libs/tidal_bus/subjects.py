@@ -77,9 +77,12 @@ def nats_partition_filter(namespace: str, spec: StreamSpec, partition: int | Non
     return f"{namespace}.{spec.token}.*.{'*' if partition is None else partition}.{last}"
 
 
-def subject_lane(tokens: list[str]) -> str | None:
-    """The side lane of a subject split at its dots (None: the main lane)."""
-    return tokens[5] if len(tokens) > 5 else None
+def subject_parts(subject: str) -> tuple[str, int, str, str | None]:
+    """(cluster, partition, key, lane) of a subject `nats_subject` made (lane
+    None: the main lane). Namespaces and stream tokens hold no dots."""
+    tokens = subject.split(".")
+    return (decode_token(tokens[2]), int(tokens[3]), decode_token(tokens[4]),
+            tokens[5] if len(tokens) > 5 else None)
 
 
 def nats_consumer_name(group: str, spec: StreamSpec, partition: int) -> str:

@@ -163,9 +163,8 @@ class ClusterCache(NodeFreshness):
     def _succeeded(self, key: str, uid: int | str) -> bool:
         """Whether the pod kept under `key` is not the one of `uid`: made again under
         its name, the predecessor's deletion read late (without both uids: no)."""
-        record = self.records.get(key)
-        kept = None if record is None or record.pod is None else record.pod.packed_uid
-        return uid != "" and kept is not None and kept != "" and kept != uid
+        kept = self.records.pod(key)
+        return uid != "" and kept is not None and kept.packed_uid != "" and kept.packed_uid != uid
 
     def _bury(self, uid: int | str) -> None:
         # Decisions are another stream: one for a pod deleted since may be read
