@@ -225,3 +225,44 @@ def test_tied_states_are_the_candidates_tied_on_every_key(sids, costs, tiebreak,
     assert sorted(cheapest.tolist()) == present[least(scores.cost[present])].tolist()
     chosen = data.draw(st.integers(0, len(sids) - 1))
     assert runners_up_of_states(scores, chosen, cheapest) == runners_up_of_states(scores, chosen)
+
+
+@given(st.integers(1, 3).flatmap(lambda k: st.lists(st.lists(st.integers(-2**19, 2**19 - 1), min_size=k, max_size=k),
+                                                    min_size=1, max_size=80)))
+def test_packed_keys_order_and_tie_as_the_keys_compared_in_turn(rows):
+    # both ways of packing (a few values in plain Python, many as arrays) against tuple order
+    from tidal_placement.ranking import FEW_PACKED, pack_keys
+
+    keys = [np.array(column, dtype=np.float64) for column in zip(*rows)]
+    packed = pack_keys(keys).tolist()
+    order = sorted(range(len(rows)), key=lambda j: (tuple(rows[j]), j))
+    assert sorted(range(len(rows)), key=lambda j: (packed[j], j)) == order
+    assert [packed[i] == packed[j] for i in order for j in order] == \
+        [rows[i] == rows[j] for i in order for j in order]
+    many = [np.tile(key, FEW_PACKED + 1) for key in keys]
+    assert pack_keys(many).tolist() == packed * (FEW_PACKED + 1)
+
+
+@pytest.mark.parametrize("bad", [0.5, np.nan, np.inf, -np.inf, 2.0**29, -2.0**29 - 1])
+@pytest.mark.parametrize("copies", [1, 40])
+def test_keys_that_are_not_small_whole_numbers_do_not_pack(bad, copies):
+    # a fraction, NaN or infinity, or a number past 30 bits (rounding could tie it with its neighbour)
+    from tidal_placement.ranking import pack_keys
+
+    assert pack_keys([np.full(copies, bad)]) is None
+    assert pack_keys([np.zeros(copies), np.full(copies, bad)]) is None
+    assert pack_keys([np.full(copies, 2.0**29 - 1)]) is not None
+
+
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=300), st.lists(st.integers(-3, 3), min_size=6, max_size=6),
+       st.lists(st.integers(0, 2), min_size=6, max_size=6), st.data())
+def test_packed_keys_tie_and_rank_runners_up_as_the_keys_themselves(sids, costs, tiebreak, data):
+    from tidal_placement.gpu_candidates import StateScores
+    from tidal_placement.ranking import pack_keys, runners_up_of_states, tied_states
+
+    cost, second = np.array(costs, dtype=np.float64), np.array(tiebreak, dtype=np.float64)
+    plain = StateScores(np.array(sids), cost, tiebreaks=(second,))
+    packed = plain._replace(packed=pack_keys([cost, second])[plain.sids])
+    assert tied_states(packed)[0].tolist() == tied_states(plain)[0].tolist()
+    chosen = data.draw(st.integers(0, len(sids) - 1))
+    assert runners_up_of_states(packed, chosen) == runners_up_of_states(plain, chosen)

@@ -111,16 +111,20 @@ class Scored(NamedTuple):
 class StateScores(NamedTuple):
     """Scores given per node state: candidate j's cost is cost[sids[j]],
     and so for the device and each tiebreak; `present`: the states among
-    the candidates, ascending (None: not known yet)."""
+    the candidates, ascending (None: not known yet); `packed`: per
+    candidate, its cost and tiebreaks as one integer (`ranking.pack_keys`;
+    None when they are not all whole numbers)."""
     sids: np.ndarray
     cost: np.ndarray
     device: np.ndarray | None = None
     tiebreaks: tuple[np.ndarray, ...] = ()
     present: np.ndarray | None = None
+    packed: np.ndarray | None = None
 
     def take(self, idx: np.ndarray) -> "StateScores":
         """The scores of candidates `idx` only."""
-        return self._replace(sids=self.sids[idx], present=None)
+        return self._replace(sids=self.sids[idx], present=None,
+                             packed=None if self.packed is None else self.packed[idx])
 
     def states(self) -> np.ndarray:
         """The distinct states among the candidates, ascending (without np.unique's sort)."""

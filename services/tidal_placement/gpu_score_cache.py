@@ -36,6 +36,7 @@ import numpy as np
 from .cluster_state import ClusterState
 from .gpu_candidates import Candidates, GpuStrategy, PlainRow, Scored, StateScores
 from .gpu_workload import Shape
+from .ranking import pack_keys
 
 MAX_SHAPES = 256  # shapes remembered, least recently used dropped first
 MAX_STATES = 1 << 17  # states remembered before starting afresh, at most
@@ -134,12 +135,15 @@ class _States:
 
 
 class _Entry:
-    """One shape's scores per state id (cost NaN: not scored yet)."""
+    """One shape's scores per state id (cost NaN: not scored yet), and its
+    keys packed (`ranking.pack_keys`; −1: not scored yet) while every key
+    scored so far packs."""
 
     def __init__(self) -> None:
         self.cost = np.full(0, np.nan)
         self.device: np.ndarray | None = None
         self.tiebreaks: list[np.ndarray] = []
+        self.packed: np.ndarray | None = np.full(0, -1, dtype=np.int64)
 
     def grow(self, states: int) -> None:
         if len(self.cost) >= states:
@@ -147,6 +151,8 @@ class _Entry:
         size = max(states, 2 * len(self.cost), 1024)
         extra = size - len(self.cost)
         self.cost = np.concatenate([self.cost, np.full(extra, np.nan)])
+        if self.packed is not None:
+            self.packed = np.concatenate([self.packed, np.full(extra, -1, dtype=np.int64)])
         if self.device is not None:
             self.device = np.concatenate([self.device, np.zeros(extra, dtype=np.int64)])
         self.tiebreaks = [np.concatenate([t, np.zeros(extra)]) for t in self.tiebreaks]
@@ -154,6 +160,8 @@ class _Entry:
     def store(self, sids: np.ndarray, scored: Scored) -> None:
         if scored.device is not None and self.device is None:
             self.device = np.zeros(len(self.cost), dtype=np.int64)
+        if len(self.tiebreaks) != len(scored.tiebreaks) and not np.isnan(self.cost).all():
+            self.packed = None  # keys of another length than those packed before
         while len(self.tiebreaks) < len(scored.tiebreaks):
             self.tiebreaks.append(np.zeros(len(self.cost)))
         if scored.device is not None:
@@ -161,6 +169,12 @@ class _Entry:
         for mine, theirs in zip(self.tiebreaks, scored.tiebreaks):
             mine[sids] = theirs
         self.cost[sids] = scored.cost
+        if self.packed is not None:
+            packed = pack_keys([scored.cost, *scored.tiebreaks])
+            if packed is None:
+                self.packed = None
+            else:
+                self.packed[sids] = packed
 
 
 class ScoreCache:
@@ -196,15 +210,30 @@ class ScoreCache:
         states = self._current(c.state)
         entry = self._entry(shape, len(states))
         sids = states.row_state[c.rows]
-        by_state = StateScores(sids, entry.cost)
-        present = by_state.states()
+        if entry.packed is not None:  # the unscored states are the candidates' packed as −1
+            packed = entry.packed[sids]
+            if packed.min() < 0:
+                unscored = (packed < 0).nonzero()[0]
+                new = sids[unscored]
+                self._store(entry, states, np.array(sorted(set(new.tolist()))) if len(new) <= FEW_STATES
+                            else StateScores(new, entry.cost).states(), shape)
+                if entry.packed is None:
+                    packed = None
+                else:
+                    packed[unscored] = entry.packed[new]
+            if packed is not None:
+                return StateScores(sids, entry.cost, entry.device, tuple(entry.tiebreaks), packed=packed)
+        present = StateScores(sids, entry.cost).states()
         cost = entry.cost[present]
         if np.isnan(np.add.reduce(cost)):  # some state not scored for this shape yet
-            new = present[np.isnan(cost)]
-            fresh = Candidates(states, new)  # type: ignore[arg-type]
-            scored = self._score_few(fresh, shape) if self._score_few and len(new) <= FEW_STATES else None
-            entry.store(new, scored if scored is not None else self.inner.score(fresh, shape))
+            self._store(entry, states, present[np.isnan(cost)], shape)
         return StateScores(sids, entry.cost, entry.device, tuple(entry.tiebreaks), present)
+
+    def _store(self, entry: _Entry, states: _States, new: np.ndarray, shape: Shape) -> None:
+        # score states `new` for `shape`: a few in plain Python when the strategy can
+        fresh = Candidates(states, new)  # type: ignore[arg-type]
+        scored = self._score_few(fresh, shape) if self._score_few and len(new) <= FEW_STATES else None
+        entry.store(new, scored if scored is not None else self.inner.score(fresh, shape))
 
     def memory(self) -> tuple[int, int]:
         """(states remembered, bytes of their arrays, of their figures kept
@@ -215,7 +244,7 @@ class ScoreCache:
             return 0, 0
         arrays = [getattr(states, name) for name in states.FIGURES]
         for entry in self._entries.values():
-            arrays += [entry.cost, *entry.tiebreaks] + ([entry.device] if entry.device is not None else [])
+            arrays += [entry.cost, *entry.tiebreaks] + [a for a in (entry.device, entry.packed) if a is not None]
         plain = sum(sys.getsizeof(row) + sys.getsizeof(row[0]) + sys.getsizeof(row[1]) for row in states.plain)
         derived = sum(getattr(kept, "nbytes", 0) for kept in states.derived.values())
         return len(states), sum(a.nbytes for a in arrays) + plain + derived

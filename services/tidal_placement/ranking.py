@@ -5,15 +5,18 @@ decision explains itself with.
 Keys come per candidate, or per node state (`StateScores`) when a score
 cache answers. Per state, the cost and tiebreaks are compared over the
 distinct states among the candidates — hundreds where the candidates are
-thousands — and only the tied states' rows go on to the §E NUMA key. The
-values compared are the same either way, so the ties and the choice are
-too (`tests/test_placement_score_cache.py` compares every decision, its
+thousands — and only the tied states' rows go on to the §E NUMA key; when
+every key is a whole number (FGD's integer score and its tiebreaks), the
+cache hands them over packed into one integer per candidate (`pack_keys`),
+and one minimum over the candidates finds the ties. The values compared
+are the same either way, so the ties and the choice are too
+(`tests/test_placement_score_cache.py` compares every decision, its
 runners-up included, with the plain strategy's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -72,9 +75,53 @@ def least_to(values: np.ndarray, best: float) -> np.ndarray:
     return values <= best + 1e-9 * max(1.0, abs(float(best)))
 
 
-def tied_states(scores: StateScores) -> tuple[np.ndarray, np.ndarray]:
+def pack_keys(keys: Sequence[np.ndarray]) -> np.ndarray | None:
+    """Keys compared in turn (one value each per state or candidate) as one
+    integer ≥ 0 each, ordered alike and equal exactly where `least` ties
+    every key; None when some value is not a whole number or too large for
+    its share of 62 bits (at most 30: then `least`'s rounding, under one
+    part in a billion, cannot tie two whole numbers that differ)."""
+    bits = min(62 // max(len(keys), 1), 30)
+    if len(keys[0]) <= FEW_PACKED:
+        packed = _pack_plain([key.tolist() for key in keys], bits)
+        return None if packed is None else np.array(packed, dtype=np.int64)
+    return _pack_arrays(keys, bits)
+
+
+FEW_PACKED = 32  # values per key packed in plain Python (numpy's per-call cost is most of the work on a few)
+
+
+def _pack_plain(keys: list[list[float]], bits: int) -> list[int] | None:
+    half, out = 1 << (bits - 1), []
+    for values in zip(*keys):
+        packed = 0
+        for value in values:
+            if not (float(value).is_integer() and -half <= value < half):  # NaN and ±inf are not integers
+                return None
+            packed = (packed << bits) | (int(value) + half)
+        out.append(packed)
+    return out
+
+
+def _pack_arrays(keys: Sequence[np.ndarray], bits: int) -> np.ndarray | None:
+    half, packed = 1 << (bits - 1), None
+    for key in keys:
+        if not np.isfinite(key).all():
+            return None
+        whole = key.astype(np.int64)
+        if not (whole == key).all() or (whole.size and not -half <= int(whole.min()) <= int(whole.max()) < half):
+            return None
+        packed = whole + half if packed is None else (packed << bits) | (whole + half)
+    return packed
+
+
+def tied_states(scores: StateScores) -> tuple[np.ndarray, np.ndarray | None]:
     """The candidates whose states tie on the cost and every tiebreak, and
-    the states at the least cost (`runners_up_of_states` starts from them)."""
+    the states at the least cost (`runners_up_of_states` starts from them;
+    None when the keys came packed, which find them faster)."""
+    if scores.packed is not None:
+        packed = scores.packed
+        return (packed == packed.min()).nonzero()[0], None
     ids = scores.states()
     ids = cheapest = ids[least(scores.cost[ids])]
     for key in scores.tiebreaks:
@@ -108,12 +155,18 @@ def runners_up_of_states(scores: StateScores, chosen: int, cheapest: np.ndarray 
     every candidate."""
     if len(scores.sids) > 1:
         take = min(RUNNERS_UP + 1, len(scores.sids))
-        if cheapest is None:
-            ids = scores.states()
-            cheapest = ids[least(scores.cost[ids])]
-        rows = _rows_in(scores, cheapest, first=take)
-        if len(rows) >= take and scores.cost[cheapest].max() == scores.cost[scores.sids[rows[0]]]:
-            return tuple((int(j), float(scores.cost[scores.sids[j]])) for j in rows if j != chosen)[:RUNNERS_UP]
+        if scores.packed is not None:  # whole-number costs: the least is the least packed key's, exactly
+            best = scores.cost[scores.sids[int(scores.packed.argmin())]]
+            rows = _first_rows(lambda sids: scores.cost[sids] == best, scores.sids, take)
+            if len(rows) >= take:
+                return tuple((int(j), float(best)) for j in rows if j != chosen)[:RUNNERS_UP]
+        else:
+            if cheapest is None:
+                ids = scores.states()
+                cheapest = ids[least(scores.cost[ids])]
+            rows = _rows_in(scores, cheapest, first=take)
+            if len(rows) >= take and scores.cost[cheapest].max() == scores.cost[scores.sids[rows[0]]]:
+                return tuple((int(j), float(scores.cost[scores.sids[j]])) for j in rows if j != chosen)[:RUNNERS_UP]
     values = scores.cost[scores.sids]
     return runners_up(values, least(values).nonzero()[0], chosen)
 
@@ -129,6 +182,12 @@ def _rows_in(scores: StateScores, ids: np.ndarray, first: int | None = None) -> 
         chosen[ids] = True
         member = chosen.__getitem__
     if first is not None:
-        head = member(scores.sids[:PREFIX]).nonzero()[0]
-        return head[:first] if len(head) >= first else member(scores.sids).nonzero()[0][:first]
+        return _first_rows(member, scores.sids, first)
     return member(scores.sids).nonzero()[0]
+
+
+def _first_rows(member: Callable[[np.ndarray], np.ndarray], sids: np.ndarray, first: int) -> np.ndarray:
+    # the first `first` candidates whose states are `member`s, found in a short
+    # prefix of the candidates when that holds enough
+    head = member(sids[:PREFIX]).nonzero()[0]
+    return head[:first] if len(head) >= first else member(sids).nonzero()[0][:first]
