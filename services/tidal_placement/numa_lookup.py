@@ -102,6 +102,8 @@ def shared_numa_take(state: ClusterState, r: int, need: int) -> tuple[float, tup
     the chosen node's walk runs once per decision."""
     count = int(state.numa_count[r])
     first = next((t for t, free in enumerate(state.numa_cum_free[r, :count].tolist()) if free >= need), None)
+    if first == 0:  # the least-loaded NUMA node covers: its load is the mean (a sum of one is exact)
+        return float(state.numa_head_mean[r]), (int(state.numa_id[r, state.numa_order[r, 0]]),)
     cols = sorted(state.numa_order[r, :first + 1].tolist()) if first is not None else list(range(count))
     if not cols:
         return 0.0, ()
