@@ -57,6 +57,7 @@ class ClusterArrays:
     above); `ClusterState` owns `names` and fills and updates the rows."""
 
     names: list[str | None]
+    sliced_rows: set[int]
     _stamp: int = 0
     # the rows of the latest versions, in order: _touched[i] got version _touched_base + i + 1
     _touched: list[int]
@@ -104,7 +105,7 @@ class ClusterArrays:
 
     def _refresh_gpus(self, r: int) -> None:
         self.gpu_free[r], self.gpu_idle[r], self.gpu_whole[r], self.gpu_max[r] = node_gpu_figures(
-            self.gpu_used[r], self.gpu_valid[r], self.gpu_root[r], self.gpu_weight[r])
+            self.gpu_used[r], self.gpu_valid[r], self.gpu_root[r], self.gpu_weight[r], sliced=r in self.sliced_rows)
         self._touch(r)
 
     def _order_numa(self, r: int) -> None:

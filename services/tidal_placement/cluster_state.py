@@ -67,6 +67,7 @@ class ClusterState(ClusterNodes):
         self._numa_col: dict[int, dict[int, int]] = {}
         self._gpu_col: dict[int, dict[str, int]] = {}
         self.mixed_model_rows: set[int] = set()
+        self.sliced_rows: set[int] = set()  # rows with a device that is a slice of another (device_budget)
         self._touched = []
         self._resize(capacity, numa_cols, gpu_cols)
 
@@ -102,6 +103,8 @@ class ClusterState(ClusterNodes):
         self.gpu_dev_model[r, :g] = [self._model_id(m) for m in spec.gpu_models]
         self.gpu_model[r] = -1 if spec.model is None else self._model_id(spec.model)
         (self.mixed_model_rows.add if len(set(spec.gpu_models)) > 1 else self.mixed_model_rows.discard)(r)
+        sliced = any(root != j for j, root in enumerate(spec.gpu_roots))
+        (self.sliced_rows.add if sliced else self.sliced_rows.discard)(r)
         self.gpu_count[r] = sum(spec.gpu_healthy)
         self._gpu_col[r] = {gpu: k for k, gpu in enumerate(spec.gpu_ids)}
         self._charged.pop(r, None)  # device arrays were reset: floating charges are redone below
@@ -132,6 +135,7 @@ class ClusterState(ClusterNodes):
                 getattr(self, attr)[r] = fill
         self.names[r] = None
         self.mixed_model_rows.discard(r)
+        self.sliced_rows.discard(r)
         for side in (self.specs, self._blocked, self._numa_col, self._gpu_col):
             side.pop(r, None)
         self._blocked_masks = None

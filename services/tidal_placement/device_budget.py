@@ -57,13 +57,16 @@ def device_free(used: np.ndarray, valid: np.ndarray, root: np.ndarray, weight: n
     return np.where(valid & valid[root], np.maximum(free, 0), 0)
 
 
-def node_gpu_figures(used: np.ndarray, valid: np.ndarray, root: np.ndarray,
-                     weight: np.ndarray) -> tuple[np.ndarray, int, int, int]:
+def node_gpu_figures(used: np.ndarray, valid: np.ndarray, root: np.ndarray, weight: np.ndarray, *,
+                     sliced: bool | None = None) -> tuple[np.ndarray, int, int, int]:
     """One node's free(d) per device and its summaries: idle milli (Σ over
     physical GPUs: a slice's milli is its parent's), whole GPUs (physical
-    GPUs with a fully free device) and the most milli one device has."""
-    roots = root.tolist()
-    if all(r < 0 or r == j for j, r in enumerate(roots)):
+    GPUs with a fully free device) and the most milli one device has.
+    `sliced`: whether some device is a slice of another, when the caller
+    knows (None: read from `root`)."""
+    if sliced is None:
+        sliced = any(r >= 0 and r != j for j, r in enumerate(root.tolist()))
+    if not sliced:
         # No slices (the common node, once per decision): a device is a physical GPU.
         # Plain Python: numpy's per-call cost was most of the work on a node's few devices.
         free_list = [max(GPU_MILLI - u, 0) if ok else 0 for u, ok in zip(used.tolist(), valid.tolist())]
