@@ -123,11 +123,9 @@ class FgdCpu:
         scored = PlainFrag.of(self.frag, c.models, self._plain).scores(rows, shape, fullest_on_ties=True)
         if scored is None:
             return None
-        deficits = []
-        for *_, cpu, idle in rows:  # as `score`, operation for operation
-            before = max(self.rho * idle - cpu, 0.0)
-            after = max(self.rho * (idle - shape.gpu_total) - (cpu - shape.cpu_milli), 0.0)
-            deficits.append(float(round((after - before) / self.deficit_unit)))
+        rho, unit, gpus, cpus = self.rho, self.deficit_unit, shape.gpu_total, shape.cpu_milli
+        deficits = [float(round((max(rho * (idle - gpus) - (cpu - cpus), 0.0) - max(rho * idle - cpu, 0.0)) / unit))
+                    for _, _, _, cpu, idle in rows]  # as `score`, operation for operation
         keys: tuple[np.ndarray, ...] = (np.array(deficits),)
         if not shape.gpu_count and self.cpu_pods_by_idle:
             keys = (np.array([idle for *_, idle in rows], dtype=np.float64), *keys)

@@ -21,7 +21,8 @@ the scores, and so the decisions, are the reference's
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
+from itertools import accumulate
 
 import numpy as np
 
@@ -120,8 +121,10 @@ class PlainFrag:
         if figures is None:
             if len(self._by_gpus) >= REMEMBERED:
                 self._by_gpus.clear()
-            figures = self._by_gpus[left] = (sum(left), [sum(1 for x in left if x >= m) for m in self.milli],
-                                            [sum(x for x in left if x < m) for m in self.milli], {})
+            ascending = sorted(left)  # devices below demand m: the first bisect_left(ascending, m)
+            below = [bisect_left(ascending, m) for m in self.milli]
+            held = [0, *accumulate(ascending)]
+            figures = self._by_gpus[left] = (held[-1], [len(left) - k for k in below], [held[k] for k in below], {})
         return figures
 
     def _known_frag(self, known: dict, row: int, k: int, idle: int, can: list[int], small: list[int]) -> float:
