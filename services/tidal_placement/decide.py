@@ -102,13 +102,13 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
     need_cpus = -(-pod.cpu_milli // 1000)
 
     def numa_key(idx: np.ndarray) -> np.ndarray:
-        sub = rows if len(idx) == len(rows) else rows[idx]
+        sub = rows if len(idx) == len(rows) else rows.take(idx)
         if pod.exclusive_cpus:
             return exclusive_scores(state, pod.cpu_policy, cpus, sub)
         return shared_numa_scores(state, sub, need_cpus)
 
     def shared_least(idx: np.ndarray) -> np.ndarray:
-        return shared_numa_least(state, rows if len(idx) == len(rows) else rows[idx], need_cpus)
+        return shared_numa_least(state, rows if len(idx) == len(rows) else rows.take(idx), need_cpus)
 
     numa_least = None if pod.exclusive_cpus else shared_least  # exclusive pods: select ranks by numa_key
     ranks = None if rank is None else rank[rows]

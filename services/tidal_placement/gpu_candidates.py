@@ -62,24 +62,24 @@ class Candidates:
 
     @_read_once
     def cpu_free(self) -> np.ndarray:
-        return self._state.cpu_free[self.rows]
+        return self._state.cpu_free.take(self.rows)
 
     @_read_once
     def gpu_idle(self) -> np.ndarray:
-        return self._state.gpu_idle[self.rows]
+        return self._state.gpu_idle.take(self.rows)
 
     @_read_once
     def gpu_free(self) -> np.ndarray:
-        return self._state.gpu_free[self.rows]
+        return self._state.gpu_free.take(self.rows, axis=0)
 
     @_read_once
     def eligible(self) -> np.ndarray:
         source = self._state.gpu_valid if self._eligible is None else self._eligible
-        return source[self.rows]
+        return source.take(self.rows, axis=0)
 
     @_read_once
     def model(self) -> np.ndarray:
-        return self._state.gpu_model[self.rows]
+        return self._state.gpu_model.take(self.rows)
 
     @property
     def models(self) -> tuple[str, ...]:

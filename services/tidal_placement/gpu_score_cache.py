@@ -209,9 +209,9 @@ class ScoreCache:
             return None
         states = self._current(c.state)
         entry = self._entry(shape, len(states))
-        sids = states.row_state[c.rows]
+        sids = states.row_state.take(c.rows)
         if entry.packed is not None:  # the unscored states are the candidates' packed as −1
-            packed = entry.packed[sids]
+            packed = entry.packed.take(sids)
             if packed.min() < 0:
                 unscored = (packed < 0).nonzero()[0]
                 new = sids[unscored]

@@ -35,8 +35,8 @@ def shared_numa_scores(state: ClusterState, rows: np.ndarray, need: int, *,
     its least-loaded NUMA node is more loaded than a node's whole score).
     A node whose NUMA nodes cannot cover `need` scores the mean of all of
     them (`all_when_short`), else inf."""
-    head = state.numa_head_mean[rows]
-    covered = state.numa_head_free[rows] >= need
+    head = state.numa_head_mean.take(rows)
+    covered = state.numa_head_free.take(rows) >= need
     score = np.where(covered, head, np.inf)
     best = score.min() if len(score) else np.inf
     waiting = (~covered & (head <= best)).nonzero()[0]
@@ -49,10 +49,10 @@ def _walked(state: ClusterState, rows: np.ndarray, need: int, all_when_short: bo
     # each row's walk, all prefixes at once: the mean load of the first load-order prefix
     # covering `need`, else of every NUMA node (the prefixes' padding repeats the row's
     # whole figures) or inf
-    fits = state.numa_cum_free[rows] >= need
+    fits = state.numa_cum_free.take(rows, axis=0) >= need
     first = fits.argmax(axis=1)
-    walked = state.numa_cum_mean[rows, first]
-    short = ~fits[np.arange(len(rows)), first]
+    walked = state.numa_cum_mean.take(rows * state.numa_cum_mean.shape[1] + first)  # [rows, first], flat
+    short = ~fits[:, -1]  # the prefixes only grow: a row whose last does not cover has none that does
     if short.any():
         walked[short] = state.numa_cum_mean[rows[short], -1] if all_when_short else np.inf
     return walked
@@ -65,7 +65,7 @@ def shared_numa_least(state: ClusterState, rows: np.ndarray, need: int) -> np.nd
     that load when that node covers `need`: only the nodes loaded there no
     more than the least such score can tie, and most ties of a thousand
     nodes are settled by one pass over those loads."""
-    head = state.numa_head_mean[rows]
+    head = state.numa_head_mean.take(rows)
     if not len(rows):
         return np.arange(0)
     i = int(head.argmin())
@@ -74,10 +74,10 @@ def shared_numa_least(state: ClusterState, rows: np.ndarray, need: int) -> np.nd
         if len(near) == 1:
             return near
     else:
-        bound = np.where(state.numa_head_free[rows] >= need, head, np.inf).min()
+        bound = np.where(state.numa_head_free.take(rows) >= need, head, np.inf).min()
         near = least_to(head, bound).nonzero()[0]
     if len(near) > FEW_ROWS:
-        return near[least(_walked(state, rows[near], need)).nonzero()[0]]
+        return near[least(_walked(state, rows.take(near), need)).nonzero()[0]]
     # a few rows: each one's walk in plain Python (numpy's per-call cost is most of the work on them)
     scores = [_walk(state, r, need) for r in rows[near].tolist()]
     bound = min(scores)
@@ -153,9 +153,9 @@ def exclusive_take(state: ClusterState, policy: str, cpus: int, r: int) -> tuple
 def exclusive_feasible(state: ClusterState, policy: str, cpus: int, rows: np.ndarray) -> np.ndarray:
     """Which of `rows` can give `cpus` exclusive CPUs under `policy`."""
     if policy == "auto":
-        return state.numa_cum_free[rows, -1] >= cpus
+        return state.numa_cum_free[:, -1].take(rows) >= cpus
     if policy == "single-numa":
-        return state.numa_max_free[rows] >= cpus
+        return state.numa_max_free.take(rows) >= cpus
     if policy == "spread":
         count = state.numa_count[rows]
         base = cpus // np.maximum(count, 1)
@@ -177,8 +177,8 @@ def exclusive_scores(state: ClusterState, policy: str, cpus: int, rows: np.ndarr
         few = state.numa_desc_cum_load[rows, extra - 1] / extra
         return np.where(base >= 1, state.numa_cum_mean[rows, -1], few)
     if policy == "single-numa":
-        head_fits = state.numa_head_free[rows] >= cpus
-        head = state.numa_head_mean[rows]
+        head_fits = state.numa_head_free.take(rows) >= cpus
+        head = state.numa_head_mean.take(rows)
         score = np.where(head_fits, head, np.inf)
         todo = (~head_fits & (head <= score.min())).nonzero()[0]
         if todo.size:
