@@ -7,8 +7,9 @@ candidate, `device` the device a GPU-share pod would take on each
 candidate (None: the fullest device that fits, chosen after the node),
 `tiebreaks` further keys, compared in order when costs are equal.
 A row-local strategy may also have `score_few(candidates, shape) ->
-Scored | None`: the same scores for a few candidates, computed faster, or
-None to leave them to `score` (`gpu_score_cache` asks it for the few node
+Scored | None`: the same scores for a few candidates, computed faster and
+given as lists (they go straight into the score cache's arrays), or None
+to leave them to `score` (`gpu_score_cache` asks it for the few node
 states it has not scored yet). A cache of a row-local strategy may
 answer `score_states(candidates, shape) -> StateScores | None` instead:
 the same scores given once per node state, so `decide` ranks the states
@@ -103,9 +104,10 @@ PlainRow = tuple[tuple[int, ...], tuple[bool, ...], int, int, int]
 
 
 class Scored(NamedTuple):
-    cost: np.ndarray
-    device: np.ndarray | None = None
-    tiebreaks: tuple[np.ndarray, ...] = ()
+    # arrays from `score`, lists from `score_few` (see the module docstring)
+    cost: np.ndarray | list[float]
+    device: np.ndarray | list[int] | None = None
+    tiebreaks: tuple[np.ndarray | list[float], ...] = ()
 
 
 class StateScores(NamedTuple):

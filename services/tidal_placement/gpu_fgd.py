@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .gpu_candidates import Candidates, Scored, is_share, share_options, sigmoid_score
-from .gpu_fgd_few import PlainFrag, cost_and_device
+from .gpu_fgd_few import PlainFrag, plain_scored
 from .gpu_frag import Figures, FragModel
 from .gpu_workload import Shape, TargetWorkload
 
@@ -120,8 +120,7 @@ class Fgd:
         scored = PlainFrag.of(self.frag, c.models, self._plain).scores(c.plain(), shape, fullest_on_ties=False)
         if scored is None:
             return None
-        cost, device = cost_and_device(scored, shape)
-        return Scored(cost=cost, device=device)
+        return plain_scored(scored, shape)
 
 
 def new(workload: TargetWorkload | None = None, **options) -> Fgd:

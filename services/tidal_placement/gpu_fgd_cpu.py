@@ -62,7 +62,7 @@ import numpy as np
 
 from .gpu_candidates import Candidates, Scored, sigmoid_score
 from .gpu_fgd import frag_deltas
-from .gpu_fgd_few import PlainFrag, cost_and_device
+from .gpu_fgd_few import PlainFrag, plain_scored
 from .gpu_frag import FragModel
 from .gpu_workload import Shape, TargetWorkload, by_model
 
@@ -126,11 +126,10 @@ class FgdCpu:
         rho, unit, gpus, cpus = self.rho, self.deficit_unit, shape.gpu_total, shape.cpu_milli
         deficits = [float(round((max(rho * (idle - gpus) - (cpu - cpus), 0.0) - max(rho * idle - cpu, 0.0)) / unit))
                     for _, _, _, cpu, idle in rows]  # as `score`, operation for operation
-        keys: tuple[np.ndarray, ...] = (np.array(deficits),)
+        keys: tuple[list[float], ...] = (deficits,)
         if not shape.gpu_count and self.cpu_pods_by_idle:
-            keys = (np.array([idle for *_, idle in rows], dtype=np.float64), *keys)
-        cost, device = cost_and_device(scored, shape)
-        return Scored(cost=cost, device=device, tiebreaks=keys)
+            keys = ([float(idle) for *_, idle in rows], *keys)
+        return plain_scored(scored, shape, keys)
 
 
 def new(workload: TargetWorkload | None = None, *, rho: float | None = None, rho_scale: float = 1.0,

@@ -24,9 +24,7 @@ import math
 from bisect import bisect_left, bisect_right
 from itertools import accumulate
 
-import numpy as np
-
-from .gpu_candidates import EXP_CAP, GPU_MILLI, PlainRow, is_share
+from .gpu_candidates import EXP_CAP, GPU_MILLI, PlainRow, Scored, is_share
 from .gpu_frag import FragModel
 from .gpu_workload import Shape
 
@@ -156,11 +154,11 @@ class PlainFrag:
         return self._frag(row, k, idle - milli, can2, small2)
 
 
-def cost_and_device(scored: list[tuple[float, int]], shape: Shape) -> tuple[np.ndarray, np.ndarray | None]:
-    """`PlainFrag.scores` as a strategy's arrays: cost (−score) and, for a
-    GPU share, the device per candidate."""
-    cost = np.array([-score for score, _ in scored])
-    return cost, np.array([device for _, device in scored]) if is_share(shape) else None
+def plain_scored(scored: list[tuple[float, int]], shape: Shape, tiebreaks: tuple[list[float], ...] = ()) -> Scored:
+    """`PlainFrag.scores` as a strategy's `score_few` answer, in lists: cost
+    (−score), for a GPU share the device per candidate, and `tiebreaks`."""
+    return Scored(cost=[-score for score, _ in scored], tiebreaks=tiebreaks,
+                  device=[device for _, device in scored] if is_share(shape) else None)
 
 
 def step(delta: float) -> float | None:
