@@ -157,11 +157,12 @@ def exclusive_feasible(state: ClusterState, policy: str, cpus: int, rows: np.nda
     if policy == "single-numa":
         return state.numa_max_free.take(rows) >= cpus
     if policy == "spread":
-        count = state.numa_count[rows]
+        count = state.numa_count.take(rows)
         base = cpus // np.maximum(count, 1)
         extra = cpus - base * count
-        low = state.numa_free_desc[rows, np.maximum(count - 1, 0)] >= base
-        high = (extra == 0) | (state.numa_free_desc[rows, np.maximum(extra - 1, 0)] >= base + 1)
+        at = rows * state.numa_free_desc.shape[1]  # [rows, column] as flat positions
+        low = state.numa_free_desc.take(at + np.maximum(count - 1, 0)) >= base
+        high = (extra == 0) | (state.numa_free_desc.take(at + np.maximum(extra - 1, 0)) >= base + 1)
         return (count > 0) & low & high
     raise ValueError(f"unknown CPU policy {policy!r}")
 
@@ -171,19 +172,19 @@ def exclusive_scores(state: ClusterState, policy: str, cpus: int, rows: np.ndarr
     if policy == "auto":
         return shared_numa_scores(state, rows, cpus, all_when_short=False)
     if policy == "spread":
-        count = state.numa_count[rows]
+        count = state.numa_count.take(rows)
         base = cpus // np.maximum(count, 1)
         extra = np.maximum(cpus - base * count, 1)
-        few = state.numa_desc_cum_load[rows, extra - 1] / extra
-        return np.where(base >= 1, state.numa_cum_mean[rows, -1], few)
+        few = state.numa_desc_cum_load.take(rows * state.numa_desc_cum_load.shape[1] + extra - 1) / extra
+        return np.where(base >= 1, state.numa_cum_mean[:, -1].take(rows), few)
     if policy == "single-numa":
         head_fits = state.numa_head_free.take(rows) >= cpus
         head = state.numa_head_mean.take(rows)
         score = np.where(head_fits, head, np.inf)
         todo = (~head_fits & (head <= score.min())).nonzero()[0]
         if todo.size:
-            sub = rows[todo]
-            fits = state.numa_valid[sub] & (state.numa_free[sub] >= cpus)
-            score[todo] = np.where(fits, state.numa_load[sub], np.inf).min(axis=1)
+            sub = rows.take(todo)
+            fits = state.numa_valid.take(sub, axis=0) & (state.numa_free.take(sub, axis=0) >= cpus)
+            score[todo] = np.where(fits, state.numa_load.take(sub, axis=0), np.inf).min(axis=1)
         return score
     raise ValueError(f"unknown CPU policy {policy!r}")
