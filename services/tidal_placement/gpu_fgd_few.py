@@ -61,11 +61,17 @@ class PlainFrag:
         ties to the fullest device (`fullest_on_ties`, as fgd-cpu) or the
         first (as fgd). None when some delta lies within MARGIN of a step."""
         share, out = is_share(shape), []
+        # W's row (FragModel.q3_weight) and the hits of `_gpu_figures` and `_known_frag`
+        # inline: they run for every state
+        by_gpus, width, thresholds, taken = self._by_gpus, self.width, self.thresholds, shape.cpu_milli
         for left, ok, model, cpu, _ in rows:
             k = self.no_model if model < 0 else model
-            idle, can, small, known = self._gpu_figures(left)
-            row, after_row = self._row(k, cpu), self._row(k, cpu - shape.cpu_milli)
-            before = self._known_frag(known, row, k, idle, can, small)
+            idle, can, small, known = by_gpus.get(left) or self._gpu_figures(left)
+            row = k * width + bisect_right(thresholds, cpu)
+            after_row = k * width + bisect_right(thresholds, cpu - taken)
+            before = known.get(row)
+            if before is None:
+                before = self._known_frag(known, row, k, idle, can, small)
             if share:
                 milli, by_free = shape.gpu_milli, {}  # devices with as much left score alike
                 per_device = []
@@ -130,10 +136,6 @@ class PlainFrag:
         if frag is None:
             frag = known[row] = self._frag(row, k, idle, can, small)
         return frag
-
-    def _row(self, k: int, cpu: int) -> int:
-        # W's row for a node of model k with `cpu` milli-CPU left (FragModel.q3_weight)
-        return k * self.width + bisect_right(self.thresholds, cpu)
 
     def _frag(self, row: int, k: int, idle: int, can: list[int], small: list[int]) -> float:
         # F = idle·w − Σ_d q3_d·[can_d ≥ count_d]·(idle − small_d)   (FragModel.frag_of, whole_after)
