@@ -33,6 +33,7 @@ from .gpu_workload import Shape
 # for nodes with up to a million milli-GPU idle: the margin is far above
 # that and far below a point.
 MARGIN = 1e-6
+FAR = 1 << 62  # more milli than any device has left
 REMEMBERED = 1 << 14  # distinct per-device figures kept, at most (a node's GPUs change only by its pods)
 
 
@@ -89,8 +90,9 @@ class PlainFrag:
                 if None in by_free.values():
                     return None
                 top = max(per_device)
-                if fullest_on_ties:
-                    device = min((free, g) for g, (score, free) in enumerate(zip(per_device, left)) if score == top)[1]
+                if fullest_on_ties:  # the first of the fullest devices at the top score
+                    free_at_top = [free if score == top else FAR for score, free in zip(per_device, left)]
+                    device = free_at_top.index(min(free_at_top))
                 else:
                     device = per_device.index(top)
                 out.append((top, device))
