@@ -156,7 +156,7 @@ def test_the_budget_is_its_formulas_with_and_without_slices(data):
     has_slices = any(physical[j] != j for j in range(n))
     for hint in (None, has_slices):  # the cache tells whether a row has slices; without, they are read from root
         figures = node_gpu_figures(np.array(used), np.array(valid), np.array(root), np.array(weight), sliced=hint)
-        assert (figures[0].tolist(), *figures[1:]) == (free.tolist(), idle, whole, max(free.tolist()))
+        assert (list(figures[0]), *figures[1:]) == (free.tolist(), idle, whole, max(free.tolist()))
     masks = np.array([[data.draw(st.booleans()) for _ in range(n)] for _ in range(3)])
     expected = [len({physical[j] for j in range(n) if row[j]}) for row in masks]
     assert distinct_roots(masks, np.array([root] * 3)).tolist() == expected

@@ -29,7 +29,7 @@ import numpy as np
 
 from tidal_schemas.common import GPU_MILLI
 
-from .device_budget import node_gpu_figures
+from .device_budget import node_gpu_figures, unsliced_gpu_figures
 
 TOUCHED_REMEMBERED = 1 << 16  # recent row versions kept for readers catching up (a few per decision)
 
@@ -108,8 +108,12 @@ class ClusterArrays:
         self._numa_head(r)
 
     def _refresh_gpus(self, r: int) -> None:
-        self.gpu_free[r], self.gpu_idle[r], self.gpu_whole[r], self.gpu_max[r] = node_gpu_figures(
-            self.gpu_used[r], self.gpu_valid[r], self.gpu_root[r], self.gpu_weight[r], sliced=r in self.sliced_rows)
+        if r in self.sliced_rows:
+            figures = node_gpu_figures(self.gpu_used[r], self.gpu_valid[r], self.gpu_root[r], self.gpu_weight[r],
+                                       sliced=True)
+        else:
+            figures = unsliced_gpu_figures(self.gpu_used[r], self.gpu_valid[r])
+        self.gpu_free[r], self.gpu_idle[r], self.gpu_whole[r], self.gpu_max[r] = figures
         self._touch(r)
 
     def _order_numa(self, r: int) -> None:

@@ -58,7 +58,7 @@ def device_free(used: np.ndarray, valid: np.ndarray, root: np.ndarray, weight: n
 
 
 def node_gpu_figures(used: np.ndarray, valid: np.ndarray, root: np.ndarray, weight: np.ndarray, *,
-                     sliced: bool | None = None) -> tuple[np.ndarray, int, int, int]:
+                     sliced: bool | None = None) -> tuple[np.ndarray | list[int], int, int, int]:
     """One node's free(d) per device and its summaries: idle milli (Σ over
     physical GPUs: a slice's milli is its parent's), whole GPUs (physical
     GPUs with a fully free device) and the most milli one device has.
@@ -67,15 +67,19 @@ def node_gpu_figures(used: np.ndarray, valid: np.ndarray, root: np.ndarray, weig
     if sliced is None:
         sliced = any(r >= 0 and r != j for j, r in enumerate(root.tolist()))
     if not sliced:
-        # No slices (the common node, once per decision): a device is a physical GPU.
-        # Plain Python: numpy's per-call cost was most of the work on a node's few devices.
-        free_list = [max(GPU_MILLI - u, 0) if ok else 0 for u, ok in zip(used.tolist(), valid.tolist())]
-        return (np.array(free_list, dtype=np.int64), sum(free_list), free_list.count(GPU_MILLI),
-                max(free_list, default=0))
+        return unsliced_gpu_figures(used, valid)
     free = device_free(used, valid, root, weight)
     is_root = (root < 0) | (root == np.arange(free.size))
     idle, whole = int(free[is_root].sum()), int(distinct_roots((free == GPU_MILLI)[None, :], root[None, :])[0])
     return free, idle, whole, int(free.max()) if free.size else 0
+
+
+def unsliced_gpu_figures(used: np.ndarray, valid: np.ndarray) -> tuple[list[int], int, int, int]:
+    """`node_gpu_figures` of a node without slices, where a device is a
+    physical GPU (free per device as a list). Plain Python: numpy's per-call
+    cost was most of the work on a node's few devices, once per decision."""
+    free = [max(GPU_MILLI - u, 0) if ok else 0 for u, ok in zip(used.tolist(), valid.tolist())]
+    return free, sum(free), free.count(GPU_MILLI), max(free, default=0)
 
 
 def distinct_roots(mask: np.ndarray, root: np.ndarray) -> np.ndarray:
