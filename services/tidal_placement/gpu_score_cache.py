@@ -45,8 +45,10 @@ MAX_STATES = 1 << 17  # states remembered before starting afresh, at most
 # scoring of the current states, and keeps the per-shape arrays small.
 STATES_PER_ROW, MIN_STATES = 3, 4096
 # New states scored by the strategy's `score_few` (plain Python, per state)
-# when it has one, up to this many; past it, its vectorised `score`.
-FEW_STATES = 16
+# when it has one, up to this many; past it, its vectorised `score`. Measured
+# on bench/placement_policy.py's 5,000 nodes against 16, 24, 32 and 64 (48:
+# 2.2 % faster than 16 over 20,000 pods, 1.4 % over 40,000).
+FEW_STATES = 48
 
 
 class _States:
