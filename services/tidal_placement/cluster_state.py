@@ -67,7 +67,7 @@ class ClusterState(ClusterNodes):
         self._numa_col: dict[int, dict[int, int]] = {}
         self._gpu_col: dict[int, dict[str, int]] = {}
         self.mixed_model_rows: set[int] = set()
-        self.sliced_rows: set[int] = set()  # rows with a device that is a slice of another (device_budget)
+        self.sliced_rows: set[int] = set()  # rows whose spec is `sliced`
         self._touched = []
         self._resize(capacity, numa_cols, gpu_cols)
 
@@ -77,8 +77,7 @@ class ClusterState(ClusterNodes):
         """Add or replace a node's inventory; pods already held on it stay held."""
         spec = node_spec(topology)
         r = self.rows.get(spec.name)
-        new = r is None
-        if new:
+        if new := r is None:
             r = self._new_row(spec.name)
         self._resize(len(self.names), max(self.numa_cols, len(spec.numa_ids)), max(self.gpu_cols, len(spec.gpu_ids)))
         self.specs[r] = spec
@@ -103,8 +102,7 @@ class ClusterState(ClusterNodes):
         self.gpu_dev_model[r, :g] = [self._model_id(m) for m in spec.gpu_models]
         self.gpu_model[r] = -1 if spec.model is None else self._model_id(spec.model)
         (self.mixed_model_rows.add if len(set(spec.gpu_models)) > 1 else self.mixed_model_rows.discard)(r)
-        sliced = any(root != j for j, root in enumerate(spec.gpu_roots))
-        (self.sliced_rows.add if sliced else self.sliced_rows.discard)(r)
+        (self.sliced_rows.add if spec.sliced else self.sliced_rows.discard)(r)
         self.gpu_count[r] = sum(spec.gpu_healthy)
         self._gpu_col[r] = {gpu: k for k, gpu in enumerate(spec.gpu_ids)}
         self._charged.pop(r, None)  # device arrays were reset: floating charges are redone below

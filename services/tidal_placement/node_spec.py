@@ -37,6 +37,11 @@ class NodeSpec:
     gpu_weights: tuple[int, ...] = ()
 
     @property
+    def sliced(self) -> bool:
+        """Whether some device is a slice of another (device_budget)."""
+        return any(root != j for j, root in enumerate(self.gpu_roots))
+
+    @property
     def model(self) -> str | None:
         """The node's GPU model: the most common model among its GPUs."""
         if not self.gpu_models:
