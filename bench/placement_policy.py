@@ -44,10 +44,10 @@ import time
 
 import numpy as np
 
+import tidal_placement
 from tidal_placement import ClusterState
-from tidal_placement import PodRequest, decide_placement as decide
-from tidal_placement import GPU_STRATEGIES, ROW_LOCAL, make_strategy
-from tidal_placement import StrategyLearner, typical_workload
+from tidal_placement import PodRequest
+from tidal_placement import GPU_STRATEGIES, ROW_LOCAL
 from tidal_placement import PlacementSettings
 from tidal_runtime import collect_oldest_only_when_asked
 from tidal_simulator.topology_builder import make_topology
@@ -58,9 +58,10 @@ RELEARN = PlacementSettings.model_fields["workload_refresh"].default
 DRIFT = PlacementSettings.model_fields["workload_drift"].default
 
 
-def build_cluster(n: int, rng: np.random.Generator) -> ClusterState:
-    """`n` synthetic nodes with random NUMA layout, GPUs and loads."""
-    state = ClusterState(capacity=n, gpu_cols=8)
+def build_cluster(n: int, rng: np.random.Generator, cluster: type = ClusterState) -> ClusterState:
+    """`n` synthetic nodes with random NUMA layout, GPUs and loads (in a
+    `cluster`: ClusterState, or another commit's, see policy_ab.py)."""
+    state = cluster(capacity=n, gpu_cols=8)
     for i in range(n):
         numa = int(rng.choice([1, 2, 4, 8], p=[0.2, 0.4, 0.3, 0.1]))
         per_numa = int(rng.choice([8, 16, 32])) if numa <= 2 else int(rng.choice([8, 16]))
@@ -83,9 +84,11 @@ def cpu_values(n: int) -> tuple[int, ...]:
     return tuple(sorted({int(round(v, -2)) for v in np.linspace(500, 30000, n)}))
 
 
-def pod_mix(count: int, rng: np.random.Generator, cpus: tuple[int, ...] = CPU_VALUES) -> list[PodRequest]:
+def pod_mix(count: int, rng: np.random.Generator, cpus: tuple[int, ...] = CPU_VALUES,
+            request: type = PodRequest) -> list[PodRequest]:
     """Pods shaped like the openb mix, with 10 % exclusive-CPU pods, asking
-    CPU from `cpus`."""
+    CPU from `cpus` (as `request`s: PodRequest, or another commit's)."""
+    PodRequest = request  # noqa: N806  (the class the pods are made of)
     pods = []
     for i in range(count):
         kind = rng.choice(["cpu", "exclusive", "share", "one", "multi"], p=[0.25, 0.10, 0.30, 0.30, 0.05])
@@ -109,45 +112,70 @@ def pod_mix(count: int, rng: np.random.Generator, cpus: tuple[int, ...] = CPU_VA
 CLOCKS = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
 
 
+class PolicyRun:
+    """One strategy deciding the pod mix on a fresh synthetic cluster, pod
+    by pod as the service does: `advance(k)` decides the next `k` pods,
+    timing decide + assume of each (`clock`: "wall", or "cpu" for the
+    thread's CPU time). The strategy is relearnt every `relearn` pods as
+    the service does (0: learnt once) and rebuilt when the shapes drifted
+    by more than `drift`; pods depart in arrival order past `live_per_node`
+    pods a node. `policy`: the placement package deciding (tidal_placement,
+    or another commit's copy: policy_ab.py)."""
+
+    def __init__(self, nodes: int, pods: int, strategy_name: str, live_per_node: float, seed: int,
+                 reference: bool = False, clock: str = "wall", relearn: int = RELEARN, drift: float = DRIFT,
+                 cpus: tuple[int, ...] = CPU_VALUES, policy=tidal_placement):
+        self.policy, self.now, self.nodes = policy, CLOCKS[clock], nodes
+        rng = np.random.default_rng(seed)
+        self.state = build_cluster(nodes, rng, policy.ClusterState)
+        self.mix = pod_mix(pods, rng, cpus, policy.PodRequest)
+        self.learner = policy.StrategyLearner(strategy_name, relearn, drift) if relearn and not reference else None
+        if self.learner is None:
+            workload = policy.typical_workload([p.shape for p in self.mix[:2000]])
+            self.strategy = policy.make_strategy(strategy_name, workload, reference=reference)
+        else:
+            self.strategy = self.learner.strategy
+        self.live: list[str] = []
+        self.cap = int(live_per_node * nodes)
+        self.latencies = np.empty(len(self.mix))
+        self.done = self.placed = 0
+        self.nodes_chosen: list[str | None] = []  # what each decision chose (policy_ab.py compares them)
+
+    def advance(self, count: int) -> None:
+        decide, state, live, now = self.policy.decide_placement, self.state, self.live, self.now
+        for i in range(self.done, min(self.done + count, len(self.mix))):
+            pod = self.mix[i]
+            if self.learner is not None:
+                self.learner.observe_shape(pod.shape)  # the service learns as pods arrive, before trying them
+                self.strategy = self.learner.strategy
+            t0 = now()
+            choice = decide(state, pod, self.strategy)
+            if choice.ok and state.assume(pod.key, choice.allocation).ok:
+                self.placed += 1
+                live.append(pod.key)
+            self.latencies[i] = now() - t0
+            self.nodes_chosen.append(choice.node)
+            if len(live) > self.cap:
+                state.release(live.pop(0))
+            self.done = i + 1
+
+
 def run(nodes: int, pods: int, strategy_name: str, live_per_node: float, seed: int, reference: bool = False,
         clock: str = "wall", relearn: int = RELEARN, drift: float = DRIFT,
         cpus: tuple[int, ...] = CPU_VALUES) -> dict:
     """Time decide + assume for `pods` pods on a fresh synthetic cluster
-    (`clock`: "wall", or "cpu" for the thread's CPU time), the strategy
-    relearnt every `relearn` pods as the service does (0: learnt once) and
-    rebuilt when the shapes drifted by more than `drift`; the pods ask CPU
-    from `cpus`."""
-    now = CLOCKS[clock]
-    rng = np.random.default_rng(seed)
-    state = build_cluster(nodes, rng)
-    mix = pod_mix(pods, rng, cpus)
-    learner = StrategyLearner(strategy_name, relearn, drift) if relearn and not reference else None
-    if learner is None:
-        strategy = make_strategy(strategy_name, typical_workload([p.shape for p in mix[:2000]]), reference=reference)
-    live: list[str] = []
-    cap = int(live_per_node * nodes)
-    latencies = np.empty(len(mix))
-    placed = 0
-    for i, pod in enumerate(mix):
-        if learner is not None:
-            learner.observe_shape(pod.shape)  # the service learns as pods arrive, before trying them
-            strategy = learner.strategy
-        t0 = now()
-        choice = decide(state, pod, strategy)
-        if choice.ok and state.assume(pod.key, choice.allocation).ok:
-            placed += 1
-            live.append(pod.key)
-        latencies[i] = now() - t0
-        if len(live) > cap:
-            state.release(live.pop(0))
+    (see PolicyRun)."""
+    trial = PolicyRun(nodes, pods, strategy_name, live_per_node, seed, reference, clock, relearn, drift, cpus)
+    trial.advance(pods)
+    latencies, learner, strategy = trial.latencies, trial.learner, trial.strategy
     total_s = latencies.sum() / 1e9
     states, score_bytes = strategy.memory() if hasattr(strategy, "memory") else (0, 0)
     return {"nodes": nodes, "mode": "in-process", "strategy": strategy_name + (" (reference)" if reference else ""),
-            "pods_per_s": round(len(mix) / total_s, 1),
+            "pods_per_s": round(len(trial.mix) / total_s, 1),
             "p50_ms": round(float(np.percentile(latencies, 50)) / 1e6, 4),
             "p99_ms": round(float(np.percentile(latencies, 99)) / 1e6, 4),
-            "pods": len(mix), "shapes": len({p.shape for p in mix}), "placed": placed, "clock": clock,
-            "relearn": relearn if learner else 0,
+            "pods": len(trial.mix), "shapes": len({p.shape for p in trial.mix}), "placed": trial.placed,
+            "clock": clock, "relearn": relearn if learner else 0,
             "drift": drift if learner else None, "rebuilds": learner.rebuilds if learner else 1,
             "score_cache_states": states, "score_cache_mib": round(score_bytes / 2**20, 1)}
 

@@ -109,3 +109,22 @@ def test_the_burst_says_why_pods_were_left_pending():
         sys.path.remove(str(REPO / "bench"))
     assert pending_filtered([{"cpu": 10, "gpu": 2}, {"cpu": 20, "stale: no metrics for 30s": 4}]) == {
         "cpu": 15.0, "stale: no metrics for 30s": 2.0, "gpu": 1.0}  # the filter taking out most nodes first
+
+
+def test_policy_ab_compares_the_work_tree_with_a_commit_on_the_same_pods():
+    # HEAD's package against the work tree's: a ratio of two runs, and the same node for every pod
+    # (the tree may differ from HEAD, but never in its decisions: a speed change keeps them)
+    done = bench("policy_ab.py", "HEAD", "--nodes", "60", "--pods", "120", "--chunk", "25")
+    assert done.returncode == 0, done.stderr
+    (row,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert row["base"] == "HEAD" and row["strategy"] == SERVICE_DEFAULT and row["pods"] == 120
+    assert set(row["pods_per_s"]) == {"work_tree", "base"} and min(row["pods_per_s"].values()) > 0
+    assert row["ratio"] == pytest.approx(row["pods_per_s"]["work_tree"] / row["pods_per_s"]["base"], abs=1e-3)
+    assert row["same_decisions"] is True
+
+
+def test_policy_ab_names_a_commit_it_cannot_read_in_one_line():
+    done = bench("policy_ab.py", "no-such-commit-anywhere", "--nodes", "10", "--pods", "10")
+    assert done.returncode != 0
+    assert done.stderr.strip().count("\n") == 0 and "no-such-commit-anywhere" in done.stderr
+    assert "Traceback" not in done.stderr
