@@ -65,17 +65,17 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
         else:  # every node's GPUs share its model: node-level figures suffice
             if pod.gpu_models:
                 table = np.array([m in pod.gpu_models for m in state.models] + [False])
-                stages.append((F.GPU_MODEL, table[state.gpu_model[:n]]))  # id -1 (no GPU) hits the False pad
+                stages.append((F.GPU_MODEL, table.take(state.gpu_model[:n])))  # id -1 (no GPU) hits the False pad
             stages.append((F.GPU, state.gpu_max[:n] >= need if is_share(shape) else state.gpu_whole[:n] >= pod.gpu_count))
-    keep, filtered = present, {}
+    keep, filtered = present, {}  # nodes counted out, by the reasons that counted any
     left = present_count = int(np.count_nonzero(present))
     for reason, mask in stages:
         keep = keep & mask
         now = int(np.count_nonzero(keep))
-        filtered[reason], left = left - now, now
+        if now != left:
+            filtered[reason], left = left - now, now
     rows = keep.nonzero()[0]
     if not rows.size:
-        filtered = {k: v for k, v in filtered.items() if v}
         return Placement(False, _why(filtered, present_count), filtered=filtered)
     keys: list[np.ndarray] = []
     scored: Scored | StateScores | None = None
@@ -89,14 +89,14 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
     cpus = pod.cpu_milli // 1000
     if pod.exclusive_cpus:
         ok = exclusive_feasible(state, pod.cpu_policy, cpus, rows)
-        filtered[F.NUMA] = int(np.count_nonzero(~ok))
         idx = ok.nonzero()[0]
-        rows, keys = rows[idx], [key[idx] for key in keys]
+        if len(idx) != len(rows):
+            filtered[F.NUMA] = len(rows) - len(idx)
+        rows, keys = rows.take(idx), [key[idx] for key in keys]
         if isinstance(scored, StateScores):
             scored = scored.take(idx)
         elif scored is not None and scored.device is not None:
             scored = scored._replace(device=scored.device[idx])
-    filtered = {k: v for k, v in filtered.items() if v}
     if not rows.size:
         return Placement(False, _why(filtered, present_count), filtered=filtered)
     need_cpus = -(-pod.cpu_milli // 1000)
