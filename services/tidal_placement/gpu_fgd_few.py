@@ -127,10 +127,10 @@ class PlainFrag:
         if figures is None:
             if len(self._by_gpus) >= REMEMBERED:
                 self._by_gpus.clear()
-            ascending = sorted(left)  # devices below demand m: the first bisect_left(ascending, m)
+            ascending = sorted(left)  # the devices below demand m: the first bisect_left(ascending, m)
             below = [bisect_left(ascending, m) for m in self.milli]
-            held = [0, *accumulate(ascending)]
-            figures = self._by_gpus[left] = (held[-1], [len(left) - k for k in below], [held[k] for k in below], {})
+            sums = [0, *accumulate(ascending)]  # sums[k]: the milli left on the first k
+            figures = self._by_gpus[left] = (sums[-1], [len(left) - k for k in below], [sums[k] for k in below], {})
         return figures
 
     def _known_frag(self, known: dict, row: int, k: int, idle: int, can: list[int], small: list[int]) -> float:

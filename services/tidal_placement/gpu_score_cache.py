@@ -45,9 +45,10 @@ MAX_STATES = 1 << 17  # states remembered before starting afresh, at most
 # scoring of the current states, and keeps the per-shape arrays small.
 STATES_PER_ROW, MIN_STATES = 3, 4096
 # New states scored by the strategy's `score_few` (plain Python, per state)
-# when it has one, up to this many; past it, its vectorised `score`. Measured
-# on bench/placement_policy.py's 5,000 nodes against 16, 24, 32 and 64 (48:
-# 2.2 % faster than 16 over 20,000 pods, 1.4 % over 40,000).
+# when it has one, up to this many; past it, its vectorised `score`. Chosen
+# among 16, 24, 32, 48 and 64 on bench/placement_policy.py's 5,000 nodes, each
+# against 16 in one process (as bench/policy_ab.py runs them): 48 was 2.2 %
+# faster than 16 over 20,000 pods and 1.4 % over 40,000.
 FEW_STATES = 48
 
 
@@ -216,7 +217,7 @@ class ScoreCache:
             packed = entry.packed.take(sids)
             if packed.min() < 0:
                 unscored = (packed < 0).nonzero()[0]
-                new = sids[unscored]
+                new = sids[unscored]  # their states, distinct and ascending (a few in plain Python) go to _store
                 self._store(entry, states, np.array(sorted(set(new.tolist()))) if len(new) <= FEW_STATES
                             else StateScores(new, entry.cost).states(), shape)
                 if entry.packed is None:

@@ -77,11 +77,11 @@ def least_to(values: np.ndarray, best: float) -> np.ndarray:
 
 def pack_keys(keys: Sequence[np.ndarray | list[float]]) -> np.ndarray | None:
     """Keys compared in turn (one value each per state or candidate; arrays,
-    or lists as `score_few` gives them) as one
-    integer ≥ 0 each, ordered alike and equal exactly where `least` ties
-    every key; None when some value is not a whole number or too large for
-    its share of 62 bits (at most 30: then `least`'s rounding, under one
-    part in a billion, cannot tie two whole numbers that differ)."""
+    or lists as `score_few` gives them) as one integer ≥ 0 each, ordered
+    alike and equal exactly where `least` ties every key; None when some
+    value is not a whole number or too large for its share of 62 bits (at
+    most 30: then `least`'s rounding, under one part in a billion, cannot
+    tie two whole numbers that differ)."""
     bits = min(62 // max(len(keys), 1), 30)
     if len(keys[0]) <= FEW_PACKED:
         packed = _pack_plain([key if isinstance(key, list) else key.tolist() for key in keys], bits)
