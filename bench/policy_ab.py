@@ -10,12 +10,12 @@ another name. The libraries it imports (tidal_schemas, tidal_policy,
 tidal_runtime, the simulator's topology builder) are the work tree's.
 
 Prints one JSON line:
-{"base": commit, "nodes": N, "pods": P, "strategy": S, "clock": "cpu",
+{"base": commit, "nodes": N, "pods": P, "strategy": S, "clock": "cpu", "shapes": distinct pod shapes,
  "pods_per_s": {"work_tree": X, "base": Y}, "ratio": X / Y,
  "same_decisions": whether every pod went to the same node}
 
 Run: .venv/bin/python bench/policy_ab.py BASE [--nodes 5000] [--pods 20000]
-     [--strategy S] [--chunk 250] [--seed 0]
+     [--strategy S] [--chunk 250] [--seed 0] [--cpu-values N]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 import placement_policy
-from placement_policy import DEFAULT_STRATEGY, PolicyRun
+from placement_policy import CPU_VALUES, DEFAULT_STRATEGY, PolicyRun, cpu_values
 from tidal_runtime import collect_oldest_only_when_asked
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,8 +58,10 @@ def base_package(commit: str, into: Path):
 
 
 def compare(base, args: argparse.Namespace) -> dict:
-    trials = {"work_tree": PolicyRun(args.nodes, args.pods, args.strategy, args.live, args.seed, clock="cpu"),
-              "base": PolicyRun(args.nodes, args.pods, args.strategy, args.live, args.seed, clock="cpu",
+    cpus = cpu_values(args.cpu_values)
+    trials = {"work_tree": PolicyRun(args.nodes, args.pods, args.strategy, args.live, args.seed, clock="cpu",
+                                     cpus=cpus),
+              "base": PolicyRun(args.nodes, args.pods, args.strategy, args.live, args.seed, clock="cpu", cpus=cpus,
                                 policy=base)}
     turns = [("work_tree", "base"), ("base", "work_tree")]
     turn = 0
@@ -69,6 +71,7 @@ def compare(base, args: argparse.Namespace) -> dict:
         turn += 1
     rates = {name: round(t.done / (t.latencies.sum() / 1e9), 1) for name, t in trials.items()}
     return {"base": args.base, "nodes": args.nodes, "pods": args.pods, "strategy": args.strategy, "clock": "cpu",
+            "shapes": len({p.shape for p in trials["work_tree"].mix}),
             "pods_per_s": rates, "ratio": round(rates["work_tree"] / rates["base"], 4),
             "same_decisions": trials["work_tree"].nodes_chosen == trials["base"].nodes_chosen}
 
@@ -82,11 +85,15 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=250, help="pods each one decides in its turn")
     parser.add_argument("--live", type=float, default=3.0, help="live pods per node before departures start")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cpu-values", type=int, default=len(CPU_VALUES),
+                        help="how many distinct CPU requests the pods draw from (as placement_policy.py)")
     args = parser.parse_args()
     if args.strategy not in placement_policy.GPU_STRATEGIES:
         parser.error(f"unknown strategy {args.strategy!r}")
     if min(args.nodes, args.pods, args.chunk) < 1:
         parser.error("--nodes, --pods and --chunk take a positive number")
+    if not 2 <= args.cpu_values <= 296:
+        parser.error("--cpu-values takes 2 to 296 (as placement_policy.py)")
     collect_oldest_only_when_asked()  # as in placement's process
     into = Path(tempfile.mkdtemp(prefix="policy_ab_"))
     try:
