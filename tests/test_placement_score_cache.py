@@ -18,6 +18,7 @@ from tidal_placement.cluster_state import Allocation, ClusterState
 from tidal_placement.decide import PodRequest, decide
 from tidal_placement.gpu_candidates import Candidates
 from tidal_placement.gpu_score_cache import ScoreCache
+from tidal_placement.ranking import tied_states
 from tidal_placement.gpu_strategies import make_strategy
 from tidal_placement.gpu_workload import Shape, TargetWorkload, typical_workload
 from tidal_simulator.openb import pod_request, read_nodes, read_pods
@@ -151,6 +152,25 @@ def test_identical_nodes_are_scored_once_and_a_changed_node_once_more():
     # the scores are the strategy's: n3 now differs from the rest, the rest kept theirs
     plain = make_strategy("fgd", WORKLOAD, reference=True).score(Candidates(state, rows), shape)
     assert second.cost.tolist() == plain.cost.tolist() and first.cost[0] == second.cost[0]
+
+
+def test_a_shapes_keys_are_packed_from_its_second_pod_and_rank_as_before():
+    # a shape's first pod ranks by its keys themselves (most entries of a many-shaped mix
+    # serve one pod); from its second on, by its keys packed, which tie where the keys do
+    state = cluster(50)
+    cache = ScoreCache(make_strategy("fgd-cpu", WORKLOAD, reference=True))
+    rows, shape = np.flatnonzero(state.present[:state.size]), Shape(1000, 1000, 1)
+    assert state.assume("p", Allocation.of("n3", 1000, gpus={"gpu0": 1000})).ok
+    assert state.assume("q", Allocation.of("n7", 7000, gpus={"gpu1": 1000})).ok
+    first = cache.score_states(Candidates(state, rows), shape)
+    assert first.packed is None and first.present is not None
+    second = cache.score_states(Candidates(state, rows), shape)
+    assert second.packed is not None and (second.packed >= 0).all()
+    assert tied_states(first)[0].tolist() == tied_states(second)[0].tolist()
+    keys = [(second.cost[sid], *(t[sid] for t in second.tiebreaks)) for sid in second.sids.tolist()]
+    assert len(set(keys)) > 1
+    order = sorted(range(len(keys)), key=lambda j: (keys[j], j))
+    assert sorted(range(len(keys)), key=lambda j: (second.packed[j], j)) == order
 
 
 def test_a_node_back_in_a_known_state_costs_nothing():

@@ -45,11 +45,11 @@ MAX_STATES = 1 << 17  # states remembered before starting afresh, at most
 # scoring of the current states, and keeps the per-shape arrays small.
 STATES_PER_ROW, MIN_STATES = 3, 4096
 # New states scored by the strategy's `score_few` (plain Python, per state)
-# when it has one, up to this many; past it, its vectorised `score`. Chosen
-# among 16, 24, 32, 48 and 64 on bench/placement_policy.py's 5,000 nodes, each
-# against 16 in one process (as bench/policy_ab.py runs them): 48 was 2.2 %
-# faster than 16 over 20,000 pods and 1.4 % over 40,000.
-FEW_STATES = 48
+# when it has one, up to this many; past it, its vectorised `score`. (48 was
+# 1-2 % faster on the bench's 56 pod shapes, within the noise of
+# bench/policy_ab.py, and 4-8 % slower with 2,729 shapes, where a shape finds
+# many states new and the plain scoring's memos hit less.)
+FEW_STATES = 16
 
 
 class _States:
@@ -138,15 +138,30 @@ class _States:
 
 
 class _Entry:
-    """One shape's scores per state id (cost NaN: not scored yet), and its
-    keys packed (`ranking.pack_keys`; −1: not scored yet) while every key
-    scored so far packs."""
+    """One shape's scores per state id (cost NaN: not scored yet), and, from
+    the shape's second pod on, its keys packed (`ranking.pack_keys`; −1: not
+    scored yet) while every key scored so far packs. Not from the first:
+    with more shapes than the cache keeps (bench/placement_policy.py
+    --cpu-values 296: 2,729), most entries serve a pod or two before they
+    are dropped, and packing the thousands of states a new entry scores
+    would be work for nothing."""
 
     def __init__(self) -> None:
         self.cost = np.full(0, np.nan)
         self.device: np.ndarray | None = None
         self.tiebreaks: list[np.ndarray] = []
-        self.packed: np.ndarray | None = np.full(0, -1, dtype=np.int64)
+        self.packed: np.ndarray | None = None
+        self.packable = True  # False once some key did not pack: the entry ranks by its keys themselves
+
+    def pack(self) -> None:
+        """Pack the keys of every state scored so far, if they pack."""
+        scored = (~np.isnan(self.cost)).nonzero()[0]
+        packed = pack_keys([self.cost[scored], *(t[scored] for t in self.tiebreaks)])
+        if packed is None:
+            self.packable = False
+            return
+        self.packed = np.full(len(self.cost), -1, dtype=np.int64)
+        self.packed[scored] = packed
 
     def grow(self, states: int) -> None:
         if len(self.cost) >= states:
@@ -164,7 +179,7 @@ class _Entry:
         if scored.device is not None and self.device is None:
             self.device = np.zeros(len(self.cost), dtype=np.int64)
         if len(self.tiebreaks) != len(scored.tiebreaks) and not np.isnan(self.cost).all():
-            self.packed = None  # keys of another length than those packed before
+            self.packed, self.packable = None, False  # keys of another length than those scored before
         while len(self.tiebreaks) < len(scored.tiebreaks):
             self.tiebreaks.append(np.zeros(len(self.cost)))
         if scored.device is not None:
@@ -175,7 +190,7 @@ class _Entry:
         if self.packed is not None:
             packed = pack_keys([scored.cost, *scored.tiebreaks])
             if packed is None:
-                self.packed = None
+                self.packed, self.packable = None, False
             else:
                 self.packed[sids] = packed
 
@@ -270,5 +285,7 @@ class ScoreCache:
                 self._entries.popitem(last=False)
         else:
             self._entries.move_to_end(shape)
+            if entry.packed is None and entry.packable:  # the shape's second pod on: see _Entry
+                entry.pack()
         entry.grow(states)
         return entry
