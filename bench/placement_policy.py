@@ -125,7 +125,7 @@ class PolicyRun:
     def __init__(self, nodes: int, pods: int, strategy_name: str, live_per_node: float, seed: int,
                  reference: bool = False, clock: str = "wall", relearn: int = RELEARN, drift: float = DRIFT,
                  cpus: tuple[int, ...] = CPU_VALUES, policy=tidal_placement):
-        self.policy, self.now, self.nodes = policy, CLOCKS[clock], nodes
+        self.policy, self.now = policy, CLOCKS[clock]
         rng = np.random.default_rng(seed)
         self.state = build_cluster(nodes, rng, policy.ClusterState)
         self.mix = pod_mix(pods, rng, cpus, policy.PodRequest)

@@ -228,24 +228,28 @@ class ScoreCache:
         states = self._current(c.state)
         entry = self._entry(shape, len(states))
         sids = states.row_state.take(c.rows)
-        if entry.packed is not None:  # the unscored states are the candidates' packed as −1
-            packed = entry.packed.take(sids)
-            if packed.min() < 0:
-                unscored = (packed < 0).nonzero()[0]
-                new = sids[unscored]  # their states, distinct and ascending (a few in plain Python) go to _store
-                self._store(entry, states, np.array(sorted(set(new.tolist()))) if len(new) <= FEW_STATES
-                            else StateScores(new, entry.cost).states(), shape)
-                if entry.packed is None:
-                    packed = None
-                else:
-                    packed[unscored] = entry.packed[new]
-            if packed is not None:
-                return StateScores(sids, entry.cost, entry.device, tuple(entry.tiebreaks), packed=packed)
+        by_state = self._packed(entry, states, sids, shape) if entry.packed is not None else None
+        if by_state is not None:
+            return by_state
         present = StateScores(sids, entry.cost).states()
         cost = entry.cost[present]
         if np.isnan(np.add.reduce(cost)):  # some state not scored for this shape yet
             self._store(entry, states, present[np.isnan(cost)], shape)
         return StateScores(sids, entry.cost, entry.device, tuple(entry.tiebreaks), present)
+
+    def _packed(self, entry: _Entry, states: _States, sids: np.ndarray, shape: Shape) -> StateScores | None:
+        # the candidates' scores with their keys packed, the states not scored yet (packed as
+        # -1) scored first; None when their keys did not pack (the entry packs no more)
+        packed = entry.packed.take(sids)
+        if packed.min() < 0:
+            unscored = (packed < 0).nonzero()[0]
+            new = sids[unscored]  # their states, distinct and ascending (a few in plain Python)
+            self._store(entry, states, np.array(sorted(set(new.tolist()))) if len(new) <= FEW_STATES
+                        else StateScores(new, entry.cost).states(), shape)
+            if entry.packed is None:
+                return None
+            packed[unscored] = entry.packed[new]
+        return StateScores(sids, entry.cost, entry.device, tuple(entry.tiebreaks), packed=packed)
 
     def _store(self, entry: _Entry, states: _States, new: np.ndarray, shape: Shape) -> None:
         # score states `new` for `shape`: a few in plain Python when the strategy can
