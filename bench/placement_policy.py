@@ -27,7 +27,8 @@ strategy's plain version (the same decisions, slower). The strategy learns
 its target workload from the pods as the service does (`StrategyLearner`:
 after the 1st, 2nd, 4th… pod, then every `--relearn` pods, by default the
 service's `workload_refresh`, rebuilt when the shapes drifted by more than
-`--drift`, by default its `workload_drift`; the rebuild itself is not
+`--drift`, by default its `workload_drift`, and, once built from a full
+window, by more than sampling alone moves them; the rebuild itself is not
 timed, the decisions after it are); `--relearn 0`, and the plain references, learn
 it once from the first 2,000 pods (compare a cached strategy with its
 reference with `--relearn 0`: one target for both). `--clock cpu` times
@@ -193,8 +194,9 @@ def main() -> None:
                         help=f"relearn the target workload every N pods as the service does (default {RELEARN}; "
                              "0: once, from the first 2,000 pods)")
     parser.add_argument("--drift", type=float, default=DRIFT,
-                        help=f"rebuild the strategy when the shapes drifted by more than this share "
-                             f"(default: the service's, {DRIFT:g}; 0: whenever they changed)")
+                        help=f"rebuild the strategy when the shapes drifted by more than this share, and, once "
+                             f"built from a full window, than sampling moves them (default: the service's, "
+                             f"{DRIFT:g}; 0: whenever they changed)")
     parser.add_argument("--cpu-values", type=int, default=len(CPU_VALUES),
                         help=f"how many distinct CPU requests the pods draw from (default {len(CPU_VALUES)}: "
                              "1, 2, 4, 8, 12 CPUs; more: spread over 0.5-30 CPUs), for more distinct pod shapes")

@@ -282,6 +282,57 @@ def test_a_learner_keeps_its_strategy_while_the_mix_stays_within_the_tolerance()
     assert always.rebuilds == 6  # after pods 1, 2, 4, 8, 11 and 21 (refresh_due): no two mixes alike
 
 
+def test_sampling_drift_is_what_two_samples_of_one_mix_differ_by_on_average():
+    from tidal_placement.learning import sampling_drift
+    rng = np.random.default_rng(7)
+    shapes = [Shape(1000 * (i + 1), 500, 1) for i in range(40)]
+    share = rng.dirichlet(np.ones(len(shapes)))
+    mix = dict(zip(shapes, share.tolist()))
+    for window, replaced in ((5000, 5000), (5000, 500), (800, 300)):
+        drifts = []
+        for _ in range(200):  # windows sharing window - replaced shapes, differing in the rest
+            shared = rng.multinomial(window - replaced, share)
+            a, b = shared + rng.multinomial(replaced, share), shared + rng.multinomial(replaced, share)
+            drifts.append(0.5 * np.abs(a - b).sum() / window)
+        assert sampling_drift(mix, window, replaced) == pytest.approx(np.mean(drifts), rel=0.1)
+    assert sampling_drift(mix, 5000, 0) == 0.0
+    assert sampling_drift({A: 1.0}, 5000, 5000) == 0.0  # one shape: nothing to sample
+
+
+def test_a_full_window_rebuilds_only_for_drift_beyond_sampling_noise(monkeypatch):
+    from tidal_placement import learning
+    monkeypatch.setattr(learning, "SHAPES_KEPT", 600)
+    rng = np.random.default_rng(3)
+    shapes = [Shape(500 * (i + 1), 250 * (i % 4 + 1), 1) for i in range(30)]
+    even = [shapes[i] for i in rng.integers(len(shapes), size=6000)]  # one mix throughout
+
+    def rebuilds_after_the_window_fills(learner) -> int:
+        for shape in even[:600]:
+            learner.observe_shape(shape)
+        built = learner.rebuilds
+        for shape in even[600:]:
+            learner.observe_shape(shape)
+        return learner.rebuilds - built
+
+    # 30 shapes, windows of 600: two windows differ by 5-12 % by chance alone, past a 5 % tolerance
+    learner = learning.StrategyLearner("fgd-cpu", every=100, tolerance=0.05)
+    assert rebuilds_after_the_window_fills(learner) <= 3
+    assert learner._noise() > 0.05
+    tolerance_alone = learning.StrategyLearner("fgd-cpu", every=100, tolerance=0.05)
+    monkeypatch.setattr(tolerance_alone, "_noise", lambda: 0.0)
+    assert rebuilds_after_the_window_fills(tolerance_alone) >= 30
+
+    built = learner.rebuilds
+    for shape in [shapes[0]] * 300:  # half the window moves to one shape: rebuilt
+        learner.observe_shape(shape)
+    assert learner.rebuilds > built and learner.workload.shapes[0] == shapes[0]
+
+    fresh = learning.StrategyLearner("fgd-cpu", every=100, tolerance=0.05)
+    for shape in even[:599]:  # built from fewer shapes than the window holds: the tolerance alone
+        fresh.observe_shape(shape)
+    assert fresh._noise() == 0.0
+
+
 def test_a_learner_counts_the_shapes_it_keeps_as_they_come_and_go(monkeypatch):
     from tidal_placement import learning
     monkeypatch.setattr(learning, "SHAPES_KEPT", 7)

@@ -28,7 +28,8 @@ class PlacementSettings(ServiceSettings):
                                   "(and after the 1st, 2nd, 4th… pod before that)")
     workload_drift: float = Field(0.05, ge=0, le=1, description="a rebuilt typical workload replaces the GPU "
                                   "strategy's only when this share of the pods' shapes moved since the strategy "
-                                  "was built (0 = whenever it changed): a new strategy scores every node state afresh")
+                                  "was built, plus, once it was built from a full window, what sampling alone "
+                                  "moves (0 = whenever it changed): a new strategy scores every node state afresh")
     node_stale_after_s: float = Field(30.0, ge=0, description="a node without a usage sample for this long takes "
                                       "no new pods until it sends one (0 = never stale)")
     pending_repeat_s: float = Field(60.0, ge=0, description="a pod tried again with the same reasons gets its "
