@@ -76,6 +76,30 @@ def test_exclusive_cpus_need_the_capability_and_room():
     assert not choice.ok and choice.filtered == {"no-exclusive-cpus": 1, "numa": 1}
 
 
+@pytest.mark.parametrize("policy, tight, asks", [
+    ("spread", (1, 7), 4000),       # 8 CPUs free, but spread needs 2 + 2 and one NUMA node has 1
+    ("single-numa", (2, 2), 3000),  # 4 CPUs free, but no NUMA node has 3
+])
+def test_a_strategy_scores_only_nodes_that_pass_every_filter(policy, tight, asks):
+    # A strategy normalising its score over the candidates (quantised best-fit, as
+    # kube-scheduler) must never see a node the §A distribution rules out.
+    state = cluster(make_topology("tight", tight, gpus=1), make_topology("roomy", (8, 8), gpus=1),
+                    make_topology("no-gpu", (8, 8)))
+    seen = []
+
+    class Recording:
+        name, scores_cpu_pods = "recording", True
+
+        def score(self, c, shape):
+            seen.append(sorted(state.names[r] for r in c.rows.tolist()))
+            return BEST_FIT.score(c, shape)
+
+    choice = decide(state, PodRequest("p", asks, exclusive_cpus=True, cpu_policy=policy, gpu_count=1), Recording())
+    assert choice.ok and choice.node == "roomy"
+    assert seen == [["roomy"]]
+    assert choice.filtered == {"gpu": 1, "numa": 1} and choice.candidates == 1
+
+
 def test_gpu_model_and_room_filters():
     state = cluster(make_topology("a100", (8,), gpus=1, model="A100"), make_topology("t4", (8,), gpus=2, model="T4"))
     assert decide(state, PodRequest("p", 1000, gpu_count=1, gpu_models=("A100",))).node == "a100"

@@ -8,6 +8,9 @@
    device when a kind, a §B group mask or a mixed-model node is involved;
    whole GPUs from distinct physical GPUs, see `device_budget`),
    then whether the §A per-NUMA distribution is possible (exclusive pods).
+   Every filter comes before any score, as in kube-scheduler: a score
+   normalised over the candidates (quantised best-fit) sees only nodes
+   that fit.
 2. Rank: a GPU pod (or any pod when the strategy scores CPU-only pods) by
    the GPU strategy's cost, then its tiebreaks; then the §E NUMA score
    (lowest first) — for exclusive pods the §A distribution's. Remaining
@@ -67,6 +70,9 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
                 table = np.array([m in pod.gpu_models for m in state.models] + [False])
                 stages.append((F.GPU_MODEL, table.take(state.gpu_model[:n])))  # id -1 (no GPU) hits the False pad
             stages.append((F.GPU, state.gpu_max[:n] >= need if is_share(shape) else state.gpu_whole[:n] >= pod.gpu_count))
+    cpus = pod.cpu_milli // 1000
+    if pod.exclusive_cpus:
+        stages.append((F.NUMA, exclusive_feasible(state, pod.cpu_policy, cpus)))
     keep, filtered = present, {}  # nodes counted out, by the reasons that counted any
     left = present_count = int(np.count_nonzero(present))
     for reason, mask in stages:
@@ -86,19 +92,6 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
         if scored is None:
             scored = strategy.score(candidates, shape)
             keys = [scored.cost, *scored.tiebreaks]
-    cpus = pod.cpu_milli // 1000
-    if pod.exclusive_cpus:
-        ok = exclusive_feasible(state, pod.cpu_policy, cpus, rows)
-        idx = ok.nonzero()[0]
-        if len(idx) != len(rows):
-            filtered[F.NUMA] = len(rows) - len(idx)
-        rows, keys = rows.take(idx), [key[idx] for key in keys]
-        if isinstance(scored, StateScores):
-            scored = scored.take(idx)
-        elif scored is not None and scored.device is not None:
-            scored = scored._replace(device=scored.device[idx])
-    if not rows.size:
-        return Placement(False, _why(filtered, present_count), filtered=filtered)
     need_cpus = -(-pod.cpu_milli // 1000)
 
     def numa_key(idx: np.ndarray) -> np.ndarray:
@@ -199,8 +192,7 @@ def node_fit(state: ClusterState, pod: PodRequest, nodes: np.ndarray | None = No
     for _, mask in _host_stages(state, pod, n, nodes):
         keep &= mask
     if pod.exclusive_cpus:
-        rows = keep.nonzero()[0]
-        keep[rows] = exclusive_feasible(state, pod.cpu_policy, pod.cpu_milli // 1000, rows)
+        keep &= exclusive_feasible(state, pod.cpu_policy, pod.cpu_milli // 1000)
     return keep
 
 

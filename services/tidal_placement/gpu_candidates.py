@@ -123,11 +123,6 @@ class StateScores(NamedTuple):
     present: np.ndarray | None = None
     packed: np.ndarray | None = None
 
-    def take(self, idx: np.ndarray) -> "StateScores":
-        """The scores of candidates `idx` only."""
-        return self._replace(sids=self.sids[idx], present=None,
-                             packed=None if self.packed is None else self.packed[idx])
-
     def states(self) -> np.ndarray:
         """The distinct states among the candidates, ascending (without np.unique's sort)."""
         if self.present is not None:

@@ -150,13 +150,16 @@ def exclusive_take(state: ClusterState, policy: str, cpus: int, r: int) -> tuple
     raise ValueError(f"unknown CPU policy {policy!r}")
 
 
-def exclusive_feasible(state: ClusterState, policy: str, cpus: int, rows: np.ndarray) -> np.ndarray:
-    """Which of `rows` can give `cpus` exclusive CPUs under `policy`."""
+def exclusive_feasible(state: ClusterState, policy: str, cpus: int, rows: np.ndarray | None = None) -> np.ndarray:
+    """Which of `rows` (None: of the rows in use, a filter stage of
+    `decide`) can give `cpus` exclusive CPUs under `policy`."""
+    n = state.size
     if policy == "auto":
-        return state.numa_cum_free[:, -1].take(rows) >= cpus
+        return (state.numa_cum_free[:n, -1] if rows is None else state.numa_cum_free[:, -1].take(rows)) >= cpus
     if policy == "single-numa":
-        return state.numa_max_free.take(rows) >= cpus
+        return (state.numa_max_free[:n] if rows is None else state.numa_max_free.take(rows)) >= cpus
     if policy == "spread":
+        rows = np.arange(n) if rows is None else rows
         count = state.numa_count.take(rows)
         base = cpus // np.maximum(count, 1)
         extra = cpus - base * count
