@@ -18,7 +18,7 @@ the same, so:
   65 at the start and about 1,250 after 20,000 pods).
 
 The scores come from the wrapped strategy's own `score`, run on the
-states' figures (`_States` reads like a `ClusterState`), and a row's
+states' figures (`NodeStates` reads like a `ClusterState`), and a row's
 score depends on its own figures only, so decisions are the same as the
 strategy's alone (`tests/test_placement_score_cache.py` replays openb
 pods through both). Not cached: candidates with their own per-device
@@ -27,15 +27,15 @@ eligibility (a GPU kind, a §B group, a mixed-model node).
 
 from __future__ import annotations
 
-import copy
 import sys
 from collections import OrderedDict
 
 import numpy as np
 
 from .cluster_state import ClusterState
-from .gpu_candidates import Candidates, GpuStrategy, PlainRow, Scored, StateScores
+from .gpu_candidates import Candidates, GpuStrategy, Scored, StateScores
 from .gpu_workload import Shape
+from .node_states import NodeStates
 from .ranking import pack_keys
 
 MAX_SHAPES = 256  # shapes remembered, least recently used dropped first
@@ -50,91 +50,6 @@ STATES_PER_ROW, MIN_STATES = 3, 4096
 # bench/policy_ab.py, and 4-8 % slower with 2,729 shapes, where a shape finds
 # many states new and the plain scoring's memos hit less.)
 FEW_STATES = 16
-
-
-class _States:
-    """Distinct node states, by id: the figures a row-local score reads."""
-
-    FIGURES = ("cpu_free", "gpu_idle", "gpu_model", "gpu_free", "gpu_valid")  # one array each, by state id
-
-    def __init__(self, cluster: ClusterState):
-        self.cluster, self.gpu_cols = cluster, cluster.gpu_cols
-        self.models = cluster.models  # the cluster's list: model ids never change
-        self.ids: dict[tuple, int] = {}
-        size, cols = 1024, cluster.gpu_cols
-        self.cpu_free = np.zeros(size, dtype=np.int64)
-        self.gpu_idle = np.zeros(size, dtype=np.int64)
-        self.gpu_model = np.zeros(size, dtype=np.int64)
-        self.gpu_free = np.zeros((size, cols), dtype=np.int64)
-        self.gpu_valid = np.zeros((size, cols), dtype=bool)
-        self.row_state = np.full(cluster.capacity, -1, dtype=np.int64)
-        self.plain: list[PlainRow] = []  # the figures of each state as Python values, by id
-        # what the strategy derives from each state's figures alone, under a key of its own
-        # (`gpu_fgd.frag_before`); the same for every shape, so kept across shapes
-        self.derived: dict = {}
-        self.seen = 0  # the cluster's version stamp the row states are current to
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def plain_rows(self, sids: np.ndarray) -> list[PlainRow]:
-        """`Candidates.plain` of states `sids`, kept since each was first met."""
-        plain = self.plain
-        return [plain[sid] for sid in sids.tolist()]
-
-    def refresh(self) -> None:
-        """Give every row that changed since the last refresh its state id."""
-        cluster = self.cluster
-        if cluster.stamp == self.seen:
-            return
-        if len(self.row_state) < cluster.capacity:
-            self.row_state = np.concatenate([self.row_state, np.full(cluster.capacity - len(self.row_state), -1)])
-        n = cluster.size
-        touched = cluster.rows_touched_after(self.seen)
-        changed = (cluster.version[:n] > self.seen).nonzero()[0].tolist() if touched is None else dict.fromkeys(touched)
-        for r in changed:
-            key = (int(cluster.gpu_model[r]), int(cluster.cpu_free[r]), int(cluster.gpu_idle[r]),
-                   cluster.gpu_free[r].tobytes(), cluster.gpu_valid[r].tobytes())
-            sid = self.ids.get(key)
-            if sid is None:
-                sid = self._add(key, r)
-            self.row_state[r] = sid
-        self.seen = cluster.stamp
-
-    def compacted(self) -> "_States":
-        """A copy holding only the states some row is in now, renumbered: for
-        a successor, whose per-shape scores (arrays as long as the states
-        known) will be asked only for those. A copy, because the cache these
-        states belong to may still be deciding (a scheduling cycle under way)
-        with scores numbered as they are."""
-        self.refresh()
-        rows = self.row_state
-        occupied = np.zeros(len(self.ids), dtype=bool)
-        occupied[rows[rows >= 0]] = True
-        keep = occupied.nonzero()[0]
-        renumber = np.full(len(self.ids), -1, dtype=np.int64)
-        renumber[keep] = np.arange(len(keep))
-        fresh = copy.copy(self)
-        for name in self.FIGURES:
-            setattr(fresh, name, getattr(self, name)[keep])
-        fresh.ids = {key: int(renumber[sid]) for key, sid in self.ids.items() if occupied[sid]}
-        fresh.plain = [self.plain[sid] for sid in keep.tolist()]
-        fresh.derived = {}  # numbered as the states were
-        fresh.row_state = np.where(rows >= 0, renumber[rows], -1)
-        return fresh
-
-    def _add(self, key: tuple, r: int) -> int:
-        sid = len(self.ids)
-        if sid == len(self.cpu_free):
-            for name in self.FIGURES:
-                old = getattr(self, name)
-                setattr(self, name, np.concatenate([old, np.zeros((max(len(old), 1024), *old.shape[1:]), old.dtype)]))
-        c = self.cluster
-        self.cpu_free[sid], self.gpu_idle[sid], self.gpu_model[sid] = c.cpu_free[r], c.gpu_idle[r], c.gpu_model[r]
-        self.gpu_free[sid], self.gpu_valid[sid] = c.gpu_free[r], c.gpu_valid[r]
-        self.plain.append((tuple(c.gpu_free[r].tolist()), tuple(c.gpu_valid[r].tolist()), key[0], key[1], key[2]))
-        self.ids[key] = sid
-        return sid
 
 
 class _Entry:
@@ -203,7 +118,7 @@ class ScoreCache:
         self.inner, self.max_shapes, self.max_states = inner, max_shapes, max_states
         self.name, self.scores_cpu_pods = inner.name, inner.scores_cpu_pods
         self._score_few = getattr(inner, "score_few", None)  # optional: see gpu_candidates.GpuStrategy
-        self._states: _States | None = None
+        self._states: NodeStates | None = None
         self._entries: OrderedDict[Shape, _Entry] = OrderedDict()
 
     def succeed(self, previous: GpuStrategy) -> None:
@@ -237,7 +152,7 @@ class ScoreCache:
             self._store(entry, states, present[np.isnan(cost)], shape)
         return StateScores(sids, entry.cost, entry.device, tuple(entry.tiebreaks), present)
 
-    def _packed(self, entry: _Entry, states: _States, sids: np.ndarray, shape: Shape) -> StateScores | None:
+    def _packed(self, entry: _Entry, states: NodeStates, sids: np.ndarray, shape: Shape) -> StateScores | None:
         # the candidates' scores with their keys packed, the states not scored yet (packed as
         # -1) scored first; None when their keys did not pack (the entry packs no more)
         packed = entry.packed.take(sids)
@@ -251,7 +166,7 @@ class ScoreCache:
             packed[unscored] = entry.packed[new]
         return StateScores(sids, entry.cost, entry.device, tuple(entry.tiebreaks), packed=packed)
 
-    def _store(self, entry: _Entry, states: _States, new: np.ndarray, shape: Shape) -> None:
+    def _store(self, entry: _Entry, states: NodeStates, new: np.ndarray, shape: Shape) -> None:
         # score states `new` for `shape`: a few in plain Python when the strategy can
         fresh = Candidates(states, new)  # type: ignore[arg-type]
         scored = self._score_few(fresh, shape) if self._score_few and len(new) <= FEW_STATES else None
@@ -271,12 +186,12 @@ class ScoreCache:
         derived = sum(getattr(kept, "nbytes", 0) for kept in states.derived.values())
         return len(states), sum(a.nbytes for a in arrays) + plain + derived
 
-    def _current(self, cluster: ClusterState) -> _States:
+    def _current(self, cluster: ClusterState) -> NodeStates:
         states = self._states
         limit = min(self.max_states, max(MIN_STATES, STATES_PER_ROW * cluster.size))
         if states is None or states.cluster is not cluster or states.gpu_cols != cluster.gpu_cols \
                 or len(states) > limit:
-            states = self._states = _States(cluster)  # a new cache, wider devices or too many states
+            states = self._states = NodeStates(cluster)  # a new cache, wider devices or too many states
             self._entries.clear()
         states.refresh()
         return states
