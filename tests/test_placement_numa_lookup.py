@@ -47,6 +47,7 @@ def test_exclusive_lookups_match_distribute(seed, cpus, policy):
     ref = distribute(policy, cpus, state.numa_free[rows], state.numa_load[rows], state.numa_valid[rows])
     feasible = exclusive_feasible(state, policy, cpus, rows)
     assert feasible.tolist() == ref.feasible.tolist()
+    assert exclusive_feasible(state, policy, cpus)[rows].tolist() == feasible.tolist()  # decide's filter stage
     if feasible.any():
         fast = exclusive_scores(state, policy, cpus, rows[feasible])
         assert winners(fast) == winners(ref.score[feasible])

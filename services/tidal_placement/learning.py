@@ -46,14 +46,15 @@ class StrategyLearner:
     `refresh_due` and the shapes seen have drifted from those it was built
     from by more than `tolerance` (`drift`; 0: whenever they changed).
 
-    With a tolerance, once the strategy was built from a full window, the new window is no
-    better an estimate of an unchanging mix than the old one, only another
-    sample of it: the drift must then also exceed what sampling alone gives
-    two windows that differ in the shapes seen since (`sampling_drift`).
-    With many shapes that noise passes any small tolerance (56 evenly mixed
-    shapes, two windows of 5,000 apart: 6 %), and every rebuild then rescored
-    every node state for nothing. A mix that really moves still rebuilds:
-    its drift grows with the pods seen, the noise with their square root."""
+    With a tolerance, once the strategy was built from a full window, the
+    new window is no better an estimate of an unchanging mix than the old
+    one, only another sample of it: the drift must then also exceed what
+    sampling alone gives two windows that differ in the shapes seen since
+    (`sampling_drift`). With many shapes that noise passes any small
+    tolerance (56 evenly mixed shapes, two windows of 5,000 apart: 6 %), and
+    every rebuild then rescored every node state for nothing. A mix that
+    really moves still rebuilds: its drift grows with the pods seen, the
+    noise with their square root."""
 
     def __init__(self, name: str, every: int, tolerance: float = 0.0) -> None:
         self.name, self.every, self.tolerance = name, every, tolerance
