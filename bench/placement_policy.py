@@ -50,7 +50,7 @@ from tidal_placement import ClusterState
 from tidal_placement import PodRequest
 from tidal_placement import GPU_STRATEGIES, ROW_LOCAL
 from tidal_placement import PlacementSettings
-from tidal_runtime import collect_oldest_only_when_asked
+from tidal_runtime import collect_oldest_only_when_asked, pad_heap_top
 from tidal_simulator.topology_builder import make_topology
 
 MODELS = ("A100", "T4", "V100")
@@ -204,6 +204,7 @@ def main() -> None:
                         help="time each pod by the wall clock or by the thread's CPU time (shared machines)")
     args = parser.parse_args()
     collect_oldest_only_when_asked()  # as in placement's process
+    pad_heap_top()
     unknown = [s for s in args.strategy if s not in GPU_STRATEGIES]
     if unknown:
         parser.error(f"unknown strategy {unknown[0]!r}; known: {', '.join(sorted(GPU_STRATEGIES))}")

@@ -17,6 +17,7 @@ PUBLIC = {
     "Subscription": "service:Subscription",
     "collect_oldest_only_when_asked": "collector:collect_oldest_only_when_asked",
     "configure_logging": "logs:configure_logging",
+    "pad_heap_top": "heap:pad_heap_top",
     "run_service": "service:run_service",
 }
 __all__ = sorted(PUBLIC)

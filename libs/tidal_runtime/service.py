@@ -22,6 +22,7 @@ from tidal_bus.membership import cancel_until_done, raise_if_cancelling
 from tidal_schemas import Envelope, Payload
 
 from .collector import collect_oldest_only_when_asked, collect_periodically
+from .heap import pad_heap_top
 from .http import HealthServer
 from .logs import configure_logging
 from .metrics import ServiceMetrics
@@ -215,6 +216,7 @@ def run_service(service_class: type[Service], settings: ServiceSettings | None =
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, service.stop)
+        pad_heap_top()
         collecting = None
         if settings.gc_full_every_s:
             collect_oldest_only_when_asked()
