@@ -113,13 +113,21 @@ def pod_mix(count: int, rng: np.random.Generator, cpus: tuple[int, ...] = CPU_VA
 CLOCKS = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
 
 
+def as_placements_process() -> None:
+    """Set this process's collector and C heap as `run_service` sets
+    placement's: the policy benches time the code as it runs there."""
+    collect_oldest_only_when_asked()
+    pad_heap_top()
+
+
 class PolicyRun:
     """One strategy deciding the pod mix on a fresh synthetic cluster, pod
     by pod as the service does: `advance(k)` decides the next `k` pods,
     timing decide + assume of each (`clock`: "wall", or "cpu" for the
     thread's CPU time). The strategy is relearnt every `relearn` pods as
-    the service does (0: learnt once) and rebuilt when the shapes drifted
-    by more than `drift`; pods depart in arrival order past `live_per_node`
+    the service does (0: learnt once) and rebuilt as its `StrategyLearner`
+    decides (past `drift`, and past sampling noise once built from a full
+    window); pods depart in arrival order past `live_per_node`
     pods a node. `policy`: the placement package deciding (tidal_placement,
     or another commit's copy: policy_ab.py)."""
 
@@ -203,8 +211,7 @@ def main() -> None:
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="time each pod by the wall clock or by the thread's CPU time (shared machines)")
     args = parser.parse_args()
-    collect_oldest_only_when_asked()  # as in placement's process
-    pad_heap_top()
+    as_placements_process()
     unknown = [s for s in args.strategy if s not in GPU_STRATEGIES]
     if unknown:
         parser.error(f"unknown strategy {unknown[0]!r}; known: {', '.join(sorted(GPU_STRATEGIES))}")

@@ -32,8 +32,7 @@ import tempfile
 from pathlib import Path
 
 import placement_policy
-from placement_policy import CPU_VALUES, DEFAULT_STRATEGY, PolicyRun, cpu_values
-from tidal_runtime import collect_oldest_only_when_asked, pad_heap_top
+from placement_policy import CPU_VALUES, DEFAULT_STRATEGY, PolicyRun, as_placements_process, cpu_values
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "services/tidal_placement"
@@ -94,8 +93,7 @@ def main() -> None:
         parser.error("--nodes, --pods and --chunk take a positive number")
     if not 2 <= args.cpu_values <= 296:
         parser.error("--cpu-values takes 2 to 296 (as placement_policy.py)")
-    collect_oldest_only_when_asked()  # as in placement's process
-    pad_heap_top()
+    as_placements_process()
     into = Path(tempfile.mkdtemp(prefix="policy_ab_"))
     try:
         print(json.dumps(compare(base_package(args.base, into), args)), flush=True)
