@@ -1,7 +1,8 @@
 """FGD's scores of a few node states in plain Python (`gpu_fgd_few`) are the
 vectorised strategy's own: cost, device and tiebreaks compared on random
 node states and pod shapes, for `fgd` and `fgd-cpu` against the openb
-target; a score within a rounding of FGD's steps is left to the vectorised
+target, also after scoring the same nodes with their devices in another
+order (what is remembered per multiset of devices serves them); a score within a rounding of FGD's steps is left to the vectorised
 strategy; and on an openb replay the score cache takes the plain path for
 most of the states it scores."""
 
@@ -78,6 +79,30 @@ def test_few_scores_are_the_vectorised_strategys_own(name, nodes, shape):
     reference = strategy.score(candidates(nodes), shape)
     assert few.cost == reference.cost.tolist()  # score_few answers in lists
     assert (few.device is None) == (reference.device is None)
+    if few.device is not None:
+        assert few.device == reference.device.tolist()
+    assert list(few.tiebreaks) == [t.tolist() for t in reference.tiebreaks]
+
+
+@pytest.mark.parametrize("name", ["fgd", "fgd-cpu"])
+@settings(max_examples=200, deadline=None)
+@given(nodes=st.lists(node_states(), min_size=1, max_size=8), shape=shapes(), seed=st.integers(0, 2**32 - 1))
+def test_figures_remembered_from_the_same_devices_in_another_order_give_the_references_scores(name, nodes, shape, seed):
+    # F depends on the milli left per device as a multiset: what the plain
+    # scoring remembers for one order of the devices serves every order
+    strategy = make_strategy(name, WORKLOAD, reference=True)
+    rng = np.random.default_rng(seed)
+    shuffled = []
+    for node in nodes:
+        order = rng.permutation(COLS)
+        shuffled.append(dict(node, gpu_free=[node["gpu_free"][j] for j in order],
+                             gpu_valid=[node["gpu_valid"][j] for j in order]))
+    strategy.score_few(candidates(shuffled), shape)
+    few = strategy.score_few(candidates(nodes), shape)
+    if few is None:
+        return
+    reference = strategy.score(candidates(nodes), shape)
+    assert few.cost == reference.cost.tolist()
     if few.device is not None:
         assert few.device == reference.device.tolist()
     assert list(few.tiebreaks) == [t.tolist() for t in reference.tiebreaks]

@@ -55,6 +55,7 @@ class PlainFrag:
         self.thresholds, self.no_model = frag.thresholds.tolist(), len(models)
         self.width = len(self.thresholds) + 1
         self._by_gpus: dict[tuple[int, ...], tuple[int, list[int], list[int]]] = {}
+        self._by_sorted: dict[tuple[int, ...], tuple[int, list[int], list[int]]] = {}
 
     def scores(self, rows: list[PlainRow], shape: Shape, *, fullest_on_ties: bool) -> list[tuple[float, int]] | None:
         """FGD's score per candidate (`Candidates.plain`) and, for a GPU
@@ -75,26 +76,24 @@ class PlainFrag:
                 before = self._known_frag(known, row, k, idle, can, small)
             if share:
                 milli, by_free = shape.gpu_milli, {}  # devices with as much left score alike
-                per_device = []
-                for usable, free in zip(ok, left):
+                top, device, fullest = -1.0, -1, FAR  # the best device: its score, column and milli left
+                for j, (usable, free) in enumerate(zip(ok, left)):
                     if not usable or free < milli:
-                        per_device.append(-1.0)
                         continue
-                    if free not in by_free:
+                    score = by_free.get(free)
+                    if score is None:
                         after = known.get((after_row, free, milli))
                         if after is None:
                             after = known[after_row, free, milli] = self._share(after_row, k, idle, can, small,
                                                                                 free, milli)
-                        by_free[free] = step(before - after)
-                    per_device.append(by_free[free])
-                if None in by_free.values():
-                    return None
-                top = max(per_device)
-                if fullest_on_ties:  # the first of the fullest devices at the top score
-                    free_at_top = [free if score == top else FAR for score, free in zip(per_device, left)]
-                    device = free_at_top.index(min(free_at_top))
-                else:
-                    device = per_device.index(top)
+                        score = by_free[free] = step(before - after)
+                        if score is None:
+                            return None
+                    # ties to the fullest device (the first of them), or to the first
+                    if score > top or (score == top and fullest_on_ties and free < fullest):
+                        top, device, fullest = score, j, free
+                if device < 0:  # no device takes the share: every one scores −1, as the reference's
+                    device = left.index(min(left)) if fullest_on_ties else 0
                 out.append((top, device))
                 continue
             if shape.gpu_count:
@@ -122,15 +121,23 @@ class PlainFrag:
         # the others (FragModel.figures): the same for every shape, CPU and model;
         # and the F known for these figures, by W's row, by (row, whole GPUs taken)
         # and by (row, device's milli left, share taken): a node's F before a pod
-        # is the same for every shape, and after one often is too
+        # is the same for every shape, and after one often is too. All of it
+        # depends on the milli left as a multiset, so one tuple serves every
+        # order of the same devices (a node's pods leave in another order than
+        # they came: most new orders are of a multiset met before)
         figures = self._by_gpus.get(left)
         if figures is None:
             if len(self._by_gpus) >= REMEMBERED:
                 self._by_gpus.clear()
-            ascending = sorted(left)  # the devices below demand m: the first bisect_left(ascending, m)
-            below = [bisect_left(ascending, m) for m in self.milli]
-            sums = [0, *accumulate(ascending)]  # sums[k]: the milli left on the first k
-            figures = self._by_gpus[left] = (sums[-1], [len(left) - k for k in below], [sums[k] for k in below], {})
+                self._by_sorted.clear()
+            ascending = tuple(sorted(left))  # the devices below demand m: the first bisect_left(ascending, m)
+            figures = self._by_sorted.get(ascending)
+            if figures is None:
+                below = [bisect_left(ascending, m) for m in self.milli]
+                sums = [0, *accumulate(ascending)]  # sums[k]: the milli left on the first k
+                figures = self._by_sorted[ascending] = (sums[-1], [len(left) - k for k in below],
+                                                        [sums[k] for k in below], {})
+            self._by_gpus[left] = figures
         return figures
 
     def _known_frag(self, known: dict, row: int, k: int, idle: int, can: list[int], small: list[int]) -> float:
