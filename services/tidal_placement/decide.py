@@ -54,7 +54,6 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
     device columns, e.g. a §B group), `nodes` the rows (a tenant's
     permitted nodes)."""
     n, shape = state.size, pod.shape
-    present = state.present[:n]
     stages = _host_stages(state, pod, n, nodes)
     eligible = None
     if pod.gpu_count:
@@ -73,10 +72,11 @@ def decide(state: ClusterState, pod: PodRequest, strategy: GpuStrategy | None = 
     cpus = pod.cpu_milli // 1000
     if pod.exclusive_cpus:
         stages.append((F.NUMA, exclusive_feasible(state, pod.cpu_policy, cpus)))
-    keep, filtered = present, {}  # nodes counted out, by the reasons that counted any
-    left = present_count = int(np.count_nonzero(present))
+    left = present_count = len(state.rows)  # the nodes known: the rows present
+    # nodes counted out, by the reasons that counted any; with every row present, the first stage's mask is the start
+    keep, filtered = None if present_count == n else state.present[:n], {}
     for reason, mask in stages:
-        keep = keep & mask
+        keep = mask if keep is None else keep & mask
         now = int(np.count_nonzero(keep))
         if now != left:
             filtered[reason], left = left - now, now

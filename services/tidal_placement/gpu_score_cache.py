@@ -156,8 +156,8 @@ class ScoreCache:
         # the candidates' scores with their keys packed, the states not scored yet (packed as
         # -1) scored first; None when their keys did not pack (the entry packs no more)
         packed = entry.packed.take(sids)
-        if packed.min() < 0:
-            unscored = (packed < 0).nonzero()[0]
+        unscored = (packed < 0).nonzero()[0]  # most decisions meet some: no separate test first
+        if len(unscored):
             new = sids[unscored]  # their states, distinct and ascending (a few in plain Python)
             self._store(entry, states, np.array(sorted(set(new.tolist()))) if len(new) <= FEW_STATES
                         else StateScores(new, entry.cost).states(), shape)
