@@ -46,8 +46,11 @@ async def test_placement_metrics(nats_server, namespace):
             small = await _decision(bus, "small")
             await bus.publish(BindResult(decision_id=small.decision_id, namespace="default", name="small",
                                          node=small.node, ok=True))
-            # 64 CPUs fit on neither node; "later" (a cpu pod ordered after it) is held back behind it
+            # 64 CPUs fit on neither node; "later" (a cpu pod ordered after it) is held back behind it.
+            # Published once "huge" waits: a cycle that met "later" first would place it.
             await bus.publish(pod("huge", cpu_milli=64000))
+            await eventually(service, lambda f: value(f, "tidal_scheduler_pending_pods", reason="cpu") == 1,
+                             what="the pod no node fits pending")
             await bus.publish(pod("later", cpu_milli=1000))
 
             def settled(f) -> bool:
