@@ -2,9 +2,10 @@
 vectorised strategy's own: cost, device and tiebreaks compared on random
 node states and pod shapes, for `fgd` and `fgd-cpu` against the openb
 target, also after scoring the same nodes with their devices in another
-order (what is remembered per multiset of devices serves them); a score within a rounding of FGD's steps is left to the vectorised
-strategy; and on an openb replay the score cache takes the plain path for
-most of the states it scores."""
+order (what is remembered per multiset of devices serves them); a score
+within a rounding of FGD's steps is left to the vectorised strategy; and
+on an openb replay the score cache takes the plain path for most of the
+states it scores."""
 
 from __future__ import annotations
 

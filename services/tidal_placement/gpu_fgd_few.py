@@ -54,8 +54,9 @@ class PlainFrag:
         self.milli, self.count = frag.milli.tolist(), frag.count.tolist()
         self.thresholds, self.no_model = frag.thresholds.tolist(), len(models)
         self.width = len(self.thresholds) + 1
-        self._by_gpus: dict[tuple[int, ...], tuple[int, list[int], list[int]]] = {}
-        self._by_sorted: dict[tuple[int, ...], tuple[int, list[int], list[int]]] = {}
+        # `_gpu_figures` by the milli left per device in device order, and sorted
+        self._by_gpus: dict[tuple[int, ...], tuple[int, list[int], list[int], dict]] = {}
+        self._by_sorted: dict[tuple[int, ...], tuple[int, list[int], list[int], dict]] = {}
 
     def scores(self, rows: list[PlainRow], shape: Shape, *, fullest_on_ties: bool) -> list[tuple[float, int]] | None:
         """FGD's score per candidate (`Candidates.plain`) and, for a GPU
