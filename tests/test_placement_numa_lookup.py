@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from tidal_placement.cluster_state import Allocation, ClusterState
 from tidal_policy.cpu_distribution import distribute
-from tidal_placement.numa_lookup import (exclusive_feasible, exclusive_scores, exclusive_take, shared_numa_least,
-                                         shared_numa_scores, shared_numa_take)
+from tidal_placement.cluster_arrays import WALK_NEEDS
+from tidal_placement.numa_lookup import (_walked, exclusive_feasible, exclusive_scores, exclusive_take,
+                                         shared_numa_least, shared_numa_scores, shared_numa_take)
 from tidal_placement.ranking import least
 from tidal_policy.numa_walk import numa_scores
 from tidal_simulator.topology_builder import make_topology
@@ -80,6 +81,27 @@ def test_the_least_shared_scores_are_found_from_the_head_loads(seed, need, nodes
     assert shared_numa_least(state, rows, need).tolist() == every.tolist()
     assert shared_numa_least(state, rows[::-1], need).tolist() == least(
         shared_numa_scores(state, rows[::-1], need)).nonzero()[0].tolist()
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_the_kept_walks_are_the_walks_for_every_request_size_as_rows_change(seed):
+    # `numa_walk[need]` is kept per row as its figures change: loads, exclusive CPUs
+    # held and given back, a node removed and another in its row
+    rng = np.random.default_rng(seed)
+    state = random_cluster(seed, nodes=12)
+    state.update_load("n3", {0: 0.9})
+    state.release("n5-x")
+    state.remove_node("n7")
+    state.upsert_node(make_topology("m0", tuple(int(rng.choice([2, 4, 8])) for _ in range(int(rng.choice([1, 2, 4]))))))
+    state.update_load("m0", {0: 0.25})
+    rows = np.flatnonzero(state.present[:state.size])
+    valid, load = state.numa_valid[rows], state.numa_load[rows]
+    every = np.where(valid, load, 0).sum(axis=1) / valid.sum(axis=1)
+    for need in range(WALK_NEEDS + 1):
+        assert state.numa_walk[need].take(rows).tolist() == _walked(state, rows, need).tolist()
+        ref = numa_scores(need, state.numa_free[rows], load, valid)
+        assert state.numa_walk[need].take(rows) == pytest.approx(np.where(ref.feasible, ref.score, every))
 
 
 @settings(max_examples=20, deadline=None)

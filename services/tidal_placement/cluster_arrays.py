@@ -14,7 +14,11 @@ Derived per row (kept current on every change of that row):
   cumulative load. Padding repeats the all-NUMA figures (`numa_free_desc`
   pads with −1). `numa_head_free` / `numa_head_mean` repeat the first
   column of the load-order prefixes as plain vectors: §E looks at that
-  column for every candidate, and a vector gathers faster than a column.
+  column for every candidate, and a vector gathers faster than a column;
+- `numa_walk[need, row]`: §E's walk for a shared-pool pod of `need` CPUs
+  (up to `WALK_NEEDS`) — the mean load of the shortest load-order prefix
+  covering `need`, else of every NUMA node — one vector per request size,
+  so a decision gathers its candidates' scores from one vector.
 
 The decision path gathers candidates' figures with `ndarray.take`, not
 fancy indexing: on numpy 2.4, 4,000 rows of a 1-D array take 1.8 µs
@@ -32,6 +36,9 @@ from tidal_schemas.common import GPU_MILLI
 from .device_budget import node_gpu_figures, unsliced_gpu_figures
 
 TOUCHED_REMEMBERED = 1 << 16  # recent row versions kept for readers catching up (a few per decision)
+# Shared-pool CPUs (whole CPUs asked) with a kept §E walk per row: most pods ask
+# a few; a larger ask walks the prefixes instead (`numa_lookup.shared_numa_least`).
+WALK_NEEDS = 32
 
 # name: (dtype, fill value) — per node row, per (row, NUMA column), per (row, GPU column)
 ROW_ARRAYS = {
@@ -135,6 +142,7 @@ class ClusterArrays:
         # (tests/test_placement_numa_lookup.py keeps them equal).
         count = int(self.numa_count[r])
         if not count:
+            self.numa_walk[:, r] = 0.0  # no NUMA figures: the walk of zeros that the prefixes hold
             return
         pad = self.numa_cols - count
         load = self.numa_load[r, :count].tolist()
@@ -150,6 +158,10 @@ class ClusterArrays:
         self.numa_free_desc[r] = [free[j] for j in by_free] + [-1] * pad
         self.numa_desc_cum_load[r] = desc_load + desc_load[-1:] * pad
         self.numa_max_free[r] = max(free)
+        walk: list[float] = []  # by need: the first prefix covering it, else all of them
+        for total, mean in zip(cum_free, cum_mean):
+            walk += [mean] * (min(total, WALK_NEEDS) + 1 - len(walk))
+        self.numa_walk[:, r] = walk + cum_mean[-1:] * (WALK_NEEDS + 1 - len(walk))
 
     def _resize(self, rows: int, numa_cols: int, gpu_cols: int) -> None:
         old = getattr(self, "capacity", 0)
@@ -167,4 +179,9 @@ class ClusterArrays:
                 if prev is not None:
                     fresh[tuple(slice(0, s) for s in prev.shape)] = prev
                 setattr(self, attr, fresh)
+        walk = np.zeros((WALK_NEEDS + 1, capacity))  # by need, then row: a need's walks are one vector
+        prev = getattr(self, "numa_walk", None)
+        if prev is not None:
+            walk[:, :prev.shape[1]] = prev
+        self.numa_walk = walk
         self.capacity, self.numa_cols, self.gpu_cols = capacity, numa_cols, gpu_cols

@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 from tidal_policy.cpu_distribution import distribute
 
+from .cluster_arrays import WALK_NEEDS
 from .cluster_state import ClusterState
 from .ranking import least, least_to
 
@@ -60,14 +61,17 @@ def _walked(state: ClusterState, rows: np.ndarray, need: int, all_when_short: bo
 
 def shared_numa_least(state: ClusterState, rows: np.ndarray, need: int) -> np.ndarray:
     """The positions in `rows` at the least §E score for `need` CPUs,
-    within rounding (`ranking.least` of `shared_numa_scores`). A node's
-    score is never below the load of its least-loaded NUMA node, and is
-    that load when that node covers `need`: only the nodes loaded there no
-    more than the least such score can tie, and most ties of a thousand
-    nodes are settled by one pass over those loads."""
-    head = state.numa_head_mean.take(rows)
+    within rounding (`ranking.least` of `shared_numa_scores`). Up to
+    `WALK_NEEDS` CPUs each row's walk is kept (`numa_walk`): one gather.
+    Past it, a node's score is never below the load of its least-loaded
+    NUMA node, and is that load when that node covers `need`: only the
+    nodes loaded there no more than the least such score can tie, and most
+    ties of a thousand nodes are settled by one pass over those loads."""
     if not len(rows):
         return np.arange(0)
+    if need <= WALK_NEEDS:
+        return least(state.numa_walk[need].take(rows)).nonzero()[0]
+    head = state.numa_head_mean.take(rows)
     i = int(head.argmin())
     if state.numa_head_free[rows[i]] >= need:  # the least-loaded covers: its load is the bound
         near = least_to(head, head[i]).nonzero()[0]
