@@ -69,7 +69,7 @@ def shared_numa_least(state: ClusterState, rows: np.ndarray, need: int) -> np.nd
     ties of a thousand nodes are settled by one pass over those loads."""
     if not len(rows):
         return np.arange(0)
-    if need <= WALK_NEEDS:
+    if 0 <= need <= WALK_NEEDS:
         return least(state.numa_walk[need].take(rows)).nonzero()[0]
     head = state.numa_head_mean.take(rows)
     i = int(head.argmin())
