@@ -48,6 +48,7 @@ import yaml
 import _common
 from tidal_bus import Bus
 from tidal_cli import Stack
+from tidal_cli.errors import CliError
 from tidal_simulator.kube_api import KubeApiServer, write_kubeconfig
 from tidal_simulator.kube_api.protocol import stamp
 from tidal_simulator.pods import node_manifest, pod_manifest, sim_pod
@@ -106,25 +107,31 @@ async def caught_up(log: Path, process, deadline: float) -> int:
     raise SystemExit(f"cluster_pods: the node agent did not catch up in time; see {log}")
 
 
-async def published(bridge, count: int, deadline: float) -> None:
+def alive(stack: Stack) -> None:
+    """Exit with a service's last log line if it died: its log goes with the temporary directory."""
+    try:
+        stack.check_alive()
+    except CliError as gone:
+        raise SystemExit(f"cluster_pods: {gone}") from None
+
+
+async def published(stack: Stack, bridge, count: int, deadline: float) -> None:
     """Until the bridge has published a pod event for each of `count` pods (its /metrics)."""
     while time.monotonic() < deadline:
-        if bridge.process.poll() is not None:
-            raise SystemExit(f"cluster_pods: the bridge exited ({bridge.process.returncode}); see {bridge.log_path}")
+        alive(stack)
         with contextlib.suppress(OSError):
             out = _common.scrape(bridge.url)
             if sum(v for (name, labels), v in out.items() if name == "tidal_events_out_total"
                    and dict(labels).get("stream") == "pod.lifecycle") >= count:
                 return
         await asyncio.sleep(0.5)
-    raise SystemExit(f"cluster_pods: the bridge did not publish the pods in time; see {bridge.log_path}")
+    raise SystemExit("cluster_pods: the bridge did not publish the pods in time")
 
 
-async def until_running(kubelets: Kubelets, bridge, deadline: float) -> None:
+async def until_running(kubelets: Kubelets, stack: Stack, deadline: float) -> None:
     """Until Tidal has placed every pod and the kubelets have started it."""
     while time.monotonic() < deadline:
-        if bridge.process.poll() is not None:
-            raise SystemExit(f"cluster_pods: the bridge exited ({bridge.process.returncode}); see {bridge.log_path}")
+        alive(stack)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(kubelets.all_running.wait(), 1.0)
             return
@@ -135,7 +142,7 @@ async def idle(stack: Stack, deadline: float, quiet_s: float = 3.0) -> None:
     """Until no process has used CPU for `quiet_s`: each has read what it follows to its end."""
     last, quiet_since = None, time.monotonic()
     while time.monotonic() < deadline:
-        stack.check_alive()
+        alive(stack)
         now = [_common.cpu_seconds(s.process.pid) for s in stack.services]
         if now != last:
             last, quiet_since = now, time.monotonic()
@@ -172,8 +179,8 @@ async def run(args: argparse.Namespace) -> dict:
         bridge = await asyncio.to_thread(stack.add, "bridge", {
             "TIDAL_BRIDGE_KUBECONFIG": str(write_kubeconfig(tmp / "kubeconfig", api.url))})
         if kubelets is not None:
-            await until_running(kubelets, bridge, deadline)
-        await published(bridge, args.pods, deadline)
+            await until_running(kubelets, stack, deadline)
+        await published(stack, bridge, args.pods, deadline)
         agent = await asyncio.to_thread(stack.add, "topology", {
             "TIDAL_TOPOLOGY_NODE_NAME": cluster[0].node, "TIDAL_TOPOLOGY_CGROUP_ROOT": str(tmp / "cgroup"),
             "TIDAL_TOPOLOGY_CGROUP_VERSION": "v1", "TIDAL_TOPOLOGY_KUBELET_CPU_STATE": str(tmp / "cgroup" / "none")})

@@ -22,6 +22,7 @@ partitions, not the stream's).
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 
 import pytest
@@ -30,6 +31,7 @@ from conftest import make_bus, start_service, stop_service, wait_until
 from builders import metrics, figures_in
 from test_faults_kill import check_invariants, simulate_on_stack, wait_until_async
 from tidal_bus import BusError, StartAt
+from tidal_bus.embedded import free_port
 from tidal_scoring.service import ScoringService
 from tidal_scoring.settings import ScoringSettings
 from tidal_schemas.streams import stream
@@ -164,3 +166,19 @@ async def test_kafka_clients_survive_a_tansu_restart(own_kafka, namespace):
         letters = [e.payload async for _, e in bus.read("dead.letter", StartAt.earliest())]
         assert letters == [], [letter.reason for letter in letters]
         await stop_service(scoring, task)
+
+
+def test_the_kafka_test_broker_starts_on_another_port_when_the_one_chosen_is_taken_first(tmp_path, monkeypatch):
+    from tidal_bus import embedded
+
+    with socket.create_server(("127.0.0.1", 0)) as server, \
+            socket.create_connection(server.getsockname()) as client:
+        taken = client.getsockname()[1]  # a connection's ephemeral port: the race the broker loses in CI
+        picks = iter([taken])
+        monkeypatch.setattr(embedded, "free_port", lambda: next(picks, None) or free_port())
+        broker = embedded.EmbeddedKafka(tmp_path / "kafka").start()
+        try:
+            assert broker.running and broker.port != taken
+            assert "address" in broker.log_path.read_text(errors="replace").lower()  # the first try's refusal
+        finally:
+            broker.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 
@@ -53,6 +54,20 @@ async def test_health_readiness_and_metrics(server):
     assert status == 200 and body == b"tidal_up 1\n" and headers["Content-Type"].startswith("text/plain")
     status, headers, body = await _exchange(http.port, _get("/metrics", "HEAD"))
     assert status == 200 and body == b"" and headers["Content-Length"] == "11"
+
+
+async def test_a_socket_handed_down_is_served_instead_of_binding_host_and_port():
+    listener = socket.create_server(("127.0.0.1", 0))  # as `tidal up` binds it, before the service starts
+    port = listener.getsockname()[1]
+    # binding host:port would fail: the socket handed down holds that port
+    http = HealthServer("127.0.0.1", port, lambda: (True, "ok"), lambda: b"", fd=listener.detach())
+    await http.start()
+    try:
+        assert http.port == port
+        status, _, body = await _exchange(port, _get("/readyz"))
+        assert (status, json.loads(body)) == (200, {"ready": True, "reason": "ok"})
+    finally:
+        await http.stop()
 
 
 @pytest.mark.parametrize("request_bytes, status", [

@@ -9,6 +9,7 @@ import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -101,10 +102,13 @@ def test_a_killed_service_and_nats_are_restarted_and_only_ctrl_c_stops_the_stack
         os.kill(before["scoring"]["pid"], signal.SIGKILL)
         line = up.wait_for("scoring exited")
         assert "signal 9 (SIGKILL)" in line and "restarting in 0.2s (restart 1)" in line
+        with pytest.raises(OSError, match="in use"):  # the stack holds the port: nothing takes it meanwhile
+            socket.create_server(("127.0.0.1", int(before["scoring"]["url"].rsplit(":", 1)[1]))).close()
         up.wait_for("scoring restarted")
         _wait(lambda: up.status()["processes"]["scoring"]["restarts"] == 1, 10, "the status file")
         scoring = up.status()["processes"]["scoring"]
         assert scoring["pid"] != before["scoring"]["pid"] and scoring["last_exit"] == -9
+        assert scoring["url"] == before["scoring"]["url"]  # its socket held by the stack meanwhile
         _wait(lambda: _ready(scoring["url"]), 60, "the restarted scoring to be ready")
 
         os.kill(before["nats"]["pid"], signal.SIGKILL)

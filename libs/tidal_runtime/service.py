@@ -138,7 +138,7 @@ class Service:
             await self.bus.ensure_streams()
             self.bus.reads_back(*self.reads_back)
             self.http = HealthServer(self.settings.http_host, self.settings.http_port, self.ready,
-                                     self.metrics.render)
+                                     self.metrics.render, fd=self.settings.http_fd)
             await self.http.start()
             self.log.info("serving /healthz /readyz /metrics on port %s", self.http.port)
             self.consumers = [

@@ -32,6 +32,9 @@ class ServiceSettings(BaseSettings):
     log_level: str = Field("INFO", validation_alias=AliasChoices("TIDAL_LOG_LEVEL", "log_level"))
     http_host: str = "0.0.0.0"
     http_port: int = Field(8080, ge=0, le=65535)
+    http_fd: int | None = Field(None, ge=0, description="a listening socket inherited from the process that "
+                                "started this one (`tidal up` keeps it across restarts): served instead of "
+                                "binding http_host:http_port, so no other process takes the port in between")
     clusters: list[str] = Field(
         default_factory=list,
         description="clusters whose events this instance handles; empty = its own cluster only",

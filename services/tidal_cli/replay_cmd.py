@@ -19,7 +19,7 @@ from .errors import CliError
 from .options import add_bus_options, bus_for, bus_options, count, seconds, seconds_or_zero, write_file
 
 SETTABLE = {"placement"}
-NOT_SETTABLE = {"bus_url", "namespace", "cluster", "clusters", "all_clusters", "http_host", "http_port", "log_level"}
+NOT_SETTABLE = {"bus_url", "namespace", "cluster", "clusters", "all_clusters", "http_host", "http_port", "http_fd", "log_level"}
 
 
 def add(subparsers) -> None:

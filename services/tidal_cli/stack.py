@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidal_bus.auth import redact_url
-from tidal_bus.embedded import EmbeddedNats, _die_with_parent, free_port
+from tidal_bus.embedded import EmbeddedNats, _die_with_parent
 
 from .errors import CliError
 from .options import make_dir
@@ -27,9 +28,13 @@ from .supervise import Backoff, Supervised, describe_exit
 class RunningService:
     name: str
     process: subprocess.Popen
-    http_port: int
+    listener: socket.socket  # its HTTP socket, held by the stack: the port stays the service's across restarts
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)  # its own settings, kept for a restart
+    http_port: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.http_port = self.listener.getsockname()[1]
 
     @property
     def url(self) -> str:
@@ -90,14 +95,16 @@ class Stack:
         self.services.append(service)
         return service
 
-    def _spawn(self, name: str, logs: Path, port: int | None = None, env: dict[str, str] | None = None
-               ) -> RunningService:
-        port = port or free_port()
+    def _spawn(self, name: str, logs: Path, listener: socket.socket | None = None,
+               env: dict[str, str] | None = None) -> RunningService:
+        # Bound here and handed down: a port merely found free could be taken (by any outgoing
+        # connection's ephemeral port) before the service binds it.
+        listener = listener or _listening_socket()
         own = dict(env or {})
         env = dict(os.environ)
         env.update({
             "TIDAL_BUS_URL": self.bus_url, "TIDAL_NAMESPACE": self.namespace, "TIDAL_CLUSTER": self.cluster,
-            f"TIDAL_{name.upper()}_HTTP_PORT": str(port), f"TIDAL_{name.upper()}_HTTP_HOST": "127.0.0.1",
+            f"TIDAL_{name.upper()}_HTTP_FD": str(listener.fileno()),
         })
         # On one machine the node agent keeps its checkpoint with the stack's data,
         # not in /var/lib/tidal (the DaemonSet's host path).
@@ -109,8 +116,8 @@ class Stack:
         with open(log_path, "ab") as log:
             process = subprocess.Popen([sys.executable, "-m", "tidal_cli.main", "run", name], env=env,
                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                       preexec_fn=_die_with_parent)
-        return RunningService(name, process, port, log_path, own)
+                                       preexec_fn=_die_with_parent, pass_fds=(listener.fileno(),))
+        return RunningService(name, process, listener, log_path, own)
 
     def wait_ready(self, timeout: float = 60.0, services: list[RunningService] | None = None) -> None:
         deadline = time.monotonic() + timeout
@@ -144,7 +151,7 @@ class Stack:
         old = self.service(name)
         if old.process.poll() is None:
             raise CliError(f"service {name} is still running (pid {old.process.pid}); kill it first", exit_code=1)
-        new = self._spawn(name, old.log_path.parent, port=old.http_port, env=old.env)
+        new = self._spawn(name, old.log_path.parent, listener=old.listener, env=old.env)
         self.services[self.services.index(old)] = new
         return new
 
@@ -235,6 +242,7 @@ class Stack:
             except subprocess.TimeoutExpired:
                 service.process.kill()
                 service.process.wait()
+            service.listener.close()
         if self.nats is not None:
             self.nats.stop()
 
@@ -248,9 +256,13 @@ class Stack:
 STATUS_FILE = "status.json"
 
 
-def _port_free(port: int) -> bool:
-    import socket
+def _listening_socket() -> socket.socket:
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.set_inheritable(True)
+    return listener
 
+
+def _port_free(port: int) -> bool:
     with socket.socket() as sock:
         try:
             sock.bind(("127.0.0.1", port))
