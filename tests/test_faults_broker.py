@@ -173,7 +173,7 @@ def test_the_kafka_test_broker_starts_on_another_port_when_the_one_chosen_is_tak
 
     with socket.create_server(("127.0.0.1", 0)) as server, \
             socket.create_connection(server.getsockname()) as client:
-        taken = client.getsockname()[1]  # a connection's ephemeral port: the race the broker loses in CI
+        taken = client.getsockname()[1]  # a connection's ephemeral port, as any client can take it
         picks = iter([taken])
         monkeypatch.setattr(embedded, "free_port", lambda: next(picks, None) or free_port())
         broker = embedded.EmbeddedKafka(tmp_path / "kafka").start()
