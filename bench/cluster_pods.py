@@ -47,8 +47,7 @@ import yaml
 
 import _common
 from tidal_bus import Bus
-from tidal_cli import Stack
-from tidal_cli.errors import CliError
+from tidal_cli import CliError, Stack
 from tidal_simulator.kube_api import KubeApiServer, write_kubeconfig
 from tidal_simulator.kube_api.protocol import stamp
 from tidal_simulator.pods import node_manifest, pod_manifest, sim_pod

@@ -2,7 +2,7 @@
 
 from tidal_runtime.exports import lazy_exports
 
-# The public entry points (benches start a stack of real processes with it).
-PUBLIC = {"Stack": "stack:Stack"}
+# The public entry points (benches start a stack of real processes with it, and read its errors).
+PUBLIC = {"Stack": "stack:Stack", "CliError": "errors:CliError"}
 __all__ = sorted(PUBLIC)
 __getattr__ = lazy_exports(__name__, PUBLIC)
