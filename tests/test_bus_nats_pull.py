@@ -3,7 +3,9 @@ against a real NATS server: every message once and in order, later messages
 without a new fetch's request, a timeout when there is nothing, no busy loop
 on a consumer that is gone, unread messages handed back at close, and a
 lingering fetch that the server answers with what it stored meanwhile; a
-reader's fetches are larger than a group member's."""
+reader's fetches are larger than a group member's; a consumer the server
+failed to create (its store) is tried again, and is an error once the tries
+are spent."""
 
 from __future__ import annotations
 
@@ -207,3 +209,34 @@ async def test_a_reader_takes_a_backlog_read_batch_at_a_time(nats_server, namesp
         read = [e.payload.name async for _, e in bus.read("pod.lifecycle", StartAt.earliest())]
     assert sorted(read) == sorted(f"p{i}" for i in range(300))
     assert bus.backend.read_batch == 256 and requests and max(requests) == 256
+
+
+@pytest.fixture
+async def own_jetstream(own_nats):
+    """A stream on a server of the test's own, and where its consumers' stores go."""
+    nc = await nats.connect(own_nats.url)
+    js = nc.jetstream()
+    await js.add_stream(name="held", subjects=["held.>"])
+    yield nc, js, own_nats.data_dir / "jetstream" / "jetstream" / "$G" / "streams" / "held" / "obs"
+    await nc.close()
+
+
+async def test_a_consumer_the_server_failed_to_create_is_created_when_tried_again(own_jetstream, caplog):
+    nc, js, stores = own_jetstream
+    stores.mkdir(parents=True, exist_ok=True)
+    (stores / "d1").write_text("")  # a file where the consumer's store directory goes: the server answers 500
+    opening = asyncio.create_task(Puller.open(nc, js, "held", ConsumerConfig(durable_name="d1")))
+    await wait_until(lambda: "not created" in caplog.text, timeout=10)
+    assert not opening.done()
+    (stores / "d1").unlink()
+    puller = await asyncio.wait_for(opening, 10)
+    assert (await js.consumer_info("held", "d1")).name == puller.consumer == "d1"
+    await puller.close()
+
+
+async def test_a_consumer_the_server_keeps_failing_to_create_is_an_error_once_the_tries_are_spent(own_jetstream):
+    nc, js, stores = own_jetstream
+    stores.mkdir(parents=True, exist_ok=True)
+    (stores / "d2").write_text("")
+    with pytest.raises(nats.js.errors.ServerError, match="error creating store for consumer"):
+        await Puller.open(nc, js, "held", ConsumerConfig(durable_name="d2"))

@@ -14,6 +14,7 @@ answer, rather than a delivery (and a wake-up of the reader) per message."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections import deque
 
@@ -35,6 +36,9 @@ EXPIRED = "408"  # the request's time is up: a new one is asked for at once
 # fetch, so a consumer that keeps refusing costs a request per timeout.
 CUT_SHORT = frozenset({"404", "409"})
 GRACE_S = 1.0  # past its expiry and this, a request whose end we never heard of is taken as over
+CREATE_TRIES, CREATE_RETRY_S = 4, 0.25  # a consumer the server failed to create: tried again, waits doubling
+
+log = logging.getLogger(__name__)
 
 
 class Puller:
@@ -67,14 +71,15 @@ class Puller:
                 found = (await js.consumer_info(stream, name)).config
             except nats.js.errors.NotFoundError:
                 config.name = name
-                await js.add_consumer(stream, config=config)
+                await _add_consumer(js, stream, config)
             else:
                 if config.filter_subject and found.filter_subject != config.filter_subject:
                     found.filter_subject = config.filter_subject  # the rest as it was: where it is, what it owes
-                    await js.add_consumer(stream, config=found)
+                    await _add_consumer(js, stream, found)
         else:  # ephemeral: a name of our own, as nats-py gives one (the permissions expect a name)
-            name = config.name = uuid.uuid4().hex
-            await js.add_consumer(stream, config=config)
+            config.name = uuid.uuid4().hex
+            await _add_consumer(js, stream, config, renamed=True)
+            name = config.name
         puller = cls(nc, js, stream, name)
         puller._sub = await nc.subscribe(puller._inbox, cb=puller._arrive)
         return puller
@@ -161,3 +166,22 @@ class Puller:
             await self._sub.unsubscribe()
         while return_unread and self._arrived:
             await self._arrived.popleft().nak()
+
+
+async def _add_consumer(js: JetStreamContext, stream: str, config: ConsumerConfig, *, renamed: bool = False) -> None:
+    """Create (or update) a consumer. The server's own failure (500: it could
+    not create the consumer's store) is tried again, an ephemeral consumer
+    under a new name; a refusal (4xx) is not."""
+    for attempt in range(1, CREATE_TRIES + 1):
+        try:
+            await js.add_consumer(stream, config=config)
+            return
+        except nats.js.errors.ServerError as exc:
+            if attempt == CREATE_TRIES:
+                raise
+            delay = CREATE_RETRY_S * 2 ** (attempt - 1)
+            log.warning("consumer %s of stream %s not created (%s); trying again in %.2fs", config.name, stream,
+                        exc.description, delay)
+            await asyncio.sleep(delay)
+            if renamed:
+                config.name = uuid.uuid4().hex
