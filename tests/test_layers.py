@@ -51,8 +51,9 @@ MAX_LINES = 300  # a module longer than this is doing more than one thing
 
 
 def test_no_module_exceeds_the_size_limit():
+    # protoc's output is not ours to shape (the device plugin API's stubs)
     long = {str(p.relative_to(ROOT)): n for p in modules("libs") + modules("services")
-            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+            if not p.stem.endswith(("_pb2", "_pb2_grpc")) and (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
 
 
