@@ -13,6 +13,7 @@ PUBLIC = {
     "Outcome": "cgroups:Outcome",
     "PodCpuset": "cgroups:PodCpuset",
     "format_cpuset": "cpuset:format_cpuset",
+    "GpuDevicePlugin": "device_plugin:GpuDevicePlugin",
     "build_metrics": "sampling:build_metrics",
     "PodSample": "usage:PodSample",
     "TopologySettings": "settings:TopologySettings",
