@@ -12,6 +12,8 @@ and kubectl use.
     POST   /api/v1/namespaces/{ns}/pods/{name}/eviction   429 while a "PDB" blocks it
     GET    /api/v1/nodes, /api/v1/nodes/{name}            list / watch / get
     PATCH  /api/v1/nodes/{name}
+    GET, PATCH, PUT /api/v1/nodes/{name}/status          through mutating admission (`node_status.py`)
+    /apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations   (`webhook_configs.py`)
     GET, POST /api/v1/namespaces/{ns}/events, GET /api/v1/events   field selectors on involvedObject.*
     GET, PATCH /api/v1/namespaces/{ns}/events/{name}      a repeat counted (`events.py`)
     GET    /api, /apis, /api/v1, /version                 discovery (kubectl)
@@ -55,15 +57,17 @@ from .objects import node_object, pod_object
 from .paging import ContinueError, Pages
 from .protocol import KINDS, MERGE_TYPES, Watcher, not_found, now_stamp, parse_selector, status
 from .faults import FaultInjection
+from .node_status import NodeStatusWrites
 from .pod_writes import PodWrites
 from .store import Store
 from .strategic import apply_patch
 from .watch import serve_watch
 
+ADMISSION = {"admissionregistration.k8s.io": "v1"}
 BindingAdmission = Callable[[dict[str, Any], str], "str | None"]
 
 
-class KubeApiServer(FaultInjection, PodWrites):
+class KubeApiServer(FaultInjection, PodWrites, NodeStatusWrites):
     """`await start()` (or `async with`), then point a client at `url`."""
 
     def __init__(self, *, bookmark_interval_s: float | None = None, history_limit: int | None = None,
@@ -80,6 +84,7 @@ class KubeApiServer(FaultInjection, PodWrites):
         self.evictions: list[tuple[str, str]] = []
         self.bindings: list[tuple[str, str, str]] = []
         FaultInjection.__init__(self)
+        NodeStatusWrites.__init__(self, bookmark_interval_s)  # nodes/status through admission, its webhooks
         self.bookmark_interval_s = bookmark_interval_s
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -102,7 +107,7 @@ class KubeApiServer(FaultInjection, PodWrites):
         app = web.Application(middlewares=[self._record], client_max_size=16 * 1024 * 1024)
         r = app.router
         r.add_get("/api", self._discovery(lambda: tables.api_versions(self.url.split("//", 1)[-1])))
-        r.add_get("/apis", self._discovery(lambda: tables.api_groups(self.custom.groups())))
+        r.add_get("/apis", self._discovery(lambda: tables.api_groups({**self.custom.groups(), **ADMISSION})))
         r.add_get("/api/v1", self._discovery(tables.core_resources))
         r.add_get("/version", self._discovery(lambda: tables.VERSION))
         r.add_get("/api/v1/pods", self._list_or_watch("pods"))
@@ -118,6 +123,7 @@ class KubeApiServer(FaultInjection, PodWrites):
         r.add_get("/api/v1/nodes", self._list_or_watch("nodes"))
         r.add_get("/api/v1/nodes/{name}", self._get("nodes"))
         r.add_patch("/api/v1/nodes/{name}", self._patch("nodes"))
+        self.add_node_status_routes(r)  # before the custom resources' /apis/{group}/… routes
         events = EventRoutes(self)
         r.add_get("/api/v1/events", events.list)
         r.add_get("/api/v1/namespaces/{ns}/events", events.list)
@@ -134,6 +140,7 @@ class KubeApiServer(FaultInjection, PodWrites):
         return self
 
     async def stop(self) -> None:
+        await self.admission.close()
         for watcher in list(self.watchers):
             watcher.queue.put_nowait(("END", "eof"))
         if self._runner is not None:

@@ -21,6 +21,7 @@ RESOURCES = [  # (name, kind, namespaced, verbs)
     ("pods/eviction", "Eviction", True, ["create"]),
     ("pods/status", "Pod", True, ["get", "patch", "update"]),
     ("nodes", "Node", False, ["get", "list", "patch", "watch"]),
+    ("nodes/status", "Node", False, ["get", "patch", "update"]),
     ("events", "Event", True, ["create", "get", "list", "patch"]),
 ]
 # Custom resources are listed per group (`group_resources`) once their CRD
