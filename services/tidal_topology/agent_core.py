@@ -9,6 +9,9 @@ service (`service.py`) and every simulated node run the same code.
   (kubelet may own its cpusets then);
 - a bind result updates the books (`books.on_bind_result`);
 - `expire` gives back the CPUs of decisions not bound in time;
+- on a node serving the GPU device plugin (`devices`, `device_plugin.py`),
+  every decision past the fence, pod event and bind result, and the bind
+  timeout, go to it as well: it hands containers their decided GPUs;
 - an action (freeze, thaw, set-cpuset) for this node is carried out on a
   pod it owns and answered with an `ActionResult`. A set-cpuset is a move
   the books make (`books.move`); the agent chooses the CPUs. Every change
@@ -21,6 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any, Protocol
 
 from tidal_schemas import ActionResult, BindResult, NodeAction, NodeTopology, PlacementDecision, PodLifecycle
 from tidal_schemas.fence import DecisionFence
@@ -33,11 +37,27 @@ from .node_pods import NodePods, shown
 AGENT_ACTIONS = frozenset({"freeze", "thaw", "set-cpuset"})
 
 
+class DeviceFeed(Protocol):
+    """What the agent tells its device plugin (`device_plugin.GpuDevicePlugin`)."""
+
+    def decided(self, decision: PlacementDecision, *, at: float | None = None) -> None: ...
+    def pod_seen(self, pod: PodLifecycle) -> None: ...
+    def bind_result(self, result: BindResult) -> None: ...
+    def expire(self, timeout_s: float, now: float | None = None) -> None: ...
+
+
+def _decided_at(cause: Any) -> float | None:
+    """A decision's time: its event's (placement's clock, the same for every agent), else None (now)."""
+    at = getattr(cause, "time", None)
+    return at.timestamp() if at is not None else None
+
+
 class AgentCore:
     def __init__(self, *, topology: NodeTopology, fs: CgroupTree, state: checkpoint.CpuState | None = None,
                  memory_nodes: frozenset[int], exclusive_cpus: bool, state_file, publish: Publish,
                  clock: Callable[[], float] = time.time, on_audit: Callable[[dict[str, int]], None] = lambda c: None,
-                 log: logging.Logger | None = None) -> None:
+                 log: logging.Logger | None = None, devices: DeviceFeed | None = None) -> None:
+        self.devices = devices
         self.node, self.topology, self.fs, self.exclusive_cpus = topology.node, topology, fs, exclusive_cpus
         self.publish, self.clock = publish, clock
         self.log = log or logging.getLogger("tidal.topology")
@@ -51,12 +71,16 @@ class AgentCore:
 
     async def on_pod(self, pod: PodLifecycle, cause=None) -> None:
         self.pods.apply(pod)
+        if self.devices is not None:
+            self.devices.pod_seen(pod)
         await self.cpus.change(lambda state: books.on_pod(state, pod, self.node, self.topology.cpus, self.clock(),
                                                           adopt=self.exclusive_cpus), cause=cause)
 
     async def on_decision(self, decision: PlacementDecision, cause=None, delivery=None) -> None:
         if not self.fence.admit(decision):  # a deposed placement leader's decision: see tidal_schemas.fence
             return
+        if self.devices is not None and decision.outcome != "fence":
+            self.devices.decided(decision, at=_decided_at(cause))
         if not self.exclusive_cpus or decision.outcome == "fence":
             return  # kubelet may own the cpusets of a node offering no exclusive CPUs: leave them
         await self.cpus.change(lambda state: books.on_decision(
@@ -64,9 +88,13 @@ class AgentCore:
             cause=cause, delivery=delivery)
 
     async def on_bind_result(self, result: BindResult, cause=None) -> None:
+        if self.devices is not None:
+            self.devices.bind_result(result)
         await self.cpus.change(lambda state: books.on_bind_result(state, result, self.node), cause=cause)
 
     async def expire(self, timeout_s: float) -> None:
+        if self.devices is not None:
+            self.devices.expire(timeout_s)
         await self.cpus.change(lambda state: books.expire(state, self.clock(), timeout_s))
 
     # -- actions --------------------------------------------------------------
