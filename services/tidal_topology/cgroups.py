@@ -36,6 +36,11 @@ class CgroupFs:
     version: CgroupVersion = "v1"
     blocking = True  # the agent's seam (`cgroup_tree.CgroupTree`), answered from the filesystem
 
+    def pods_root(self) -> Path:
+        """The directory pod cgroups are made in: v1 the cpuset controller's
+        `<parent>`, v2 the unified `<parent>` (it may not exist yet)."""
+        return self.root / "cpuset" / self.parent if self.version == "v1" else self.root / self.parent
+
     def scan_pod_cpusets(self) -> dict[str, PodCpuset]:
         return scan_pod_cpusets(self)
 

@@ -28,6 +28,7 @@ from tidal_runtime import Service, Subscription
 from . import cgroups, checkpoint
 from .agent_core import AgentCore
 from .cgroup_paths import detect_version
+from .cgroup_watch import CgroupWatch, follow_cgroups
 from .gpus import discover_gpus
 from .inventory import build_node_topology
 from .kubelet import check_kubelet
@@ -156,18 +157,24 @@ class TopologyService(Service):
             await self.core.expire(timeout)
 
     async def watch_cgroups(self) -> None:
-        """New pod and container cgroups are pinned as they appear; the node
-        is audited every `audit_interval_s` besides after every change."""
+        """New pod and container cgroups are pinned the moment they appear
+        (`cgroup_watch`: inotify, with a scan every `rescan_s` as the safety
+        net); the node is audited every `audit_interval_s` besides after
+        every change."""
         last_audit = time.monotonic()
-        while True:
-            await asyncio.sleep(self.settings.rescan_s)
+
+        async def rescan() -> None:
+            nonlocal last_audit
             if not self.cpus.live:
-                continue
+                return
             await self.cpus.rescan()
             if time.monotonic() - last_audit >= self.settings.audit_interval_s:
                 last_audit = time.monotonic()
                 async with self.cpus.lock:
                     await self.cpus.audit()
+
+        async with CgroupWatch(self.cgroups.pods_root()) as watch:
+            await follow_cgroups(rescan, watch, self.settings.rescan_s)
 
     # -- actions --------------------------------------------------------------
     async def on_action(self, envelope: Envelope[NodeAction], delivery: Delivery) -> None:

@@ -35,7 +35,7 @@ class TopologySettings(ServiceSettings):
     interval_s: float = Field(10.0, gt=0, description="usage sampling interval")
     state_file: str = Field("/var/lib/tidal/cpu-state.json", description="exclusive CPU assignment checkpoint")
     bind_timeout_s: float = Field(60.0, gt=0, description="a decision not confirmed bound by then gives its CPUs back")
-    rescan_s: float = Field(1.0, gt=0, description="how often pod cgroups are scanned for new pods and containers")
+    rescan_s: float = Field(1.0, gt=0, description="how often pod cgroups are scanned even when no inotify event came (new pods and containers are pinned as they appear)")
     kubelet_cpu_state: str = Field("/var/lib/kubelet/cpu_manager_state",
                                    description="kubelet's CPU manager checkpoint: its policy must be none")
     audit_interval_s: float = Field(30.0, gt=0, description="node audit period, besides after every change")
