@@ -18,7 +18,7 @@ import pytest
 from tidal_kubelet_api import HEALTHY, KUBELET_SOCKET, UNHEALTHY, VERSION, pb2, pb2_grpc
 from tidal_schemas import Gpu, GpuShare, PlacementDecision
 from tidal_topology.device_plugin import GpuDevicePlugin
-from tidal_topology.gpu_ledger import unit_ids
+from tidal_topology.gpu_units import unit_ids
 
 UUIDS = [f"GPU-{k}{k}{k}{k}{k}{k}{k}{k}-0000-1111-2222-333333333333" for k in range(4)]
 MIG = "MIG-99999999-0000-1111-2222-333333333333"

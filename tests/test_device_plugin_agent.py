@@ -18,7 +18,7 @@ from test_topology_agent import _settings
 from tidal_kubelet_api import UNHEALTHY, pb2
 from tidal_schemas import BindResult, Gpu, GpuShare, PlacementDecision, PlacementDecisions
 from tidal_topology.gpu_devices import device_plugin_for, read_health
-from tidal_topology.gpu_ledger import unit_ids
+from tidal_topology.gpu_units import unit_ids
 from tidal_topology.gpus import GpuDiscovery
 from tidal_topology.service import TopologyService
 

@@ -1,5 +1,6 @@
-"""The device plugin's rule (tidal_topology.gpu_ledger), table-driven: unit
-ids, which decision a kubelet call matches, what a container is given."""
+"""The device plugin's rule, table-driven: unit ids and what a container is
+given (tidal_topology.gpu_units), which decision a kubelet call matches
+(tidal_topology.gpu_ledger)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 from builders import pod
 from tidal_schemas import BindResult, Gpu, GpuShare, PlacementDecision
 from tidal_topology import gpu_ledger as rule
+from tidal_topology import gpu_units
 
 NODE = "n1"
 UUID0 = "GPU-00000000-1111-2222-3333-444444444444"
@@ -23,7 +25,8 @@ GPUS = {g.id: g for g in (gpu(UUID0), gpu(UUID1, 1), gpu(MIG0, 0, 10240, kind="v
 ALL = frozenset(GPUS)
 
 
-def placed(name: str, *shares: tuple[str, int], node: str = NODE, decision_id: str = "", uid: str = "") -> PlacementDecision:
+def placed(name: str, *shares: tuple[str, int], node: str = NODE, decision_id: str = "",
+           uid: str = "") -> PlacementDecision:
     return PlacementDecision(decision_id=decision_id or f"d-{name}", namespace="ns", name=name, uid=uid,
                              outcome="placed", node=node, gpus=[GpuShare(gpu=g, milli=m) for g, m in shares])
 
@@ -36,20 +39,21 @@ def ledger(*decisions: tuple[PlacementDecision, float]) -> rule.Ledger:
 
 
 def test_a_gpu_is_1000_units_and_a_long_id_a_short_prefix():
-    units = rule.unit_ids(UUID0)
-    assert len(units) == 1000 and units[0] == f"{UUID0}-m0" and units[-1] == f"{UUID0}-m999"
-    assert max(len(u) for u in units) <= rule.MAX_DEVICE_ID  # 40 + len("-m999")
+    ids = gpu_units.unit_ids(UUID0)
+    assert len(ids) == 1000 and ids[0] == f"{UUID0}-m0" and ids[-1] == f"{UUID0}-m999"
+    assert max(len(u) for u in ids) <= gpu_units.MAX_DEVICE_ID  # 40 + len("-m999")
     long_id = "x" * 60
-    prefix = rule.unit_prefix(long_id)
-    assert prefix.startswith("gpu-") and len(f"{prefix}-m999") <= rule.MAX_DEVICE_ID
-    assert rule.split_unit(f"{prefix}-m17") == (prefix, 17) and rule.split_unit("nonsense") == ("nonsense", -1)
+    prefix = gpu_units.unit_prefix(long_id)
+    assert prefix.startswith("gpu-") and len(f"{prefix}-m999") <= gpu_units.MAX_DEVICE_ID
+    assert gpu_units.split_unit(f"{prefix}-m17") == (prefix, 17)
+    assert gpu_units.split_unit("nonsense") == ("nonsense", -1)
 
 
 def test_a_mig_instance_is_unhealthy_with_its_parent():
     gpus = list(GPUS.values())
-    assert rule.healthy_gpus(gpus, {}) == ALL
-    assert rule.healthy_gpus(gpus, {UUID0: False}) == {UUID1}  # the MIG instance goes with its parent
-    assert rule.healthy_gpus(gpus, {MIG0: False}) == {UUID0, UUID1}
+    assert gpu_units.healthy_gpus(gpus, {}) == ALL
+    assert gpu_units.healthy_gpus(gpus, {UUID0: False}) == {UUID1}  # the MIG instance goes with its parent
+    assert gpu_units.healthy_gpus(gpus, {MIG0: False}) == {UUID0, UUID1}
 
 
 @pytest.mark.parametrize("shares, expected", [
@@ -69,15 +73,14 @@ def test_a_mig_instance_is_unhealthy_with_its_parent():
                      "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"{MIG0}=2560M"}),
 ])
 def test_container_response(shares, expected):
-    d = rule.Decided("ns/a", "", "d-a", tuple(shares), 1.0, 1)
-    envs, cdi = rule.container_response(d, GPUS)
+    envs, cdi = gpu_units.container_response("d-a", shares, GPUS)
     assert envs == {**expected, "TIDAL_DECISION_ID": "d-a"}
     assert cdi == tuple(f"nvidia.com/gpu={g}" for g, _ in shares)
 
 
 def test_a_share_of_a_gpu_of_unknown_memory_has_no_memory_pin():
     gpus = {"gpu0": gpu("gpu0", memory_mib=0)}
-    envs, _ = rule.container_response(rule.Decided("ns/a", "", "d-a", (("gpu0", 500),), 1.0, 1), gpus)
+    envs, _ = gpu_units.container_response("d-a", [("gpu0", 500)], gpus)
     assert envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50" and "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in envs
 
 
@@ -135,12 +138,12 @@ def test_expiry_spares_bound_decisions():
 
 def test_prefer_reserves_the_decided_gpus_free_units():
     book = ledger((placed("a", (UUID0, 500)), 1.0), (placed("c", (UUID0, 250)), 2.0))
-    available = rule.unit_ids(UUID1) + rule.unit_ids(UUID0)
+    available = gpu_units.unit_ids(UUID1) + gpu_units.unit_ids(UUID0)
     first = rule.prefer(book, 500, available, (), GPUS, ALL, NODE)
-    assert first.units == rule.unit_ids(UUID0)[:500] and first.ledger.pending["ns/a"].reserved == first.units
+    assert first.units == gpu_units.unit_ids(UUID0)[:500] and first.ledger.pending["ns/a"].reserved == first.units
     # another decision's preference keeps clear of a reservation not yet allocated
     other = rule.prefer(first.ledger, 250, available, (), GPUS, ALL, NODE)
-    assert other.units == rule.unit_ids(UUID0)[500:750]
+    assert other.units == gpu_units.unit_ids(UUID0)[500:750]
     # asked again, the oldest decision's reservation is renewed, not doubled
     again = rule.prefer(other.ledger, 500, available, (), GPUS, ALL, NODE)
     assert again.units == first.units and again.ledger.pending["ns/a"].reserved == first.units
@@ -148,21 +151,21 @@ def test_prefer_reserves_the_decided_gpus_free_units():
 
 def test_prefer_includes_what_the_kubelet_must_include():
     book = ledger((placed("a", (UUID0, 3)), 1.0))
-    must = (rule.unit_ids(UUID0)[9],)
-    found = rule.prefer(book, 3, rule.unit_ids(UUID0), must, GPUS, ALL, NODE)
-    assert found.units == must + rule.unit_ids(UUID0)[:2]
+    must = (gpu_units.unit_ids(UUID0)[9],)
+    found = rule.prefer(book, 3, gpu_units.unit_ids(UUID0), must, GPUS, ALL, NODE)
+    assert found.units == must + gpu_units.unit_ids(UUID0)[:2]
 
 
 def test_prefer_fills_the_count_when_the_kubelet_has_other_units_free():
     book = ledger((placed("a", (UUID0, 1000)), 1.0))
-    available = rule.unit_ids(UUID0)[:600] + rule.unit_ids(UUID1)  # the kubelet counts 400 of gpu0 as taken
+    available = gpu_units.unit_ids(UUID0)[:600] + gpu_units.unit_ids(UUID1)  # the kubelet counts 400 of gpu0 as taken
     found = rule.prefer(book, 1000, available, (), GPUS, ALL, NODE)
-    assert found.units == rule.unit_ids(UUID0)[:600] + rule.unit_ids(UUID1)[:400]
+    assert found.units == gpu_units.unit_ids(UUID0)[:600] + gpu_units.unit_ids(UUID1)[:400]
 
 
 def test_allocate_takes_the_reserved_decision_before_an_older_one():
     book = ledger((placed("b", (UUID1, 1000)), 2.0))
-    reserved = rule.prefer(book, 1000, rule.unit_ids(UUID0) + rule.unit_ids(UUID1), (), GPUS, ALL, NODE)
+    reserved = rule.prefer(book, 1000, gpu_units.unit_ids(UUID0) + gpu_units.unit_ids(UUID1), (), GPUS, ALL, NODE)
     book = rule.on_decision(reserved.ledger, placed("a", (UUID0, 1000)), NODE, 1.0)  # older, arrived since
     given = rule.allocate(book, reserved.units, GPUS, ALL, NODE)
     assert given.handed.pod == "ns/b" and set(given.ledger.pending) == {"ns/a"}
@@ -175,22 +178,23 @@ def test_allocate_takes_the_reserved_decision_before_an_older_one():
 ])
 def test_allocate_refuses_a_gpu_it_cannot_give_and_spends_the_decision(shares, healthy, refusal):
     book = ledger((placed("a", *shares), 1.0), (placed("b", (UUID1, 1000)), 2.0))
-    refused = rule.allocate(book, rule.unit_ids(UUID1), GPUS, healthy, NODE)
+    refused = rule.allocate(book, gpu_units.unit_ids(UUID1), GPUS, healthy, NODE)
     assert refused.handed is None and refused.found and refusal in refused.refusal
     # the refused decision is spent: the next container of that size gets the next decision
-    assert rule.allocate(refused.ledger, rule.unit_ids(UUID1), GPUS, healthy, NODE).handed.pod == "ns/b"
+    assert rule.allocate(refused.ledger, gpu_units.unit_ids(UUID1), GPUS, healthy, NODE).handed.pod == "ns/b"
 
 
 def test_allocate_without_a_decision_says_what_waits():
     book = ledger((placed("a", (UUID0, 500)), 1.0))
-    refused = rule.allocate(book, rule.unit_ids(UUID0)[:1000], GPUS, ALL, NODE)
+    refused = rule.allocate(book, gpu_units.unit_ids(UUID0)[:1000], GPUS, ALL, NODE)
     assert not refused.found and refused.handed is None
     assert refused.refusal == f"no placement decision for node {NODE} of 1000 milli-GPU awaits a container " \
                               "(waiting: ns/a (500))"
 
 
 def test_release_drops_what_was_handed():
-    given = rule.allocate(ledger((placed("a", (UUID0, 1000), uid="u1"), 1.0)), rule.unit_ids(UUID0), GPUS, ALL, NODE)
+    book = ledger((placed("a", (UUID0, 1000), uid="u1"), 1.0))
+    given = rule.allocate(book, gpu_units.unit_ids(UUID0), GPUS, ALL, NODE)
     assert "ns/a" in given.ledger.handed
     assert "ns/a" in rule.release(given.ledger, "ns/a", "u2").handed  # another incarnation's deletion
     assert "ns/a" not in rule.release(given.ledger, "ns/a", "u1").handed

@@ -1,13 +1,7 @@
-"""The GPU device plugin's rule (pure, no I/O): what the node agent
-advertises to the kubelet as `tidal.dev/gpu-milli`, and which devices a
-container gets (docs/last-mile.md, "GPUs: the device plugin").
-
-**Units.** Every GPU device d — a physical GPU, or a MIG instance, which is a
-device of its own — is advertised as 1000 unit devices `<p(d)>-m<k>`,
-k = 0..999. p(d) is d's id (NVML's id is the UUID, 40 characters), or
-`gpu-<20 hex digits of sha256(id)>` when the id would make a unit id longer
-than the API's 63 characters. A unit is healthy when its device is and, for
-a MIG instance, its parent is.
+"""Which GPUs a container gets (pure, no I/O): the GPU device plugin's books
+of the decisions placing pods' GPU shares on this node, and the rule that
+matches a kubelet call to one of them (docs/last-mile.md, "GPUs: the device
+plugin"). The units it counts and the response are `gpu_units`.
 
 **Matching.** The kubelet tells a plugin nothing of the pod: it admits one
 pod at a time and, for a container asking n units, calls
@@ -23,68 +17,23 @@ pod at a time and, for a container asking n units, calls
 - `allocate` takes the decision whose reservation is exactly the requested
   units, else the oldest whose total milli is n; the decision is then spent,
   handed or refused, and never matched again;
-- it is refused (never guessed) when no decision matches, or when a GPU it
-  names is not on this node or not healthy;
+- refused (never guessed) when no decision matches, or a GPU it names is
+  not on this node or not healthy;
 - a failed bind, a pod deleted or bound elsewhere, a decision elsewhere or
   given up, or no bind within the bind timeout drops a waiting decision; a
   pod seen running here has been admitted, so its decision is spent.
-
-**Response** (`container_response`): `NVIDIA_VISIBLE_DEVICES` = the decided
-GPUs' runtime names (the GPU id: a UUID, `GPU-…` or `MIG-…`, where NVML
-reported it) comma-separated in the decision's order, `TIDAL_DECISION_ID`, and
-CDI devices `nvidia.com/gpu=<name>` each. A share below 1000 milli shares its
-GPU through NVIDIA MPS, whose client limits are (NVIDIA MPS docs, "Appendix:
-Environment Variables"):
-
-- `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`: an integer percentage of each visible
-  device's threads (Volta and later), which can only narrow the control
-  daemon's own setting; here milli / 10 (at least 1), the smallest share's
-  when several are partial (one value covers every device);
-- `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`: comma-separated `<device>=<amount>`
-  pairs, the device by ordinal or UUID, the amount with a unit suffix
-  (`0=1G`, `0=512M`); here `<uuid>=<MiB>M` with
-  MiB = ⌊memory_mib · milli / 1000⌋, left out for a GPU of unknown memory
-  (no figure to share). NVIDIA's own device plugin (v0.15.0) moved to
-  ordinals because limits set by UUID were not applied on some drivers.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from tidal_schemas import HOLDING_PHASES, BindResult, Gpu, PlacementDecision, PodLifecycle
-from tidal_schemas.common import GPU_MILLI
 
-MAX_DEVICE_ID = 63  # the device plugin API's limit on a device ID
-CDI_KIND = "nvidia.com/gpu"
+from .gpu_units import container_response, split_unit, unit_prefix
+
 SPENT_KEPT = 4096  # spent decision ids remembered, so a redelivery is not matched again
-
-
-def unit_prefix(gpu_id: str) -> str:
-    """The prefix of a GPU's unit ids (see the module docstring)."""
-    if len(gpu_id) + len(f"-m{GPU_MILLI - 1}") <= MAX_DEVICE_ID:
-        return gpu_id
-    return "gpu-" + hashlib.sha256(gpu_id.encode()).hexdigest()[:20]
-
-
-def unit_ids(gpu_id: str) -> tuple[str, ...]:
-    """The 1000 unit device ids of a GPU, k = 0..999."""
-    prefix = unit_prefix(gpu_id)
-    return tuple(f"{prefix}-m{k}" for k in range(GPU_MILLI))
-
-
-def split_unit(unit: str) -> tuple[str, int]:
-    """(prefix, k) of a unit id; (unit, -1) when it is not one."""
-    prefix, sep, k = unit.rpartition("-m")
-    return (prefix, int(k)) if sep and k.isascii() and k.isdigit() else (unit, -1)
-
-
-def healthy_gpus(gpus: Sequence[Gpu], health: Mapping[str, bool]) -> frozenset[str]:
-    """Ids of the GPUs that are healthy, with their parent for a MIG instance."""
-    own = {g.id: health.get(g.id, g.healthy) for g in gpus}
-    return frozenset(g.id for g in gpus if own[g.id] and (g.parent is None or own.get(g.parent, True)))
 
 
 @dataclass(frozen=True)
@@ -120,6 +69,8 @@ class Handed:
 
 @dataclass(frozen=True)
 class Ledger:
+    """The plugin's books: decisions waiting for a container, what was handed, what is spent."""
+
     pending: Mapping[str, Decided] = field(default_factory=dict)  # by pod key
     handed: Mapping[str, Handed] = field(default_factory=dict)  # by pod key
     spent: Mapping[str, str] = field(default_factory=dict)  # decision id -> pod, oldest first
@@ -152,8 +103,7 @@ def _drop(ledger: Ledger, pod: str) -> Ledger:
 
 
 def _spend(spent: Mapping[str, str], d: Decided) -> dict[str, str]:
-    kept = {**spent, d.decision_id: d.pod}
-    return dict(list(kept.items())[-SPENT_KEPT:]) if len(kept) > SPENT_KEPT else kept
+    return dict(list({**spent, d.decision_id: d.pod}.items())[-SPENT_KEPT:])
 
 
 def on_decision(ledger: Ledger, d: PlacementDecision, node: str, at: float) -> Ledger:
@@ -275,26 +225,6 @@ def allocate(ledger: Ledger, units: Sequence[str], gpus: Mapping[str, Gpu], heal
     refusal = check(d, gpus, healthy, node)
     if refusal:
         return Outcome(spent, True, refusal=refusal)
-    envs, cdi = container_response(d, gpus)
+    envs, cdi = container_response(d.decision_id, d.shares, gpus)
     handed = Handed(d.pod, d.uid, d.decision_id, tuple(g for g, _ in d.shares), tuple(units), envs, cdi)
     return Outcome(replace(spent, handed={**spent.handed, d.pod: handed}), True, units=tuple(units), handed=handed)
-
-
-def runtime_name(gpu: Gpu) -> str:
-    """How the container runtime knows the GPU: its id, the UUID where NVML
-    named it (an inventory file should list UUIDs too)."""
-    return gpu.id
-
-
-def container_response(d: Decided, gpus: Mapping[str, Gpu]) -> tuple[dict[str, str], tuple[str, ...]]:
-    """(envs, CDI device names) for a container given decision `d` (see the
-    module docstring); every GPU `d` names is in `gpus`."""
-    names = [runtime_name(gpus[g]) for g, _ in d.shares]
-    envs = {"NVIDIA_VISIBLE_DEVICES": ",".join(names), "TIDAL_DECISION_ID": d.decision_id}
-    partial = [(gpus[g], m) for g, m in d.shares if m < GPU_MILLI]
-    if partial:
-        envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, min(m for _, m in partial) // 10))
-        pins = [f"{runtime_name(g)}={max(1, g.memory_mib * m // GPU_MILLI)}M" for g, m in partial if g.memory_mib]
-        if pins:
-            envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(pins)
-    return envs, tuple(f"{CDI_KIND}={name}" for name in names)
