@@ -29,6 +29,7 @@ from . import cgroups, checkpoint
 from .agent_core import AgentCore
 from .cgroup_paths import detect_version
 from .cgroup_watch import CgroupWatch, follow_cgroups
+from .gpu_devices import device_plugin_for, serve_gpu_devices
 from .gpus import discover_gpus
 from .inventory import build_node_topology
 from .kubelet import check_kubelet
@@ -53,7 +54,7 @@ class TopologyService(Service):
         found = discover_gpus(s.gpu_inventory_file)
         if found.error:
             raise ValueError(f"GPU inventory: {found.reason}")
-        self.gpu_source = found.reason
+        self.gpu_source, self.gpus_from = found.reason, found.source
         self.topology = build_node_topology(machine, self.node, reserved_cpus=s.reserved,
                                             exclusive_cpus=s.exclusive_cpus, gpus=found.gpus, pool=s.pool)
         may_start, why = check_kubelet(s.kubelet_cpu_state, s.exclusive_cpus)
@@ -66,12 +67,13 @@ class TopologyService(Service):
         self.audit_gauge = Gauge("tidal_node_audit_violations", "Violations the last node audit found, by kind "
                                  "(see tidal_topology.audit): each must be 0", ["service", "kind"],
                                  registry=self.metrics.registry)
+        self.gpu_plugin = device_plugin_for(s, found, log=self.log)
         self.core = AgentCore(
             topology=self.topology, fs=self.cgroups, state=self._load_checkpoint(),
             memory_nodes=frozenset(memory_nodes(Path(s.sysfs_root))), exclusive_cpus=s.exclusive_cpus,
             state_file=s.state_file, publish=self.publish,
             on_audit=lambda found: [self.audit_gauge.labels(self.name, k).set(n) for k, n in found.items()],
-            log=self.log)
+            log=self.log, devices=self.gpu_plugin)
         self.pods, self.cpus = self.core.pods, self.core.cpus
 
     @property
@@ -103,7 +105,8 @@ class TopologyService(Service):
         ]
 
     def loops(self):
-        return [self.follow_pods, self.follow_binds, self.expire_binds, self.watch_cgroups, self.sample_usage]
+        loops = [self.follow_pods, self.follow_binds, self.expire_binds, self.watch_cgroups, self.sample_usage]
+        return loops + ([self.serve_gpu_devices] if self.gpu_plugin is not None else [])
 
     async def on_start(self) -> None:
         self.log.info("node %s: %d cpus, %d NUMA nodes, GPUs: %s", self.node, len(self.topology.cpus),
@@ -175,6 +178,11 @@ class TopologyService(Service):
 
         async with CgroupWatch(self.cgroups.pods_root()) as watch:
             await follow_cgroups(rescan, watch, self.settings.rescan_s)
+
+    async def serve_gpu_devices(self) -> None:
+        """The GPU device plugin, served to the kubelet while the agent runs (`gpu_devices.py`)."""
+        s: TopologySettings = self.settings  # type: ignore[assignment]
+        await serve_gpu_devices(self.gpu_plugin, self.gpus_from, s.gpu_inventory_file, s.gpu_health_s, self.log)
 
     # -- actions --------------------------------------------------------------
     async def on_action(self, envelope: Envelope[NodeAction], delivery: Delivery) -> None:

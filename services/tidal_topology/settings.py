@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from tidal_kubelet_api import DEVICE_PLUGIN_DIR
 from tidal_runtime import ServiceSettings
 
 from .cpuset import MAX_CPU_ID, parse_cpuset
@@ -32,6 +33,11 @@ class TopologySettings(ServiceSettings):
     exclusive_cpus: bool = Field(True, description="offer exclusive CPUs (like cpu-manager-policy=static)")
     numa_override: str = Field("", description="cpu:numa pairs that replace sysfs, e.g. 0:0,1:1")
     gpu_inventory_file: str | None = None
+    device_plugin: bool | None = Field(None, description="serve the GPU device plugin (tidal.dev/gpu-milli) to "
+                                       "the kubelet; unset: when the node has GPUs")
+    device_plugin_dir: str = Field(DEVICE_PLUGIN_DIR, description="the kubelet's device plugin directory "
+                                   "(its kubelet.sock, the plugin's own socket)")
+    gpu_health_s: float = Field(5.0, gt=0, description="how often GPU health is read (NVML, else the inventory file)")
     interval_s: float = Field(10.0, gt=0, description="usage sampling interval")
     state_file: str = Field("/var/lib/tidal/cpu-state.json", description="exclusive CPU assignment checkpoint")
     bind_timeout_s: float = Field(60.0, gt=0, description="a decision not confirmed bound by then gives its CPUs back")
