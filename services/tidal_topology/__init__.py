@@ -14,6 +14,7 @@ PUBLIC = {
     "PodCpuset": "cgroups:PodCpuset",
     "format_cpuset": "cpuset:format_cpuset",
     "GpuDevicePlugin": "device_plugin:GpuDevicePlugin",
+    "gpu_units": "gpu_units",
     "build_metrics": "sampling:build_metrics",
     "PodSample": "usage:PodSample",
     "TopologySettings": "settings:TopologySettings",
