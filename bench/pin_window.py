@@ -43,12 +43,8 @@ from pathlib import Path
 import numpy as np
 
 from tidal_schemas import PlacementDecision, PodLifecycle, Resources
-from tidal_topology.agent_core import AgentCore
-from tidal_topology.cgroup_watch import CgroupWatch, follow_cgroups
-from tidal_topology.cgroups import CgroupFs
-from tidal_topology.inventory import build_node_topology
-from tidal_topology.settings import TopologySettings
-from tidal_topology.sysfs import read_topology
+from tidal_topology import (AgentCore, CgroupFs, CgroupWatch, TopologySettings, build_node_topology,
+                            follow_cgroups, read_topology)
 
 CGROUP = Path("/sys/fs/cgroup")
 NODE = "bench-node"
