@@ -15,12 +15,14 @@ SERVICES: dict[str, str] = {
     "remediation": "tidal_remediation.service:RemediationService",
     "bridge": "tidal_bridge.service:BridgeService",
     "simulator": "tidal_simulator.service:SimulatorService",
+    "webhook": "tidal_webhook.service:WebhookService",
 }
 
 
-# Started only when asked for: the bridge talks to a Kubernetes API server, and the
-# simulator stands in for a cluster (`tidal simulate` runs it).
-NEEDS_A_CLUSTER = {"bridge", "simulator"}
+# Started only when asked for: the bridge talks to a Kubernetes API server, the
+# simulator stands in for a cluster (`tidal simulate` runs it), and an API server
+# calls the webhook (`tidal simulate --services …,webhook` registers it with the stand-in).
+NEEDS_A_CLUSTER = {"bridge", "simulator", "webhook"}
 
 
 def default_services() -> list[str]:

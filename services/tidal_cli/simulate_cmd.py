@@ -197,10 +197,22 @@ def _run_embedded(args: argparse.Namespace, plan, simulate):
         plan.settings = plan.settings.model_copy(update={"bus_url": stack.bus_url})
         print(f"simulate: the cluster's API server: kubectl --kubeconfig {plan.settings.kubeconfig} get pods -o wide",
               file=sys.stderr, flush=True)
-        result = asyncio.run(simulate(plan, warmup=_metrics_warmup(stack, len(plan.workload.nodes)),
-                                      bridge=stack_bridge(stack)))
+        warmup = _metrics_warmup(stack, len(plan.workload.nodes))
+        result = asyncio.run(simulate(plan, warmup=_registering(stack.webhook, warmup), bridge=stack_bridge(stack)))
         stack.check_alive()
     return result
+
+
+def _registering(webhook, warmup):
+    """With the webhook on the stack: its MutatingWebhookConfiguration
+    registered with the stand-in API server before the pods arrive."""
+    if webhook is None:
+        return warmup
+
+    async def register_then_warm_up(sim) -> None:
+        sim.api.add_webhook_configuration(webhook.configuration())
+        await warmup(sim)
+    return register_then_warm_up
 
 
 def _grace(seconds: float):

@@ -22,6 +22,7 @@ from .errors import CliError
 from .options import make_dir
 from .services import available, default_services
 from .supervise import Backoff, Supervised, describe_exit
+from .webhook_local import LocalWebhook, local_webhook
 
 
 @dataclass
@@ -66,6 +67,7 @@ class Stack:
         self.nats: EmbeddedNats | None = None
         self.services: list[RunningService] = []
         self.supervised: dict[str, Supervised] = {}  # by process name, for `supervise()`
+        self.webhook: LocalWebhook | None = None  # its certificate and HTTPS socket, made once
 
     @property
     def bus_url(self) -> str:
@@ -110,13 +112,18 @@ class Stack:
         # not in /var/lib/tidal (the DaemonSet's host path).
         env.setdefault("TIDAL_TOPOLOGY_STATE_FILE", str((self.data_dir / "cpu-state.json").resolve()))
         env.setdefault("TIDAL_SIMULATOR_DATA_DIR", str(self.data_dir.resolve()))
+        fds = [listener.fileno()]
+        if name == "webhook":  # a throw-away certificate, and an HTTPS socket kept like the HTTP one
+            self.webhook = self.webhook or local_webhook(self.data_dir)
+            env.update(self.webhook.env())
+            fds.append(self.webhook.listener.fileno())
         env.update(self.extra_env)
         env.update(own)
         log_path = logs / f"{name}.log"
         with open(log_path, "ab") as log:
             process = subprocess.Popen([sys.executable, "-m", "tidal_cli.main", "run", name], env=env,
                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                       preexec_fn=_die_with_parent, pass_fds=(listener.fileno(),))
+                                       preexec_fn=_die_with_parent, pass_fds=tuple(fds))
         return RunningService(name, process, listener, log_path, own)
 
     def wait_ready(self, timeout: float = 60.0, services: list[RunningService] | None = None) -> None:

@@ -99,3 +99,28 @@ def secret_manifest(tls: WebhookTls, name: str, namespace: str) -> dict:
     return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
             "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "tidal"}},
             "data": {"tls.crt": b64(tls.cert_pem), "tls.key": b64(tls.key_pem), "ca.crt": b64(tls.ca_pem)}}
+
+
+WEBHOOK_NAME = "node-allocatable.tidal.dev"
+
+
+def webhook_configuration(ca_bundle: str | None, *, service: str = "tidal-webhook", namespace: str = "tidal-system",
+                          path: str = "/mutate/nodes-status", url: str | None = None, name: str = "tidal-webhook",
+                          failure_policy: str = "Ignore", timeout_s: int = 2) -> dict:
+    """The MutatingWebhookConfiguration registering the webhook on UPDATE of
+    nodes/status (k8s/webhook/mutatingwebhookconfiguration.yaml): called by
+    its Service, or at `url` (a webhook outside the cluster, the stand-in
+    API server's), trusting `ca_bundle`."""
+    client: dict = {"url": url} if url else {"service": {"namespace": namespace, "name": service, "path": path,
+                                                          "port": 443}}
+    if ca_bundle:
+        client["caBundle"] = ca_bundle
+    labels = {"app.kubernetes.io/name": service, "app.kubernetes.io/component": "webhook",
+              "app.kubernetes.io/part-of": "tidal"}
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": name, "labels": labels},
+            "webhooks": [{"name": WEBHOOK_NAME, "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                          "failurePolicy": failure_policy, "timeoutSeconds": timeout_s, "matchPolicy": "Equivalent",
+                          "reinvocationPolicy": "Never", "clientConfig": client,
+                          "rules": [{"operations": ["UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                                     "resources": ["nodes/status"], "scope": "Cluster"}]}]}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -77,11 +78,15 @@ class WebhookService(Service):
         app.router.add_post(self.settings.path, self.review)
         self._runner = web.AppRunner(app, shutdown_timeout=1.0, handle_signals=False, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.https_host, self.settings.https_port, ssl_context=self._tls)
+        if self.settings.https_fd is not None:  # a socket already listening, handed down
+            site: web.BaseSite = web.SockSite(self._runner, socket.socket(fileno=self.settings.https_fd),
+                                              ssl_context=self._tls)
+        else:
+            site = web.TCPSite(self._runner, self.settings.https_host, self.settings.https_port,
+                               ssl_context=self._tls)
         await site.start()
         self.https_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.log.info("serving AdmissionReviews on https://%s:%s%s", self.settings.https_host, self.https_port,
-                      self.settings.path)
+        self.log.info("serving AdmissionReviews on port %s at %s", self.https_port, self.settings.path)
 
     async def on_stop(self) -> None:
         await self._close_https()

@@ -16,6 +16,9 @@ class WebhookSettings(ServiceSettings):
     https_host: str = "0.0.0.0"
     https_port: int = Field(8443, ge=0, le=65535, description="the AdmissionReview endpoint (TLS); /healthz "
                             "/readyz /metrics stay on http_port")
+    https_fd: int | None = Field(None, ge=0, description="a listening socket inherited from the process that "
+                                 "started this one (`tidal up` keeps it across restarts), served instead of "
+                                 "binding https_host:https_port")
     tls_cert_file: Path | None = Field(None, description="PEM serving certificate (chain), e.g. the tls.crt of "
                                        "the Secret cert-manager or `tidal webhook-cert` made")
     tls_key_file: Path | None = Field(None, description="its PEM private key (tls.key)")
