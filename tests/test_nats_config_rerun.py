@@ -12,7 +12,7 @@ from tidal_cli import nats_config_cmd
 from tidal_cli.main import main as tidal
 
 NODES = 2_000
-CENTRAL = 7  # six central services and the admin
+CENTRAL = 8  # seven central services (the webhook too) and the admin
 
 
 def test_a_rerun_makes_keys_only_for_new_users_and_drops_removed_ones(tmp_path, monkeypatch, capsys):

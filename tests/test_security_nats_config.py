@@ -74,6 +74,7 @@ def _instances():
     from tidal_scoring.settings import ScoringSettings
     from tidal_topology.service import TopologyService
     from tidal_topology.settings import TopologySettings
+    from tidal_webhook import WebhookService, WebhookSettings
 
     common = dict(cluster=CLUSTER, namespace=NS)
     return [
@@ -84,6 +85,7 @@ def _instances():
         OversellService(OversellSettings(**common), bus=object()),
         RemediationService(RemediationSettings(**common), bus=object()),
         BridgeService(BridgeSettings(**common), bus=object()),
+        WebhookService(WebhookSettings(**common), bus=object()),
     ]
 
 
@@ -132,7 +134,7 @@ def test_cli_writes_config_seeds_and_secrets_and_keeps_the_keys(tmp_path, capsys
         f"{n}.{k}": (f"topology-{n}" if k == "user" else first[f"topology-{n}.nk"].strip())
         for n in ("node-a", "node-b") for k in ("user", "seed")}
     assert stat.S_IMODE(secrets_file.stat().st_mode) == 0o600
-    assert "9 new key(s), 0 kept" in capsys.readouterr().out
+    assert "10 new key(s), 0 kept" in capsys.readouterr().out  # 2 nodes, 7 services, the admin
 
     # node-c joins, node-b leaves: every other user keeps its key, node-c gets its own,
     # node-b's key is no longer in the config (the server refuses it) nor in the Secrets
@@ -145,7 +147,7 @@ def test_cli_writes_config_seeds_and_secrets_and_keeps_the_keys(tmp_path, capsys
     topology = yaml.safe_load_all(secrets_file.read_text())
     assert {k for d in topology if d["metadata"]["name"] == "tidal-bus-topology" for k in d["stringData"]} == {
         "node-a.user", "node-a.seed", "node-c.user", "node-c.seed"}
-    assert "1 new key(s), 8 kept" in capsys.readouterr().out
+    assert "1 new key(s), 9 kept" in capsys.readouterr().out
 
 
 def test_cli_refuses_a_damaged_seed_file_in_one_line(tmp_path, capsys):
