@@ -51,6 +51,11 @@ TWO = [("gpu-a", 1000), ("gpu-b", 1000)]
       bound("p", "d2")), [handed(("gpu-b", 1000))], False),
     # devices handed to a pod no decision placed there
     ((placed("p", "d1", TWO, node="n2"), bound("p", "d1", node="n2")), [handed(*TWO)], True),
+    # admitted without devices although its decision gives GPUs
+    ((placed("p", "d1", TWO), bound("p", "d1")), [handed()], True),
+    # admitted without devices: a pod without GPUs, placed by Tidal or not
+    ((placed("p", "d1"), bound("p", "d1")), [handed()], False),
+    ((), [handed()], False),
     # a deposed leader's decision does not count
     ((fence_decision(2, "b"), placed("p", "d1", TWO, epoch=1, leader="a"), bound("p", "d1")), [handed(*TWO)], True),
 ])

@@ -6,7 +6,9 @@ records in (`ContainerDevices`, `AdmissionFailure`).
 - `devices-not-decided`: the devices a pod's containers were handed by the
   device plugin (the GPUs of `Allocate`'s response, with their milli) are
   those of the decision that placed it — the last decision that counts (`tidal_schemas.fence`)
-  placing that pod (by uid) on that node whose bind succeeded.
+  placing that pod (by uid) on that node whose bind succeeded. A pod
+  admitted with no devices (a record with no GPUs) is checked too: its
+  decision must give none.
 - `failed-admission`: no pod placed by Tidal (such a decision, bound) is
   rejected by its kubelet.
 """
@@ -30,7 +32,8 @@ NAMES = (DEVICES, ADMISSION)
 
 @dataclass(frozen=True)
 class ContainerDevices:
-    """What one container of a pod was handed: (GPU id, milli) as its response names them."""
+    """What one container of a pod was handed: (GPU id, milli) as its
+    response names them (a pod admitted without devices: one record, no GPUs)."""
 
     pod: str
     uid: str
@@ -87,6 +90,8 @@ def at_the_node(events: Sequence[Envelope[Any]], handed: Iterable[ContainerDevic
             for gpu, milli in c.gpus:
                 got[gpu] += milli
         placed = _of(decided, pod, uid, node)
+        if placed is None and not got:
+            continue  # no devices, and not placed by Tidal: nothing to hold it to
         if placed is None:
             found.append(Violation(DEVICES, f"pod {pod} on {node} was handed GPUs {_show(got)} and no bound decision "
                                             "placed it there"))
