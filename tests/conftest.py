@@ -5,9 +5,10 @@ Tests isolate themselves by namespace, never by sharing state."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -62,13 +63,52 @@ def bus_options(url: str) -> dict:
     return dict(NATS_TEST_OPTIONS) if url.startswith("nats") else dict(KAFKA_TEST_OPTIONS)
 
 
+# Every wall-clock bound of a test is a guard against a hang, never a measure:
+# a wait ends as soon as its condition holds, so a generous bound costs a
+# passing run nothing. A bound is written as the time the wait takes at most
+# on the machine it was written on, and `patience` stretches it for a machine
+# four times slower and busy besides (TIDAL_TEST_SLOWER, default 5), never
+# under MIN_BOUND_S: a process that must start, import and connect first is
+# given half a minute at least.
+SLOWER = float(os.environ.get("TIDAL_TEST_SLOWER", "5"))
+MIN_BOUND_S = 30.0
+
+
+def patience(seconds: float) -> float:
+    """The hang guard for a wait written as `seconds` (see SLOWER)."""
+    return max(seconds * SLOWER, MIN_BOUND_S)
+
+
 async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll `predicate` until true; fail the test with `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
+    """Poll `predicate` until true; fail the test with `what` once `patience(timeout)` has passed."""
+    bound = patience(timeout)
+    deadline = time.monotonic() + bound
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {bound:g}s waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+async def wait_until_async(check: Callable[[], Awaitable[bool]], timeout: float = 10.0, what: str = "condition",
+                           every: float = 0.1) -> None:
+    """`wait_until` for a check that awaits (a broker, an HTTP server)."""
+    bound = patience(timeout)
+    deadline = time.monotonic() + bound
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {bound:g}s waiting for {what}")
+        await asyncio.sleep(every)
+
+
+def wait_until_sync(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition",
+                    every: float = 0.02) -> None:
+    """`wait_until` for a test that is not a coroutine."""
+    bound = patience(timeout)
+    deadline = time.monotonic() + bound
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {bound:g}s waiting for {what}")
+        time.sleep(every)
 
 
 @pytest.fixture(params=["nats", "kafka"])
@@ -110,6 +150,7 @@ async def stop_service(service, task, timeout: float = 30.0) -> None:
     """Graceful stop, as on SIGTERM, bounded in time. A service that does
     not stop fails the test with where each of its tasks is waiting."""
     service.stop()
+    timeout = patience(timeout)
     done, _ = await asyncio.wait([task], timeout=timeout)
     if done:
         task.result()
