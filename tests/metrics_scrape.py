@@ -8,6 +8,7 @@ import asyncio
 import aiohttp
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from conftest import patience
 
 SERIES_SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "summary": ("_sum", "_count")}
 
@@ -31,7 +32,7 @@ def value(families: dict[str, list], sample: str, **labels: str) -> float:
 
 async def eventually(service, check, timeout: float = 15.0, what: str = "metrics"):
     """Scrape until `check(families)` holds; the last families."""
-    deadline = asyncio.get_running_loop().time() + timeout
+    deadline = asyncio.get_running_loop().time() + patience(timeout)
     while True:
         families = await scrape(service)
         if check(families):

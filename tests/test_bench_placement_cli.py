@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tidal_placement.settings import PlacementSettings
+from conftest import patience
 
 REPO = Path(__file__).resolve().parents[1]
 SERVICE_DEFAULT = PlacementSettings.model_fields["gpu_strategy"].default
@@ -22,7 +23,7 @@ SERVICE_DEFAULT = PlacementSettings.model_fields["gpu_strategy"].default
 def bench(script: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("libs", "services", "bench"))}
     return subprocess.run([sys.executable, str(REPO / "bench" / script), *args], capture_output=True, text=True,
-                          timeout=120, env=env, cwd=REPO)
+                          timeout=patience(120), env=env, cwd=REPO)
 
 
 def test_placement_policy_defaults_to_the_service_strategy():

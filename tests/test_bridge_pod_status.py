@@ -20,6 +20,7 @@ from tidal_bridge.kube import Kube
 from tidal_bridge.pod_status import PodStatusReporter
 from tidal_schemas import PlacementDecision
 from tidal_simulator.kube_api import write_kubeconfig
+from conftest import patience
 
 
 class Clock:
@@ -168,7 +169,7 @@ async def test_kubectl_describe_shows_the_condition_and_the_counted_event(setup,
         clock.now += 1
     config = write_kubeconfig(tmp_path / "kubeconfig", server.url)
     run = await asyncio.to_thread(subprocess.run, [kubectl, "--kubeconfig", str(config), "describe", "pod", "p"],
-                                  capture_output=True, text=True, timeout=60,
+                                  capture_output=True, text=True, timeout=patience(60),
                                   env={"HOME": str(tmp_path), "PATH": os.environ.get("PATH", "/usr/bin:/bin")})
     assert run.returncode == 0, run.stderr
     lines = [" ".join(line.split()) for line in run.stdout.splitlines()]

@@ -17,7 +17,7 @@ import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.rest import ApiException
 
-from conftest import make_bus, wait_until
+from conftest import make_bus, patience, wait_until
 from test_cluster_path import CLUSTER, cluster_path, gpu_node
 from tidal_bridge.service import BridgeService
 from tidal_bus import StartAt
@@ -71,7 +71,7 @@ class Objects:
 
 
 async def wait_status(objects: Objects, plural: str, name: str, check, what: str, timeout: float = 20) -> dict:
-    deadline = asyncio.get_running_loop().time() + timeout
+    deadline = asyncio.get_running_loop().time() + patience(timeout)
     while True:
         obj = await objects.get(plural, name)
         status = (obj or {}).get("status") or {}
@@ -94,7 +94,7 @@ async def configs(bus, name: str) -> list:
 def kubectl(config: Path, *args: str) -> subprocess.CompletedProcess:
     env = {"HOME": str(config.parent), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # its discovery cache there
     return subprocess.run([KUBECTL, "--kubeconfig", str(config), *args], capture_output=True, text=True, env=env,
-                          timeout=60)
+                          timeout=patience(60))
 
 
 async def test_a_tenant_object_sets_the_quota_placement_applies_and_shows_its_usage(nats_server, namespace, tmp_path):
@@ -211,7 +211,7 @@ async def test_a_tenant_deleted_while_the_bridge_was_down_is_deleted_when_it_sta
             path.kill(bridge)
             await objects.delete("tenants", "gone")
             await path.start(BridgeService(bridge.settings, bus=await path.own_bus("bridge")))
-            deadline = asyncio.get_running_loop().time() + 20
+            deadline = asyncio.get_running_loop().time() + patience(20)
             while not (await configs(path.bus, "gone"))[-1].deleted:
                 assert asyncio.get_running_loop().time() < deadline, "the deletion was not published"
                 await asyncio.sleep(0.1)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from conftest import wait_until
+from conftest import patience, wait_until
 from fake_kube_api import FakeKubeApi
 from tidal_bridge.errors import KubeStatusError, KubeUnavailable
 from tidal_bridge.kube import Kube
@@ -58,7 +58,7 @@ async def reflecting(kube, resource="pods", sink=None, **options):
                           timeout_s=options.pop("timeout_s", 30), **options)
     task = asyncio.create_task(reflector.run())
     try:
-        await asyncio.wait_for(reflector.synced.wait(), 5)
+        await asyncio.wait_for(reflector.synced.wait(), patience(5))
         yield reflector, sink
     finally:
         task.cancel()

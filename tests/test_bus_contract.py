@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from builders import metrics
-from conftest import make_bus, wait_until
+from conftest import make_bus, patience, wait_until
 from tidal_bus import Delivery, HandlerError, RetryPolicy, StartAt
 from tidal_schemas import make_envelope
 from tidal_schemas.streams import stream
@@ -37,10 +37,10 @@ async def _run(consumer):
     task = asyncio.create_task(consumer.run())
     task.consumer = consumer
     ready = asyncio.create_task(consumer.ready.wait())
-    await asyncio.wait([ready, task], timeout=30, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait([ready, task], timeout=patience(30), return_when=asyncio.FIRST_COMPLETED)
     if task.done():
         task.result()  # surface why it could not start
-    assert consumer.ready.is_set(), "consumer did not join its group in 30 s"
+    assert consumer.ready.is_set(), f"consumer did not join its group in {patience(30):g} s"
     return task
 
 
@@ -48,7 +48,7 @@ async def _stop(*tasks):
     """Graceful stop, as a service does on SIGTERM."""
     for task in tasks:
         task.consumer.stop()
-    await asyncio.wait_for(asyncio.gather(*tasks), 30)
+    await asyncio.wait_for(asyncio.gather(*tasks), patience(30))
 
 
 async def _dead_letters(bus, count: int, timeout: float = 10.0):
@@ -60,7 +60,7 @@ async def _dead_letters(bus, count: int, timeout: float = 10.0):
             if len(letters) >= count:
                 return
 
-    await asyncio.wait_for(collect(), timeout)
+    await asyncio.wait_for(collect(), patience(timeout))
     return letters
 
 
@@ -127,7 +127,7 @@ class BusContract:
             await bus.publish(metrics("node-a", load=0.0))
             task = asyncio.create_task(bus.catch_up_then_follow("node.metrics", on_event, done, linger_s=2.0))
             try:
-                await asyncio.wait_for(caught_up.wait(), 30)
+                await asyncio.wait_for(caught_up.wait(), patience(30))
                 assert seen == [0.0]
                 await asyncio.sleep(1.0)  # the follower under way
                 await bus.publish(metrics("node-a", load=0.01))

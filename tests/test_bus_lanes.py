@@ -12,7 +12,7 @@ import asyncio
 import pytest
 
 from builders import pod
-from conftest import make_bus, wait_until
+from conftest import make_bus, patience, wait_until
 from tidal_bus import StartAt
 from nats.js.api import AckPolicy, ConsumerConfig
 from tidal_bus.subjects import nats_consumer_name, nats_partition_filter, nats_stream_name
@@ -73,7 +73,7 @@ async def test_following_the_main_lane_pending_pods_published_meanwhile_never_ar
         await bus.publish(pod("old", phase="bound", node="n1"))
         task = asyncio.create_task(reader.catch_up_then_follow("pod.lifecycle", on_event, on_caught_up,
                                                                main_lane_only=True))
-        await asyncio.wait_for(caught_up.wait(), 30)
+        await asyncio.wait_for(caught_up.wait(), patience(30))
         for payload in lifecycle("new"):
             await bus.publish(payload)
         await wait_until(lambda: len(got) == 4, timeout=30, what="the bound, running and deleted events")
@@ -94,7 +94,7 @@ async def through_group_g(bus) -> list:
     task = asyncio.create_task(consumer.run())
     await wait_until(lambda: len(got) == 4, timeout=30, what="the pod's four events, its pending one included")
     consumer.stop()
-    await asyncio.wait_for(task, 30)
+    await asyncio.wait_for(task, patience(30))
     return got
 
 

@@ -19,7 +19,7 @@ import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from builders import pod
-from conftest import make_bus, wait_until
+from conftest import make_bus, patience, wait_until
 from tidal_bus import StartAt
 from tidal_bus.nats_pull import Puller
 
@@ -229,7 +229,7 @@ async def test_a_consumer_the_server_failed_to_create_is_created_when_tried_agai
     await wait_until(lambda: "not created" in caplog.text, timeout=10)
     assert not opening.done()
     (stores / "d1").unlink()
-    puller = await asyncio.wait_for(opening, 10)
+    puller = await asyncio.wait_for(opening, patience(10))
     assert (await js.consumer_info("held", "d1")).name == puller.consumer == "d1"
     await puller.close()
 

@@ -13,7 +13,7 @@ import pytest
 from pydantic import BaseModel
 
 from builders import T0, metrics
-from conftest import make_bus, wait_until
+from conftest import make_bus, patience, wait_until
 from tidal_bus import BusError, StartAt, defer
 from tidal_schemas import NodeScore, NodeScores
 
@@ -76,7 +76,7 @@ async def run_until(consumer, done) -> None:
     task = asyncio.create_task(consumer.run())
     await wait_until(done, timeout=30, what="the events handled")
     consumer.stop()
-    await asyncio.wait_for(task, 30)
+    await asyncio.wait_for(task, patience(30))
 
 
 class WindowContract:
@@ -118,7 +118,7 @@ class WindowContract:
             task = asyncio.create_task(late.run())
             await asyncio.sleep(3)
             late.stop()
-            await asyncio.wait_for(task, 30)
+            await asyncio.wait_for(task, patience(30))
             assert again == []
 
     async def test_outputs_keep_their_order_when_handing_them_over_takes_a_while(self, bus_url, namespace):
@@ -165,7 +165,7 @@ class WindowContract:
             release.set()
             await wait_until(lambda: len(acked) == 12, timeout=30, what="every event acked")
             consumer.stop()
-            await asyncio.wait_for(task, 30)
+            await asyncio.wait_for(task, patience(30))
             assert handled == [i / 100 for i in range(12)]
 
     async def test_an_output_not_stored_dead_letters_its_event_and_the_rest_go_on(self, bus_url, namespace):
@@ -219,7 +219,7 @@ class WindowContract:
             release.set()
             await wait_until(lambda: len(acked) == 6, timeout=30, what="every event acked")
             consumer.stop()
-            await asyncio.wait_for(task, 30)
+            await asyncio.wait_for(task, patience(30))
             letters = await stored(bus, "dead.letter")
             assert [letter.stream for letter in letters] == ["node.metrics"]
             assert "the bind went wrong" in letters[0].reason
@@ -313,4 +313,4 @@ async def test_a_task_a_handler_started_waits_for_its_own_publishes(nats_server,
         release.set()
         await wait_until(lambda: done, timeout=30, what="the late publish")
         consumer.stop()
-        await asyncio.wait_for(task, 30)
+        await asyncio.wait_for(task, patience(30))

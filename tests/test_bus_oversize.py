@@ -21,7 +21,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from builders import T0, metrics
-from conftest import make_bus, wait_until
+from conftest import make_bus, patience, wait_until
 from tidal_bus import MAX_EVENT_BYTES, EventTooLarge, StartAt
 from tidal_bus.embedded import EmbeddedNats
 from tidal_bus.subjects import kafka_topic
@@ -128,7 +128,7 @@ async def test_an_oversized_message_from_the_wire_is_dead_lettered_not_decoded(b
         letters = [e.payload async for _, e in bus.read("dead.letter", StartAt.earliest())]
         refused = [e async for _, e in bus.read("node.metrics", StartAt.earliest()) if isinstance(e, SchemaError)]
         consumer.stop()
-        await asyncio.wait_for(task, 30)
+        await asyncio.wait_for(task, patience(30))
     assert handled == ["n-small"]  # the big one never reached the handler
     (letter,) = letters
     assert letter.reason == f"oversized: {len(data)} bytes > {MAX_EVENT_BYTES}-byte limit"

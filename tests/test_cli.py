@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, patience
 
 TIDAL = [sys.executable, "-m", "tidal_cli.main"]
 
 
 def tidal(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([*TIDAL, *args], capture_output=True, text=True, timeout=timeout,
+    return subprocess.run([*TIDAL, *args], capture_output=True, text=True, timeout=patience(timeout),
                           env={**os.environ, **(env or {})}, cwd=ROOT)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conftest import bus_options, make_bus, start_service, wait_until
+from conftest import bus_options, make_bus, patience, start_service, wait_until
 from fake_kube_api import FakeKubeApi
 from tidal_bridge.service import BridgeService
 from tidal_bridge.settings import BridgeSettings
@@ -102,7 +102,7 @@ class Path:
         return reason or ""
 
     async def wait_pending(self, name: str, says: str, timeout: float = 20) -> None:
-        deadline = asyncio.get_running_loop().time() + timeout
+        deadline = asyncio.get_running_loop().time() + patience(timeout)
         while True:
             reason = await self.pending_reason(name)
             if says in reason:
@@ -137,7 +137,7 @@ async def cluster_path(nats_server, namespace, *topologies, before_bridge=None, 
             for service, task in reversed(path.services):
                 service.stop()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await asyncio.wait_for(task, 30)
+                    await asyncio.wait_for(task, patience(30))
             for bus in path.buses:
                 await bus.backend.close()
 

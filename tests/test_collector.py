@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+from conftest import patience
+
 GROW_AND_COUNT = """
 import asyncio, gc, json, weakref
 from tidal_runtime.collector import collect_oldest_only_when_asked, collect_periodically
@@ -48,7 +50,7 @@ print(json.dumps({"full_while_growing": grown, "cycle_left_by_young": kept_by_yo
 
 def run(tuned: bool) -> dict:
     script = f"TUNED = {tuned}\n" + textwrap.dedent(GROW_AND_COUNT)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=patience(120), check=True)
     return json.loads(done.stdout)
 
 

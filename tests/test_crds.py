@@ -21,6 +21,7 @@ from tidal_schemas import crd
 from tidal_schemas.tenancy import TenantDocumentError, fair_share_name, gpu_summary, tenant_config
 from tidal_simulator.kube_api import KubeApiServer, write_kubeconfig
 from tidal_simulator.kube_api.openapi import structural_problems, validate
+from conftest import patience
 
 ROOT = Path(__file__).resolve().parents[1]
 CRDS = ROOT / "k8s" / "base" / "crds"
@@ -175,7 +176,7 @@ async def test_custom_resources_are_watched_and_discovered():
         await call(http, "POST", api.url + TENANTS, json=tenant("a", {}))
         await call(http, "PATCH", api.url + TENANTS + "/a/status", json={"status": {"gpus": "none"}}, headers=MERGE)
         await call(http, "DELETE", api.url + TENANTS + "/a")
-        await asyncio.wait_for(watcher, 5)
+        await asyncio.wait_for(watcher, patience(5))
         assert seen == [("ADDED", "a"), ("MODIFIED", "a"), ("DELETED", "a")]
 
 
@@ -194,7 +195,7 @@ KUBECTL = shutil.which("kubectl")
 def kubectl(config: Path, *args: str) -> subprocess.CompletedProcess:
     env = {"HOME": str(config.parent), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # its discovery cache there
     return subprocess.run([KUBECTL, "--kubeconfig", str(config), *args], capture_output=True, text=True, env=env,
-                          timeout=60)
+                          timeout=patience(60))
 
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is missing: Debian's kubernetes-client provides it")

@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from conftest import make_bus, start_service, stop_service, wait_until
+from conftest import make_bus, patience, start_service, stop_service, wait_until
 from builders import metrics, figures_in
 from test_faults_kill import check_invariants, simulate_on_stack, wait_until_async
 from tidal_bus import BusError, StartAt
@@ -111,12 +111,12 @@ async def test_a_group_still_splits_its_partitions_after_a_nats_restart(own_nats
         assert sorted(seen["a"] + seen["b"]) == sorted(f"after-{i}" for i in range(16))
         for consumer in consumers.values():
             consumer.stop()
-        await asyncio.wait_for(asyncio.gather(*tasks), 30)
+        await asyncio.wait_for(asyncio.gather(*tasks), patience(30))
 
 
 # aiokafka's rejoin after a lost coordinator backs off: on a loaded machine the
-# waits below can add up past the suite's 240 s per test (the worker is then killed)
-@pytest.mark.timeout(480)
+# waits below can add up past the suite's per-test bound (the worker is then killed)
+@pytest.mark.timeout(patience(480))
 async def test_kafka_clients_survive_a_tansu_restart(own_kafka, namespace):
     settings = ScoringSettings(bus_url=own_kafka.url, namespace=namespace, cluster="c1", http_port=0,
                                http_host="127.0.0.1")
@@ -145,7 +145,7 @@ async def test_kafka_clients_survive_a_tansu_restart(own_kafka, namespace):
         assert not task.done(), "the service rides out the broker's absence"
 
         for i in range(4):
-            await asyncio.wait_for(bus.publish(metrics(f"after-{i}", load=0.5)), 60)
+            await asyncio.wait_for(bus.publish(metrics(f"after-{i}", load=0.5)), patience(60))
 
         async def all_scored() -> bool:
             assert not task.done(), task.exception()

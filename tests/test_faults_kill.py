@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 
 from builders import figures_in
-from conftest import ROOT, make_bus
+from conftest import ROOT, make_bus, patience
 from sim_checks import pinning_problems
 from tidal_bus import StartAt
 from tidal_bus.subjects import encode_durable, nats_stream_name
@@ -166,10 +166,10 @@ async def crash_and_recover(stack: Stack, bus, name: str) -> float:
 
 
 async def wait_until_async(check, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patience(timeout)
     while not await check():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {patience(timeout):g}s waiting for {what}")
         await asyncio.sleep(0.1)
 
 
@@ -242,7 +242,7 @@ async def simulate_on_stack(nats_url: str, data_dir: Path, hook=None) -> Run:
                     hook(sim, stack, bus, run)
                 lock_step(sim, bus)
 
-            result = await asyncio.wait_for(simulate(plan, warmup=warmup, progress=lambda line: None), 240)
+            result = await asyncio.wait_for(simulate(plan, warmup=warmup, progress=lambda line: None), patience(240))
             stack.check_alive()
             run.sim, run.report = holder["sim"], result.report
             for name in ("placement.decision", "node.action", "node.metrics", "score.node", "node.allocatable"):

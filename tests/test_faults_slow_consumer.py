@@ -14,7 +14,7 @@ import re
 import urllib.request
 
 from builders import metrics, figures_in
-from conftest import make_bus, start_service, stop_service, wait_until
+from conftest import make_bus, patience, start_service, stop_service, wait_until
 from tidal_bus import StartAt
 from tidal_scoring.service import ScoringService
 from tidal_scoring.settings import ScoringSettings
@@ -25,7 +25,7 @@ NODES = [f"n{i}" for i in range(40)]  # keys over every partition of node.metric
 
 def lag_on_metrics(service) -> dict[tuple[str, str], float]:
     """(stream, partition) -> lag, as /metrics shows it."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{service.http.port}/metrics", timeout=2) as response:
+    with urllib.request.urlopen(f"http://127.0.0.1:{service.http.port}/metrics", timeout=patience(2)) as response:
         text = response.read().decode()
     found = {}
     for match in LAG.finditer(text):
@@ -121,8 +121,8 @@ async def _zero(service) -> bool:
 
 async def wait_for(check, what: str, timeout: float = 60.0) -> None:
     """`wait_until` for an async check."""
-    deadline = asyncio.get_running_loop().time() + timeout
+    deadline = asyncio.get_running_loop().time() + patience(timeout)
     while not await check():
         if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {patience(timeout):g}s waiting for {what}")
         await asyncio.sleep(0.1)

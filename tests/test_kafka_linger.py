@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from builders import metrics
-from conftest import KAFKA_TEST_OPTIONS, wait_until
+from conftest import KAFKA_TEST_OPTIONS, patience, wait_until
 from tidal_bus import Bus
 
 
@@ -30,7 +30,7 @@ async def test_a_backlog_fetched_in_small_parts_is_not_held_for_the_linger(kafka
         consumer = bus.consumer("node.metrics", "g", handler, linger_s=30.0)
         task = asyncio.create_task(consumer.run())
         try:
-            await asyncio.wait_for(consumer.ready.wait(), 30)
+            await asyncio.wait_for(consumer.ready.wait(), patience(30))
             # the first fetch holds a few of the 600: handed over at once, not after the 30 s linger
             await wait_until(lambda: len(seen) > 0, timeout=20, what="a partial fetch of the backlog, not held")
         finally:

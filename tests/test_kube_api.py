@@ -19,6 +19,7 @@ from sim_placement import placement as real_placement, waits_for_nodes
 from tidal_cli import simulate_cmd
 from tidal_simulator.kube_api import KubeApiServer
 from tidal_simulator.run import simulate
+from conftest import patience
 
 KUBECTL = shutil.which("kubectl")
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
@@ -80,7 +81,7 @@ async def test_events_are_listed_per_namespace():
 def kubectl(config: Path, *args: str) -> subprocess.CompletedProcess:
     env = {"HOME": str(config.parent), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # its discovery cache there
     return subprocess.run([KUBECTL, "--kubeconfig", str(config), *args], capture_output=True, text=True, env=env,
-                          timeout=60)
+                          timeout=patience(60))
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -123,7 +124,7 @@ pods:
 
     task = asyncio.create_task(placement.run())
     try:
-        result = await asyncio.wait_for(simulate(plan, warmup=warmup, progress=lambda line: None), 90)
+        result = await asyncio.wait_for(simulate(plan, warmup=warmup, progress=lambda line: None), patience(90))
     finally:
         placement.stop()
         await asyncio.gather(task, return_exceptions=True)

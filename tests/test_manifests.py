@@ -28,6 +28,7 @@ import yaml
 from tidal_schemas import crd
 from tidal_schemas.tenancy import TenantDocumentError, tenant_config
 from tidal_simulator.kube_api import openapi
+from conftest import patience
 
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "k8s"
@@ -277,7 +278,7 @@ def test_loader_matches_kustomize_when_available(name: str) -> None:
     else:
         pytest.skip("neither kustomize nor kubectl is installed")
     try:
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=patience(60))
     except (OSError, subprocess.TimeoutExpired) as exc:
         pytest.skip(f"{cmd[0]} unusable here: {exc}")
     if result.returncode != 0:

@@ -7,7 +7,7 @@ import asyncio
 
 
 from builders import metrics
-from conftest import make_bus, wait_until
+from conftest import make_bus, patience, wait_until
 
 
 async def test_restart_with_file_storage_loses_nothing_acknowledged(own_nats, namespace):
@@ -32,7 +32,7 @@ async def test_restart_with_file_storage_loses_nothing_acknowledged(own_nats, na
             after.append(await bus.publish(metrics(f"n{i}")))
         await wait_until(lambda: len(handled) >= 40, timeout=20, what="events published after restart")
         consumer.stop()
-        await asyncio.wait_for(task, 30)
+        await asyncio.wait_for(task, patience(30))
 
         stored = [e.id async for _, e in bus.read("node.metrics", __import__("tidal_bus").StartAt.earliest())]
     assert stored == [e.id for e in before + after], "every acknowledged publish is still in the stream"
@@ -52,12 +52,12 @@ async def test_member_that_dies_without_leaving_loses_its_partitions(nats_server
     async with make_bus(nats_server.url, namespace) as bus_a:
         consumer_a = bus_a.consumer("node.metrics", "g", on_a)
         task_a = asyncio.create_task(consumer_a.run())
-        await asyncio.wait_for(consumer_a.ready.wait(), 10)
+        await asyncio.wait_for(consumer_a.ready.wait(), patience(10))
         bus_b = make_bus(nats_server.url, namespace)
         await bus_b.__aenter__()
         consumer_b = bus_b.consumer("node.metrics", "g", on_b)
         task_b = asyncio.create_task(consumer_b.run())
-        await asyncio.wait_for(consumer_b.ready.wait(), 10)
+        await asyncio.wait_for(consumer_b.ready.wait(), patience(10))
         await wait_until(lambda: consumer_b.subscription.owned() and
                          not consumer_a.subscription.owned() & consumer_b.subscription.owned(),
                          timeout=10, what="b to own partitions")
@@ -80,4 +80,4 @@ async def test_member_that_dies_without_leaving_loses_its_partitions(nats_server
         await wait_until(lambda: len([n for n in a_seen if n.startswith("after-")]) == 16, timeout=10,
                          what="a to handle every key")
         consumer_a.stop()
-        await asyncio.wait_for(task_a, 30)
+        await asyncio.wait_for(task_a, patience(30))

@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 
 from builders import T0, metrics
-from conftest import make_bus, wait_until
+from conftest import make_bus, patience, wait_until
 from tidal_bus import BusError, StartAt
 from tidal_runtime import OutputBatches
 from tidal_schemas import NodeScore, NodeScores
@@ -51,7 +51,7 @@ async def handle_all(bus, batches: OutputBatches, count: int, window: int, group
     task = asyncio.create_task(consumer.run())
     await wait_until(lambda: len(handled) >= count, timeout=30, what="the samples handled")
     consumer.stop()
-    await asyncio.wait_for(task, 30)
+    await asyncio.wait_for(task, patience(30))
     return handled
 
 
@@ -64,7 +64,7 @@ async def nothing_comes_back(bus, group: str = "g") -> bool:
     task = asyncio.create_task(consumer.run())
     await asyncio.sleep(1.5)
     consumer.stop()
-    await asyncio.wait_for(task, 30)
+    await asyncio.wait_for(task, patience(30))
     return seen == []
 
 
@@ -89,7 +89,7 @@ async def handle_trickle(bus, batches: OutputBatches, count: int, window: int, g
         await asyncio.sleep(gap_s)
     await wait_until(lambda: len(handled) >= count, timeout=20, what="the samples handled")
     consumer.stop()
-    await asyncio.wait_for(task, 30)
+    await asyncio.wait_for(task, patience(30))
     return sent
 
 

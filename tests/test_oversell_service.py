@@ -9,7 +9,7 @@ import asyncio
 from datetime import datetime, timedelta, timezone
 
 from builders import figures_in, pod
-from conftest import make_bus, start_service, stop_service, wait_until
+from conftest import make_bus, patience, start_service, stop_service, wait_until
 from tidal_bus import StartAt
 from tidal_oversell.service import OversellService
 from tidal_oversell.settings import OversellSettings
@@ -66,20 +66,20 @@ async def test_thresholds_evictions_and_restart(nats_server, namespace):
                          what="allocatable")
         await bus.publish(_metrics(8800, now + timedelta(seconds=10)))   # 0.88 >= stop 0.85
         await bus.publish(_metrics(9900, now + timedelta(seconds=20)))   # 0.99 >= evict 0.95
-        deadline = asyncio.get_running_loop().time() + 10
+        deadline = asyncio.get_running_loop().time() + patience(10)
         while await count("evict") < 3 and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.1)
         await _stop(service, task)
 
         service, task = await _start(settings)   # restart while the evictions are pending
         await bus.publish(_metrics(9900, now + timedelta(seconds=30)))
-        deadline = asyncio.get_running_loop().time() + 10
+        deadline = asyncio.get_running_loop().time() + patience(10)
         while await count("evict") < 4 and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.1)
         for name, *_ in PODS:
             await bus.publish(pod(name, phase="deleted", node="n1"))
         await bus.publish(_metrics(7000, now + timedelta(seconds=40), gone={p[0] for p in PODS}))
-        deadline = asyncio.get_running_loop().time() + 10
+        deadline = asyncio.get_running_loop().time() + patience(10)
         while await count("untaint") < 1 and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.1)
         await _stop(service, task)

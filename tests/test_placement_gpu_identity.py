@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import pod
-from conftest import make_bus, start_service, wait_until
+from conftest import make_bus, patience, start_service, wait_until
 from test_topology_authority_real import own_bus, start_placement, stop_own
 from tidal_bus import StartAt
 from tidal_placement.cluster_state import Allocation, ClusterState
@@ -172,7 +172,7 @@ async def _decision(bus, name: str, outcome: str, timeout: float = 20):
                     if d.name == name and d.outcome == outcome:
                         return d
             await asyncio.sleep(0.1)
-    return await asyncio.wait_for(find(), timeout)
+    return await asyncio.wait_for(find(), patience(timeout))
 
 
 async def test_placement_never_gives_a_slice_and_its_physical_gpu_end_to_end(nats_server, namespace, tmp_path):

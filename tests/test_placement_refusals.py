@@ -10,7 +10,7 @@ import asyncio
 from datetime import timedelta
 
 from builders import T0, pod
-from conftest import make_bus, start_service, stop_service, wait_until
+from conftest import make_bus, patience, start_service, stop_service, wait_until
 from tidal_bus import StartAt
 from tidal_cli.sample import node
 from tidal_placement.service import PlacementService
@@ -24,12 +24,12 @@ async def _decisions(bus, name: str) -> list:
 
 
 async def _pending_reason(bus, name: str, timeout: float = 20.0) -> str:
-    for _ in range(int(timeout / 0.1)):
+    for _ in range(int(patience(timeout) / 0.1)):
         pending = [d for d in await _decisions(bus, name) if d.outcome == "pending"]
         if pending:
             return pending[-1].reason
         await asyncio.sleep(0.1)
-    raise AssertionError(f"no pending decision for {name} within {timeout}s")
+    raise AssertionError(f"no pending decision for {name} within {patience(timeout):g}s")
 
 
 def a100_pod(name: str, tenant: str, minutes: int, **fields):

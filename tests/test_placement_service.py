@@ -7,7 +7,7 @@ import asyncio
 from collections import Counter, defaultdict
 
 from builders import pod
-from conftest import make_bus, start_service, stop_service, wait_until
+from conftest import make_bus, patience, start_service, stop_service, wait_until
 from tidal_bus import StartAt
 from tidal_cli.sample import node
 from tidal_placement.cycle import in_events
@@ -125,8 +125,8 @@ async def test_two_replicas_never_double_book(nats_server, namespace):
         leader, leader_task = (a, task_a) if a.active else (b, task_b)
         standby = b if leader is a else a
         leader_task.cancel()   # the leader dies abruptly: the standby must take over
-        await asyncio.wait({leader_task}, timeout=10)
-        await asyncio.wait_for(leader.bus.backend.close(), 10)
+        await asyncio.wait({leader_task}, timeout=patience(10))
+        await asyncio.wait_for(leader.bus.backend.close(), patience(10))
         for i in range(10, 16):   # 16 pods x 2 CPUs > 24 CPUs: 12 fit, 4 stay pending
             await bus.publish(pod(f"p{i}", cpu_milli=2000, exclusive_cpus=True, cpu_policy="single-numa"))
         await wait_until(lambda: standby.active and len(standby.clusters["c1"].queue.entries) == 4, timeout=30,

@@ -12,7 +12,7 @@ import contextlib
 
 from kubernetes_asyncio import client
 
-from conftest import make_bus, wait_until
+from conftest import make_bus, patience, wait_until
 from fake_kube_api import FakeKubeApi
 from test_cluster_path import CLUSTER, Path, cpu_node
 from tidal_bridge.service import BridgeService
@@ -51,10 +51,10 @@ async def explained(nats_server, namespace, *, event_burst: int, event_refill_s:
 
 async def eventually(predicate, timeout: float, what: str) -> None:
     """`wait_until` for a predicate that reads the API server."""
-    deadline = asyncio.get_running_loop().time() + timeout
+    deadline = asyncio.get_running_loop().time() + patience(timeout)
     while not await predicate():
         if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {patience(timeout):g}s waiting for {what}")
         await asyncio.sleep(0.05)
 
 

@@ -25,7 +25,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT
+from conftest import ROOT, patience
 from test_props_schemas import SAMPLES, huge_literals, json_values, paths, replaced, wire
 from tidal_cli import events_cmd, main as cli_main, simulate_cmd, tenants_cmd
 from tidal_cli.errors import CliError
@@ -467,6 +467,6 @@ def test_sysfs_trees_with_one_file_changed(tmp_path_factory, relative, text, res
 def test_bad_files_through_a_real_process(workdir, argv, content):
     path = write(workdir / "input.yaml", content)
     result = subprocess.run([sys.executable, "-m", "tidal_cli.main", *argv, str(path)], capture_output=True,
-                            text=True, timeout=60, cwd=ROOT)
+                            text=True, timeout=patience(60), cwd=ROOT)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from builders import T0, pod
-from conftest import ROOT, make_bus, wait_until
+from conftest import ROOT, make_bus, patience, wait_until
 from tidal_bus import StartAt
 from tidal_cli import main as cli
 from tidal_cli import replay_cmd, simulate_cmd
@@ -285,7 +285,7 @@ def test_the_command_prints_both_runs_and_writes_the_report(nats_server, recorde
     run = subprocess.run([str(Path(sys.executable).parent / "tidal"), "replay", "--bus", nats_server.url,
                           "--namespace", namespace, "--cluster", "sim", "--from", "earliest", "--quiet", "1",
                           "--set", "placement.gpu-strategy=fgd", "--show", "3", "--report", str(out)],
-                         capture_output=True, text=True, timeout=180)
+                         capture_output=True, text=True, timeout=patience(180))
     assert run.returncode == 0, run.stderr
     assert "GPU allocation %" in run.stdout and "recorded" in run.stdout and "replay" in run.stdout
     assert "nothing was published to the live streams" in run.stdout

@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from builders import metrics
-from conftest import make_bus, wait_until
+from conftest import make_bus, patience, wait_until
 from tidal_bus import StartAt
 from tidal_runtime import Service, ServiceSettings, Subscription
 from tidal_runtime.logs import JsonFormatter
@@ -60,7 +60,7 @@ def _settings(bus_url: str, namespace: str) -> EchoSettings:
 
 def _get(url: str) -> tuple[int, bytes]:
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
+        with urllib.request.urlopen(url, timeout=patience(2)) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
@@ -97,7 +97,7 @@ async def test_health_metrics_and_outputs(nats_server, namespace):
     assert "tidal_consumer_lag" in text and "tidal_handler_seconds_bucket" in text
 
     service.stop()
-    await asyncio.wait_for(task, 30)
+    await asyncio.wait_for(task, patience(30))
 
 
 async def test_restart_rebuilds_state_without_repeating_outputs(nats_server, namespace):
@@ -108,14 +108,14 @@ async def test_restart_rebuilds_state_without_repeating_outputs(nats_server, nam
         task = asyncio.create_task(first.run())
         await wait_until(lambda: first.samples.get("n1") == 3, what="first run")
         first.stop()
-        await asyncio.wait_for(task, 30)
+        await asyncio.wait_for(task, patience(30))
 
         await bus.publish(metrics("n1", load=0.9))
         second = EchoService(_settings(nats_server.url, namespace))
         task = asyncio.create_task(second.run())
         await wait_until(lambda: second.samples.get("n1") == 4, timeout=15, what="replay + new event")
         second.stop()
-        await asyncio.wait_for(task, 30)
+        await asyncio.wait_for(task, patience(30))
         scores = await _scores(bus)
     assert second.samples == {"n1": 4}, "state rebuilt from the log"
     assert [round(s.payload.items[0].load, 2) for s in scores] == [0.1, 0.2, 0.3, 0.9], "no output repeated"
@@ -126,7 +126,7 @@ async def test_failing_background_task_stops_the_service_with_its_error(nats_ser
     service = EchoService(_settings(nats_server.url, namespace))
     service.loop_error = RuntimeError("disk full")
     with pytest.raises(BaseExceptionGroup) as caught:
-        await asyncio.wait_for(service.run(), 30)
+        await asyncio.wait_for(service.run(), patience(30))
     assert any("disk full" in str(e) for e in caught.value.exceptions)
 
 
@@ -157,7 +157,7 @@ async def test_lingering_subscriptions_read_in_lingering_batches_and_the_others_
         await bus.publish(metrics("n1", load=0.4))
         await wait_until(lambda: service.samples.get("n1") == 1, what="the sample handled after its linger")
     service.stop()
-    await asyncio.wait_for(task, 30)
+    await asyncio.wait_for(task, patience(30))
 
 
 def test_settings_read_shared_and_prefixed_variables(monkeypatch):
@@ -214,5 +214,5 @@ async def test_a_loop_that_swallows_its_cancel_still_stops(nats_server, namespac
     task = asyncio.create_task(service.run())
     await wait_until(lambda: service.ready()[0], timeout=20, what="echo ready")
     service.stop()
-    await asyncio.wait_for(task, 10)
+    await asyncio.wait_for(task, patience(10))
     assert service.swallowed, "the loop saw the first cancel and ran on"

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from tidal_runtime.http import MAX_HEAD_BYTES, HealthServer
+from conftest import patience
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ async def _exchange(port: int, request: bytes) -> tuple[int, dict, bytes]:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(request)
     await writer.drain()
-    response = await asyncio.wait_for(reader.read(), 5)
+    response = await asyncio.wait_for(reader.read(), patience(5))
     writer.close()
     head, _, body = response.partition(b"\r\n\r\n")
     lines = head.decode().split("\r\n")
@@ -89,7 +90,7 @@ async def test_a_client_that_never_finishes_its_request_is_dropped(server):
     reader, writer = await asyncio.open_connection("127.0.0.1", http.port)
     writer.write(b"GET /healthz HTTP/1.1\r\n")  # and nothing more
     await writer.drain()
-    assert await asyncio.wait_for(reader.read(), 5) == b"", "closed without an answer after the read timeout"
+    assert await asyncio.wait_for(reader.read(), patience(5)) == b"", "closed without an answer after the read timeout"
     writer.close()
     assert (await _exchange(http.port, _get("/healthz")))[0] == 200
 
@@ -98,7 +99,7 @@ async def test_stop_does_not_wait_for_a_client_holding_its_connection(server):
     http, _ = server
     reader, writer = await asyncio.open_connection("127.0.0.1", http.port)
     await asyncio.sleep(0.05)
-    await asyncio.wait_for(http.stop(), 2)
+    await asyncio.wait_for(http.stop(), patience(2))
     writer.close()
 
 

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from builders import metrics, figures_in
-from conftest import make_bus, start_service, stop_service, wait_until
+from conftest import make_bus, patience, start_service, stop_service, wait_until
 from tidal_bus import StartAt
 from tidal_bus.membership import assignment
 from tidal_schemas.streams import partition_for, stream
@@ -84,7 +84,7 @@ def _handlers(replicas: list[RecordingScoring], load: float) -> dict[str, list[i
 async def scores_stored(bus_url: str, namespace: str, samples, timeout: float = 15.0) -> None:
     """Wait until every one of `samples` has its score on `score.node`."""
     wanted = {e.id for e in samples}
-    deadline = asyncio.get_running_loop().time() + timeout
+    deadline = asyncio.get_running_loop().time() + patience(timeout)
     async with make_bus(bus_url, namespace, source="reader") as reader:
         while True:
             scores = [e async for _, e in reader.read("score.node", StartAt.earliest())]

@@ -14,6 +14,7 @@ import pytest
 from tidal_scoring.cli_fairshare import main
 from tidal_scoring.durations import parse_duration
 from tidal_scoring.fairshare import decay
+from conftest import patience
 
 DAY = 86400
 
@@ -143,7 +144,7 @@ def test_cli_bad_arguments_exit_2(tmp_path, capsys, argv, message):
 def test_cli_as_a_process_never_shows_a_traceback(tmp_path):
     usage = write_usage(tmp_path, "t,usage\n0,1\nx,2\n")
     done = subprocess.run([sys.executable, "-m", "tidal_scoring.cli_fairshare", "--adjust-time", "7d",
-                           "--period", "1h", "--usage", str(usage)], capture_output=True, text=True, timeout=60)
+                           "--period", "1h", "--usage", str(usage)], capture_output=True, text=True, timeout=patience(60))
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr == f"tidal fairshare trace: {usage}:3: t is not a number: 'x'\n"

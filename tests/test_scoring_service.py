@@ -9,7 +9,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 
 from builders import figures_in, metrics, pod
-from conftest import make_bus, start_service, stop_service, wait_until
+from conftest import make_bus, patience, start_service, stop_service, wait_until
 from tidal_bus import StartAt
 from tidal_schemas import PodUsage
 from tidal_schemas.streams import stream
@@ -40,7 +40,7 @@ async def _events(bus, name: str) -> list:
 
 async def _node_scores(bus, count: int, timeout: float = 10.0) -> list:
     """The node scores stored once there are `count` (whatever events hold them)."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patience(timeout)
     while True:
         scores = figures_in(await _events(bus, "score.node"))
         if len(scores) >= count or time.monotonic() > deadline:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from builders import metrics
-from conftest import NATS_TEST_OPTIONS, wait_until
+from conftest import NATS_TEST_OPTIONS, patience, wait_until
 from tidal_bus import Bus, StartAt
 from tidal_bus.auth import BusAuth
 from tidal_bus.embedded import EmbeddedNats
@@ -132,7 +132,7 @@ async def _consume(bus: Bus, stream_name: str, group: str, handled: list, metric
 
     consumer = bus.consumer(stream_name, group, handle, observer=metrics_)
     task = asyncio.create_task(consumer.run())
-    await asyncio.wait_for(consumer.ready.wait(), 15)
+    await asyncio.wait_for(consumer.ready.wait(), patience(15))
     return consumer, task
 
 
@@ -178,7 +178,7 @@ async def test_node_a_cannot_speak_for_node_b_on_its_own_subjects(generated):
     finally:
         for bus, consumer, task in running:
             consumer.stop()
-            await asyncio.wait_for(task, 15)
+            await asyncio.wait_for(task, patience(15))
             await bus.__aexit__(None, None, None)
     assert [e.payload.node for e in seen["node.topology"]] == ["node-a"]
     assert seen["node.topology"][0].payload.capacity.cpu_milli == 8000  # not the forged 64 CPUs
@@ -211,7 +211,7 @@ async def test_a_squatted_event_id_does_not_suppress_node_bs_result(generated):
         for payload, header in ((result("node-b"), squatted), (result("node-a"), dedupe_key(CLUSTER, "node-b",
                                                                                               squatted))):
             await agent_a.backend.js.publish(subject, forged(payload, key="node-a", event_id=squatted),
-                                             headers={"Nats-Msg-Id": header}, timeout=5)
+                                             headers={"Nats-Msg-Id": header}, timeout=patience(5))
     async with generated.bus("topology-node-b") as agent_b:
         real = await agent_b.publish(result("node-b"), cause=cause)
     assert real.id == squatted
@@ -232,7 +232,7 @@ async def test_a_squatted_event_id_does_not_suppress_node_bs_result(generated):
             await asyncio.sleep(0.3)  # nothing more arrives: the forgery naming node-b was dead-lettered
         finally:
             consumer.stop()
-            await asyncio.wait_for(task, 15)
+            await asyncio.wait_for(task, patience(15))
     assert sorted((e.key, e.id) for e in handled) == [("node-a", squatted), ("node-b", squatted)]
     assert counter.duplicates.labels("admin", "action.result")._value.get() == 0
     assert counter.dead_letters.labels("admin", "action.result")._value.get() == 1

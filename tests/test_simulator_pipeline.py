@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, make_bus, wait_until
+from conftest import ROOT, make_bus, patience, wait_until
 from sim_checks import pinning_problems
 from sim_placement import placement as real_placement, waits_for_nodes
 from tidal_bus import StartAt
@@ -51,7 +51,7 @@ def keeping(sims: list, warmup):
 async def run_with(services, plan, warmup):
     tasks = [asyncio.create_task(s.run()) for s in services]
     try:
-        return await asyncio.wait_for(simulate(plan, warmup=warmup, progress=lambda line: None), 60)
+        return await asyncio.wait_for(simulate(plan, warmup=warmup, progress=lambda line: None), patience(60))
     finally:
         for s in services:
             s.stop()
@@ -263,7 +263,7 @@ async def test_html_report_renders_in_chromium(arrive_only_run, tmp_path):
     command = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                "--disable-background-networking", "--disable-component-update", "--disable-sync",
                f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page.as_uri()]
-    done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, timeout=60)
+    done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, timeout=patience(60))
     dom = done.stdout
     assert done.returncode == 0, done.stderr[-2000:]
     for plot in ("plot-allocation", "plot-numa-heatmap", "plot-usage-share", "plot-actions"):

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from builders import pod
-from conftest import make_bus, start_service, stop_service, wait_until
+from conftest import make_bus, patience, start_service, stop_service, wait_until
 from test_topology_cgroup_real import CGROUP, allowed_cpus, cpu_ticks, stays_flat, v1_pod  # noqa: F401
 from tidal_bus import StartAt
 from tidal_schemas import NodeAction, PlacementDecision, PlacementDecisions
@@ -40,7 +40,7 @@ async def _first(bus, stream, predicate, timeout=10.0):
         async for _, event in bus.read(stream, StartAt.earliest(), follow=True):
             if predicate(event):
                 return event
-    return await asyncio.wait_for(find(), timeout)
+    return await asyncio.wait_for(find(), patience(timeout))
 
 
 async def test_publishes_this_machines_topology_and_usage(nats_server, namespace, tmp_path):

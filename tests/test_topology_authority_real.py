@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from builders import pod
-from conftest import bus_options, make_bus, start_service, wait_until
+from conftest import bus_options, make_bus, patience, start_service, wait_until
 from test_topology_cgroup_real import CGROUP, Pod, allowed_cpus, busy_child, cleanup, make_dir
 from tidal_bus import Bus, StartAt
 from tidal_cli import main as cli
@@ -109,7 +109,7 @@ async def stop_own(service, task) -> None:
     here judge cgroups and events, not the bus's shutdown."""
     service.stop()
     with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-        await asyncio.wait_for(task, 10)
+        await asyncio.wait_for(task, patience(10))
     await service.bus.backend.close()
 
 
@@ -256,7 +256,7 @@ async def _placed(bus, name: str) -> PlacementDecision:
                     if fence.admit(d) and d.outcome == "placed" and d.name == name:
                         return d
             await asyncio.sleep(0.1)
-    return await asyncio.wait_for(find(), 20)
+    return await asyncio.wait_for(find(), patience(20))
 
 
 async def test_a_move_keeps_the_books_placement_and_later_events_true(nats_server, namespace, tmp_path,
@@ -365,7 +365,7 @@ async def test_a_cpuset_corrupted_by_hand_is_reported_by_the_command_and_the_gau
         assert leaked["pod"] == f"uid {other.uid}" and "cpus 1 held by default/db" in leaked["detail"]
 
         def metrics() -> str:  # from a thread: the agent serves /metrics on this event loop
-            return urllib.request.urlopen(f"http://127.0.0.1:{agent.http.port}/metrics", timeout=5).read().decode()
+            return urllib.request.urlopen(f"http://127.0.0.1:{agent.http.port}/metrics", timeout=patience(5)).read().decode()
 
         def gauge(text: str, kind: str) -> float | None:
             for line in text.splitlines():

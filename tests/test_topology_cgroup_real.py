@@ -21,6 +21,7 @@ import pytest
 
 from tidal_topology.cgroups import CgroupFs, freeze_pod, pod_cpuset, pod_frozen, set_pod_cpuset, thaw_pod
 from tidal_topology.cpuset import parse_cpuset
+from conftest import patience
 
 pytestmark = pytest.mark.cgroup
 
@@ -29,10 +30,10 @@ UNIFIED = CGROUP / "unified"
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patience(timeout)
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {patience(timeout):g}s waiting for {what}")
         time.sleep(0.01)
 
 
@@ -87,9 +88,9 @@ def cleanup(pod: Pod, thaw_files: list[Path]) -> None:
         if control.exists():
             control.write_text(value)
     pod.proc.kill()
-    pod.proc.wait(timeout=10)
+    pod.proc.wait(timeout=patience(10))
     for directory in reversed(pod.dirs):
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + patience(5)
         while directory.exists():
             try:
                 directory.rmdir()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import patience
 from tidal_topology.cpuset import parse_cpuset
 from tidal_topology.usage import (
     CpuTimes,
@@ -91,7 +92,7 @@ def test_real_proc_stat_twice():
     online = parse_cpuset(Path("/sys/devices/system/cpu/online").read_text())
     assert sorted(before) == online
     # spin until every CPU's counters have moved (USER_HZ ticks), bounded
-    deadline = time.monotonic() + 5.0
+    deadline = time.monotonic() + patience(5.0)
     while True:
         after = read_proc_stat()
         if all(after[c].total > before[c].total for c in online) or time.monotonic() > deadline:

@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from builders import pod
-from conftest import make_bus, wait_until
+from conftest import make_bus, patience, wait_until
 from span_capture import parent_id, span_id, spans, trace_id  # noqa: F401  (spans is a fixture)
 from tidal_bus import HandlerError, StartAt, tracing
 from tidal_bus.kafka_records import record_key
@@ -66,7 +66,7 @@ class Chain:
     async def __aexit__(self, *exc) -> None:
         for consumer in self.consumers:
             consumer.stop()
-        await asyncio.wait_for(asyncio.gather(*self.tasks, return_exceptions=True), 30)
+        await asyncio.wait_for(asyncio.gather(*self.tasks, return_exceptions=True), patience(30))
         for bus in (self.placement, self.topology):
             await bus.__aexit__(None, None, None)
 
@@ -208,7 +208,7 @@ async def test_a_dead_letter_stays_in_the_trace_of_the_event_that_failed(bus_url
         sent = await bridge.publish(pod("p1"))
         await wait_until(lambda: spans.named("placement publish dead.letter"), 30, "the dead letter")
         consumer.stop()
-        await asyncio.wait_for(task, 30)
+        await asyncio.wait_for(task, patience(30))
         on_wire = await trace_of(bridge, "dead.letter", "pod.lifecycle")
     failed = spans.one("placement pod.lifecycle", event_id=sent.id)
     assert failed.attributes["tidal.outcome"] == "dead-lettered" and not failed.status.is_ok
@@ -262,7 +262,7 @@ async def _process_items(url: str, namespace: str, event: PlacementDecisions | N
                 break
             await asyncio.sleep(0.1)
         consumer.stop()
-        await asyncio.wait_for(task, 30)
+        await asyncio.wait_for(task, patience(30))
     return results
 
 

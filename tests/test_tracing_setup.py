@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, patience
 from tidal_bus import tracing
 from tidal_runtime.tracing_setup import TracingConfigError, configure_tracing, exporter_names
 
@@ -69,7 +69,7 @@ provider.shutdown()
 
 
 def test_the_console_exporter_writes_the_bus_spans_under_the_service_name():
-    result = subprocess.run([sys.executable, "-c", CONSOLE_RUN], capture_output=True, text=True, timeout=60,
+    result = subprocess.run([sys.executable, "-c", CONSOLE_RUN], capture_output=True, text=True, timeout=patience(60),
                             cwd=ROOT, env={**os.environ, "OTEL_TRACES_EXPORTER": "console",
                                            "OTEL_SERVICE_NAME": "sched-a", "PYTHONPATH": os.pathsep.join(
                                                [str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])})
@@ -90,7 +90,7 @@ def test_a_service_asked_for_an_exporter_it_lacks_does_not_start(tmp_path):
     script = (f"import sys; sys.modules[{HTTP_EXPORTER!r}] = None\n"
               "from tidal_cli.main import main\n"
               "sys.exit(main(['run', 'scoring']))\n")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT,
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=patience(60), cwd=ROOT,
                             env={**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1",
                                  "TIDAL_BUS_URL": "nats://127.0.0.1:1"})
     assert result.returncode == 2, result.stderr

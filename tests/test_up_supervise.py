@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, patience
 from tidal_cli.supervise import Backoff, Supervised
 
 TIDAL = [sys.executable, "-m", "tidal_cli.main"]
@@ -61,7 +61,7 @@ class Up:
             self.lines.put(line.rstrip("\n"))
 
     def wait_for(self, fragment: str, timeout: float = 60) -> str:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + patience(timeout)
         while time.monotonic() < deadline:
             try:
                 line = self.lines.get(timeout=0.2)
@@ -71,7 +71,7 @@ class Up:
             self.seen.append(line)
             if fragment in line:
                 return line
-        raise AssertionError(f"no {fragment!r} within {timeout}s:\n" + "\n".join(self.seen))
+        raise AssertionError(f"no {fragment!r} within {patience(timeout):g}s:\n" + "\n".join(self.seen))
 
     def status(self) -> dict:
         return json.loads((self.data_dir / "status.json").read_text())
@@ -79,14 +79,14 @@ class Up:
 
 def _ready(url: str) -> bool:
     try:
-        with urllib.request.urlopen(f"{url}/readyz", timeout=1) as response:
+        with urllib.request.urlopen(f"{url}/readyz", timeout=patience(1)) as response:
             return response.status == 200
     except OSError:
         return False
 
 
 def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patience(timeout)
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
@@ -118,7 +118,7 @@ def test_a_killed_service_and_nats_are_restarted_and_only_ctrl_c_stops_the_stack
         _wait(lambda: _ready(scoring["url"]), 60, "scoring to reconnect to the restarted nats-server")
 
         shown = subprocess.run([*TIDAL, "up", "--status", "--data-dir", str(tmp_path)], capture_output=True,
-                               text=True, timeout=60, cwd=ROOT)
+                               text=True, timeout=patience(60), cwd=ROOT)
         assert shown.returncode == 0, shown.stderr
         assert "running" in shown.stdout.splitlines()[0]
         rows = {line.split()[0]: line for line in shown.stdout.splitlines()[1:]}
