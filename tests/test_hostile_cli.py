@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, patience
 from tidal_cli.main import build_parser, main
 
 TIDAL = [sys.executable, "-m", "tidal_cli.main"]
@@ -71,7 +71,7 @@ def run_measured(args: list[str], cwd: Path = ROOT, timeout: float = 60) -> tupl
     with open(err_path, "wb") as err:
         process = subprocess.Popen([*TIDAL, *args], stdout=subprocess.DEVNULL, stderr=err, cwd=cwd,
                                    env=os.environ.copy())
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + patience(timeout)
         peak = 0.0
         while True:
             peak = max(peak, _high_water_mib(process.pid))
@@ -81,7 +81,7 @@ def run_measured(args: list[str], cwd: Path = ROOT, timeout: float = 60) -> tupl
             if time.monotonic() > deadline:
                 process.kill()
                 os.wait4(process.pid, 0)
-                raise AssertionError(f"tidal {' '.join(args)[:200]} still running after {timeout}s")
+                raise AssertionError(f"tidal {' '.join(args)[:200]} still running after {patience(timeout):g}s")
             time.sleep(0.01)
     process.returncode = os.waitstatus_to_exitcode(status)
     stderr = err_path.read_text(errors="replace")
@@ -106,8 +106,10 @@ def _high_water_mib(pid: int) -> float:
 @pytest.fixture(scope="module")
 def baseline() -> float:
     """CPU seconds `tidal` needs to start and refuse a one-line bad file:
-    what a bomb may cost on top is within a second. The median of three: one
-    run on a busy machine is a poor yardstick either way."""
+    what a bomb may cost on top is within a second, or within what starting
+    costs on a machine where that is more (the yardstick is this machine's,
+    so a slower one allows as much more). The median of three: one run on a
+    busy machine is a poor yardstick either way."""
     runs = [run_measured(["events", "publish", "/nonexistent.yaml"]) for _ in range(3)]
     assert all(code == 2 for code, *_ in runs)
     return sorted(cpu for _, _, cpu, _ in runs)[1]
@@ -120,7 +122,7 @@ def assert_refused(result, baseline: float, *fragments: str) -> None:
     assert len(lines) == 1 and "Traceback" not in stderr, stderr
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
-    assert cpu - baseline < 1.0, f"{cpu:.2f}s of CPU (start-up {baseline:.2f}s): {lines[0]}"
+    assert cpu - baseline < max(1.0, baseline), f"{cpu:.2f}s of CPU (start-up {baseline:.2f}s): {lines[0]}"
     assert rss < 200, f"{rss:.0f} MiB: {lines[0]}"
 
 

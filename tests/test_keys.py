@@ -28,6 +28,7 @@ from tidal_schemas import (
     pod_key,
 )
 from tidal_schemas.decision_codec import NUMA_CPUS, read_decision, write_decision
+from conftest import patience
 
 NAMES = st.text(st.characters(blacklist_characters="/", blacklist_categories=("Cs",)), min_size=1, max_size=20)
 
@@ -98,12 +99,13 @@ def test_a_topology_names_each_cpu_and_numa_node_once():
 
 def test_uniqueness_checks_are_linear():
     """60,000 tenant groups (a 2 MB file) took past 200 s with list.count; a
-    Counter takes well under a second (the bound is loose for a busy machine)."""
+    Counter takes well under a second: the bound is a hang guard, which a
+    quadratic check overruns even on this machine."""
     groups = [{"name": f"g{i}", "bindings": [{"node": "n", "gpus": ["0"]}]} for i in range(60_000)]
     started = time.perf_counter()
     with pytest.raises(ValueError, match="repeated: g7 "):
         TenantConfig.model_validate({"tenant": "t", "groups": [*groups, groups[7]]})
-    assert time.perf_counter() - started < 20.0
+    assert time.perf_counter() - started < patience(20.0)
 
 
 def test_bound_pod_keeps_its_numa_holding_through_the_wire():

@@ -11,6 +11,7 @@ import pytest
 
 from tidal_topology.cgroup_paths import check_parent, check_uid, pod_uid_of
 from tidal_topology.cgroups import CgroupFs, freeze_pod, pod_cpuset, pod_frozen, set_pod_cpuset, thaw_pod
+from conftest import patience
 
 UID = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"
 OTHER = "11111111-2222-3333-4444-555555555555"
@@ -70,7 +71,7 @@ def test_v2_freeze_that_never_completes_fails_within_the_timeout(tmp_path):
     elapsed = time.monotonic() - start
     assert result.status == "failed" and "not frozen after 0.2s" in result.reason
     assert "cgroup.events frozen 0" in result.reason
-    assert 0.2 <= elapsed < 2.0
+    assert 0.2 <= elapsed < patience(2.0)  # it waited its timeout, and then ended
     assert (pod / "cgroup.freeze").read_text() == "1"  # the request was written
 
 
