@@ -1,14 +1,26 @@
 """Hotspot remediation end to end on this machine: the real node agent, real
-busy processes in their own cgroups as pods, and real per-CPU load from
-/proc/stat. cpu0 and cpu1 are declared two NUMA nodes; every pod starts
-pinned to cpu0, which makes NUMA 0 a hotspot."""
+busy processes in their own cgroups as pods, frozen, moved and thawed through
+the real cgroup filesystem. cpu0 and cpu1 are declared two NUMA nodes; every
+pod starts pinned to cpu0, which makes NUMA 0 a hotspot.
+
+The per-CPU load the agent reads is the test's own: a /proc of the test's
+(`OwnLoad`, the agent's procfs root) whose CPU times count a CPU busy for
+as long as the test's pods on it wanted to run (their run plus run-queue
+time, /proc/PID/schedstat, split over the CPUs their cpuset allows) and
+idle for the rest. Other work on the machine neither fills the NUMA node a
+pod is moved to nor hides the hotspot (a pod waiting for the CPU still
+wants it), so the test runs the same on a busy machine as on a quiet one;
+a frozen pod wants nothing, which is what cools NUMA 0 once its last busy
+pod is gone."""
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -16,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from builders import pod
-from conftest import make_bus, start_service, stop_service, wait_until
+from conftest import make_bus, patience, start_service, stop_service, wait_until
 from test_topology_cgroup_real import allowed_cpus
 from tidal_bus import StartAt
 from tidal_remediation.service import RemediationService
@@ -75,9 +87,9 @@ def pods_on_cpu0():
                 state.write_text("THAWED")
         for proc in procs:
             proc.kill()
-            proc.wait(timeout=10)
+            proc.wait(timeout=patience(10))
         for directory in reversed(made):
-            deadline = time.monotonic() + 5
+            deadline = time.monotonic() + patience(5)
             while directory.exists():
                 try:
                     directory.rmdir()
@@ -120,24 +132,93 @@ class Observer:
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
-def _cpu1_busy_from_elsewhere(seconds: float = 1.0) -> float:
-    """cpu1's utilisation while the test pods run pinned to cpu0."""
-    from tidal_topology.usage import cpu_utilisation, read_proc_stat
+def _wanted_s(pid: int) -> float:
+    """Seconds `pid` has run or waited to run (/proc/PID/schedstat: run and run-queue nanoseconds)."""
+    run_ns, wait_ns, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+    return (int(run_ns) + int(wait_ns)) / 1e9
 
-    before = read_proc_stat("/proc")
-    time.sleep(seconds)
-    return cpu_utilisation(before, read_proc_stat("/proc")).get(1, 0.0)
+
+class OwnLoad:
+    """A procfs root for the agent (see the module docstring): `stat` with
+    the CPU times of cpu0 and cpu1 as the test's pods wanted them, rewritten
+    every `every` seconds; `meminfo` the machine's."""
+
+    CPUS = (0, 1)
+    HZ = 100  # USER_HZ, the unit of /proc/stat
+
+    def __init__(self, root: Path, procs: list[subprocess.Popen], every: float = 0.05) -> None:
+        self.root, self.procs, self.every = root, procs, every
+        root.mkdir()
+        (root / "meminfo").symlink_to("/proc/meminfo")
+        self.busy = dict.fromkeys(self.CPUS, 0.0)
+        self.idle = dict.fromkeys(self.CPUS, 0.0)
+        self.wanted = {p.pid: self._wanted(p) for p in procs}
+        self.at = time.monotonic()
+        self._write()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="own-load", daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _wanted(proc: subprocess.Popen) -> float | None:
+        try:
+            return _wanted_s(proc.pid)
+        except (OSError, ValueError):
+            return None  # gone
+
+    def _step(self) -> None:
+        now = time.monotonic()
+        elapsed, self.at = now - self.at, now
+        wanted = dict.fromkeys(self.CPUS, 0.0)
+        for proc in self.procs:
+            was, is_ = self.wanted.get(proc.pid), self._wanted(proc)
+            self.wanted[proc.pid] = is_
+            if was is None or is_ is None:
+                continue
+            try:
+                cpus = [c for c in allowed_cpus(proc.pid) if c in wanted]
+            except (OSError, AssertionError):
+                continue
+            for cpu in cpus:
+                wanted[cpu] += (is_ - was) / len(cpus)
+        for cpu in self.CPUS:
+            busy = min(max(wanted[cpu], 0.0), elapsed)
+            self.busy[cpu] += busy
+            self.idle[cpu] += elapsed - busy
+        self._write()
+
+    def _write(self) -> None:
+        ticks = {c: (round(self.busy[c] * self.HZ), round(self.idle[c] * self.HZ)) for c in self.CPUS}
+        lines = [f"cpu  {sum(b for b, _ in ticks.values())} 0 0 {sum(i for _, i in ticks.values())} 0 0 0 0 0 0"]
+        lines += [f"cpu{c} {b} 0 0 {i} 0 0 0 0 0 0" for c, (b, i) in ticks.items()]
+        staged = self.root / "stat.new"
+        staged.write_text("\n".join(lines) + "\n")
+        os.replace(staged, self.root / "stat")  # the agent reads a whole file, never half of one
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self._step()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(patience(5))
 
 
 async def test_freeze_then_move_then_thaw_with_a_restart(nats_server, namespace, tmp_path, pods_on_cpu0):
     parent, pods = pods_on_cpu0
-    busy = await asyncio.to_thread(_cpu1_busy_from_elsewhere)
-    if busy > 0.5:
-        pytest.skip(f"cpu1 is {busy:.0%} busy with other work: no quieter NUMA node to show a move on")
+    load = OwnLoad(tmp_path / "proc", [proc for _, proc in pods.values()])
+    try:
+        await _freeze_then_move_then_thaw(nats_server, namespace, tmp_path, parent, pods, load)
+    finally:
+        load.close()
+
+
+async def _freeze_then_move_then_thaw(nats_server, namespace, tmp_path, parent, pods, load: OwnLoad) -> None:
     common = dict(bus_url=nats_server.url, namespace=namespace, cluster="c1", http_port=0, http_host="127.0.0.1")
     agent = TopologyService(TopologySettings(
         **common, node_name=NODE, numa_override="0:0,1:1", interval_s=0.5, cgroup_root=str(CGROUP),
-        cgroup_parent=parent, cgroup_version="v1", state_file=str(tmp_path / "cpus.json"), exclusive_cpus=False))
+        procfs_root=str(load.root), cgroup_parent=parent, cgroup_version="v1", state_file=str(tmp_path / "cpus.json"),
+        exclusive_cpus=False))
     remediation_settings = RemediationSettings(**common, cool_down_s=1.0, max_actions_per_round=1,
                                                action_timeout_s=10, retry_check_s=1)
     remediation = RemediationService(remediation_settings)
