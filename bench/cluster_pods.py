@@ -21,8 +21,14 @@ cluster of pods Tidal placed, whose decisions are on the decision stream.
 Once the bridge has published every pod, a node agent for the
 first node (`tidal run topology`, on an empty cgroup tree: no pod cgroup
 is touched) starts, as one restarted in a running cluster. Once the agent's
-pod table has caught up and no process has used CPU for a while (every
-stream read to its end), it reads their resident memory from /proc.
+pod table has caught up and every stream has been read to its end, it reads
+their resident memory from /proc. Read to its end is the broker's to say,
+not a quiet CPU's (which a busy machine never shows): every JetStream
+consumer of the bench's streams that has a reader, each group member's and
+each follower's, has no message of its stream left to be handed and none
+handed and not yet acknowledged, in every look at the broker over a second
+(`Positions`). A follower acknowledges nothing: what it was handed
+last is one fetch at most, in hand.
 
 Prints one JSON line: {"cluster_pods": P, "nodes": N, "placed": bool, "pods_here": K,
 "catch_up_s": T, "rss_mib": {process: MiB}, "peak_rss_mib": {process: MiB}}
@@ -137,18 +143,65 @@ async def until_running(kubelets: Kubelets, stack: Stack, deadline: float) -> No
     raise SystemExit(f"cluster_pods: {kubelets.running} of {kubelets.count} pods placed and running at the timeout")
 
 
-async def idle(stack: Stack, deadline: float, quiet_s: float = 3.0) -> None:
-    """Until no process has used CPU for `quiet_s`: each has read what it follows to its end."""
-    last, quiet_since = None, time.monotonic()
+class Positions:
+    """Where every consumer of the bench's streams stands, look after look
+    at the broker (JetStream's consumer info).
+
+    A consumer is at its stream's end when it has no message left to be
+    handed (num_pending 0) and none handed and not yet acknowledged
+    (num_ack_pending 0, for a group's durable). A reader that ended (a
+    catch-up read to a position, a replay) leaves its ephemeral consumer
+    behind until the server's inactive threshold removes it, a minute
+    later, with what was published since still pending: an ephemeral
+    consumer that has never been seen asking (no pull request waiting) nor
+    moving (its delivered sequence the same in every look) has no reader,
+    and is left out. One that has been seen reading must be at the end."""
+
+    def __init__(self, js) -> None:
+        self.js = js
+        self.first: dict[str, int] = {}  # consumer -> its delivered stream sequence at the first look
+        self.read: set[str] = set()  # consumers seen asking or moving: a reader is there
+        self.durable: set[str] = set()
+
+    async def behind(self) -> dict[str, int]:
+        """Consumer -> messages it has left, for each consumer with a reader
+        that is not at its stream's end (empty: every stream read to its end)."""
+        found: dict[str, int] = {}
+        for info in await self.js.streams_info():
+            name = info.config.name
+            if not name.startswith(f"{NAMESPACE}_".upper()):  # the bench's streams; not the members' KV buckets
+                continue
+            for consumer in await self.js.consumers_info(name):
+                key = f"{name}/{consumer.name}"
+                at = consumer.delivered.stream_seq if consumer.delivered else 0
+                self.first.setdefault(key, at)
+                if consumer.config.durable_name:
+                    self.durable.add(key)
+                if (consumer.num_waiting or 0) > 0 or at != self.first[key]:
+                    self.read.add(key)
+                left = (consumer.num_pending or 0) + (consumer.num_ack_pending or 0)
+                if left and (key in self.durable or key in self.read):
+                    found[key] = left
+        return found
+
+
+LOOK_EVERY_S = 0.25
+LOOKS = 5  # in a row, over a second: a reader at rest asks again within its pull request's expiry (1 s)
+
+
+async def read_to_the_end(stack: Stack, bus: Bus, deadline: float) -> None:
+    """Until every consumer with a reader is at its stream's end, in LOOKS
+    looks in a row (see Positions): the streams' positions decide, not how
+    busy the machine is."""
+    positions, last, in_a_row = Positions(bus.backend.js), {}, 0
     while time.monotonic() < deadline:
         alive(stack)
-        now = [_common.cpu_seconds(s.process.pid) for s in stack.services]
-        if now != last:
-            last, quiet_since = now, time.monotonic()
-        elif time.monotonic() - quiet_since >= quiet_s:
+        last = await positions.behind()
+        in_a_row = 0 if last else in_a_row + 1
+        if in_a_row == LOOKS:
             return
-        await asyncio.sleep(0.25)
-    raise SystemExit("cluster_pods: the services were still busy at the timeout")
+        await asyncio.sleep(LOOK_EVERY_S)
+    raise SystemExit(f"cluster_pods: consumers not at their stream's end at the timeout: {last}")
 
 
 async def run(args: argparse.Namespace) -> dict:
@@ -171,8 +224,9 @@ async def run(args: argparse.Namespace) -> dict:
         (tmp / "cgroup").mkdir()
         stack = exits.enter_context(Stack(tmp / "stack", nats_port=0, namespace=NAMESPACE, cluster=CLUSTER,
                                           services=SERVICES))
-        async with Bus.from_url(stack.bus_url, namespace=NAMESPACE, cluster=CLUSTER, source="agents") as bus:
-            await _common.publish_all(bus, cluster)  # what the node agents publish first
+        bus = await exits.enter_async_context(Bus.from_url(stack.bus_url, namespace=NAMESPACE, cluster=CLUSTER,
+                                                           source="agents"))
+        await _common.publish_all(bus, cluster)  # what the node agents publish first
         started = time.monotonic()
         deadline = started + args.timeout
         bridge = await asyncio.to_thread(stack.add, "bridge", {
@@ -184,7 +238,7 @@ async def run(args: argparse.Namespace) -> dict:
             "TIDAL_TOPOLOGY_NODE_NAME": cluster[0].node, "TIDAL_TOPOLOGY_CGROUP_ROOT": str(tmp / "cgroup"),
             "TIDAL_TOPOLOGY_CGROUP_VERSION": "v1", "TIDAL_TOPOLOGY_KUBELET_CPU_STATE": str(tmp / "cgroup" / "none")})
         here = await caught_up(agent.log_path, agent.process, deadline)
-        await idle(stack, deadline)
+        await read_to_the_end(stack, bus, deadline)
         took = time.monotonic() - started
         pids = {("node agent" if s.name == "topology" else s.name): s.process.pid for s in stack.services}
         return {"cluster_pods": args.pods, "nodes": args.nodes, "placed": args.placed, "pods_here": here,
