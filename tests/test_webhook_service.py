@@ -6,8 +6,10 @@ and, the webhook stopped, `failurePolicy` decides."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import os
 import ssl
 
 import aiohttp
@@ -48,14 +50,14 @@ def _ops(answer: dict) -> list:
     return json.loads(base64.b64decode(patch)) if patch else []
 
 
-async def test_kubelet_status_updates_get_the_newest_oversold_figure_clamped(nats_server, namespace, tls):
-    made, cert, key = tls
-    async with make_bus(nats_server.url, namespace, source="oversell") as bus:
+async def test_kubelet_status_updates_get_the_newest_oversold_figure_clamped(bus_url, namespace, tls):
+    made, cert, key = tls  # on either broker: the figures are read without a group, from a time
+    async with make_bus(bus_url, namespace, source="oversell") as bus:
         # n1: 14 CPUs granted (cap 8 × 1.5 = 12), 40 GiB (under the 48 GiB cap); n2 granted less than its kubelet's
         await bus.publish(granted(("n1", 10000, 36864)))
         await bus.publish(granted(("n1", 14000, 40960)))
         await bus.publish(granted(("n2", 4000, 16384)))
-        service = WebhookService(_settings(nats_server.url, namespace, cert, key))
+        service = WebhookService(_settings(bus_url, namespace, cert, key))
         task = await start_service(service)
         try:
             await wait_until(lambda: len(service.figures.held) == 2, what="both nodes' figures")
@@ -78,7 +80,8 @@ async def test_kubelet_status_updates_get_the_newest_oversold_figure_clamped(nat
             assert _ops(answer) == [] and "not the kubelet of node n1" in answer["response"]["status"]["message"]
             # a figure published while serving replaces the one held
             await bus.publish(granted(("n1", 9000, 32768)))
-            await wait_until(lambda: service.figures.held["n1"][0].cpu_milli == 9000, what="the live figure")
+            await wait_until(lambda: service.figures.held["n1"][0].cpu_milli == 9000, timeout=20,
+                             what="the live figure")
             code, answer = await _review(service, made.ca_pem, status_review(kubelet_node("n1")))
             assert {op["path"]: op["value"] for op in _ops(answer)}["/status/allocatable/cpu"] == "9"
         finally:
@@ -181,3 +184,30 @@ async def test_a_bad_ca_bundle_is_refused_like_a_tls_failure(nats_server, namesp
             assert node["status"]["allocatable"]["cpu"] == "12"
         finally:
             await stop_service(service, task)
+
+
+async def test_a_renewed_certificate_is_served_without_a_restart(nats_server, namespace, tmp_path):
+    first = make_webhook_tls(["localhost"], ["127.0.0.1"])
+    cert, key, _ = first.write(tmp_path / "tls")
+    service = WebhookService(_settings(nats_server.url, namespace, cert, key, tls_reload_s=0.1))
+    task = await start_service(service)
+    try:
+        assert (await _review(service, first.ca_pem, status_review(kubelet_node())))[0] == 200
+        second = make_webhook_tls(["localhost"], ["127.0.0.1"])  # renewed in place, as cert-manager does
+        second.write(tmp_path / "tls")
+        for path in (cert, key):
+            stat = path.stat()
+            os.utime(path, (stat.st_atime, stat.st_mtime + 10))
+
+        async def served_with_the_new_one() -> None:
+            while True:
+                try:
+                    await _review(service, second.ca_pem, status_review(kubelet_node()))
+                    return
+                except aiohttp.ClientConnectorCertificateError:
+                    await asyncio.sleep(0.05)
+        await asyncio.wait_for(served_with_the_new_one(), 10)
+        with pytest.raises(aiohttp.ClientConnectorCertificateError):
+            await _review(service, first.ca_pem, status_review(kubelet_node()))
+    finally:
+        await stop_service(service, task)
