@@ -232,6 +232,8 @@ class Stack:
             lines.append(f"{s.name:<10} pid {s.process.pid}  {s.url}/metrics  log {s.log_path}{self._restarts(s.name)}")
         if not self.services:
             lines.append("(no services installed yet)")
+        if self.webhook is not None:
+            lines.append(f"{'':<10} AdmissionReviews at {self.webhook.url}  CA {self.webhook.folder / 'ca.crt'}")
         return "\n".join(lines)
 
     def _restarts(self, name: str) -> str:
