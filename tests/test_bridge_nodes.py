@@ -7,12 +7,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tidal_bridge.nodes import node_topology, with_taint, without_taint
-from tidal_bridge.objects import (
-    allocatable_annotations, binding_body,
-    eviction_body, pod_event, taints_patch,
-)
-from tidal_schemas import NodeAllocatable, Resources
+from tidal_bridge.nodes import node_status, node_topology, with_taint, without_taint
+from tidal_bridge.objects import binding_body, eviction_body, pod_event, taints_patch
+from tidal_schemas import NodeStatus, Resources
 
 
 def make_node(name="n1", capacity=None, allocatable=None, labels=None):
@@ -81,12 +78,25 @@ def test_without_taint(taints, expected):
     assert without_taint(taints, "tidal.dev/overloaded", "NoSchedule") == expected
 
 
-def test_allocatable_annotations():
-    allocatable = NodeAllocatable(node="n1", policy="bounded", capacity=Resources(cpu_milli=100_000, memory_mib=4096),
-                                  allocatable=Resources(cpu_milli=80_000, memory_mib=4096))
-    assert allocatable_annotations(allocatable) == {"tidal.dev/allocatable-cpu-milli": "80000",
-                                                    "tidal.dev/allocatable-memory-mib": "4096",
-                                                    "tidal.dev/oversell-policy": "bounded"}
+@pytest.mark.parametrize("capacity, allocatable, expected", [
+    # the kubelet's own: capacity less its reservations
+    ({"cpu": "8", "memory": "32Gi"}, {"cpu": "7910m", "memory": "31Gi", "nvidia.com/gpu": "4"},
+     Resources(cpu_milli=7910, memory_mib=31744)),
+    # the webhook's oversold figure, above capacity: kept as it is, it is what the kubelet admits against
+    ({"cpu": "8", "memory": "32Gi"}, {"cpu": "12", "memory": "40Gi"}, Resources(cpu_milli=12000, memory_mib=40960)),
+    # no allocatable: the API server's default, capacity
+    ({"cpu": "8", "memory": "32Gi"}, None, Resources(cpu_milli=8000, memory_mib=32768)),
+])
+def test_node_status_is_what_the_kubelet_admits_against(capacity, allocatable, expected):
+    node = make_node(capacity=capacity)
+    node["status"]["allocatable"] = allocatable
+    assert node_status(node) == (NodeStatus(node="n1", allocatable=expected), "")
+
+
+def test_a_node_without_figures_or_with_a_malformed_one_has_no_status():
+    assert node_status({"metadata": {"name": "n1"}}) == (None, "")  # not reported yet: nothing to say
+    status, problem = node_status(make_node(allocatable={"cpu": "lots", "memory": "1Gi"}))
+    assert status is None and problem.startswith("node n1: status.allocatable: 'lots' is not a Kubernetes quantity")
 
 
 def test_bodies_carry_preconditions():
@@ -112,19 +122,3 @@ def test_pod_events_are_named_by_what_they_report():
                                        "uid": "u1", "resourceVersion": "4"}
     assert (first["type"], first["reason"], first["firstTimestamp"]) == ("Warning", "TidalInvalidAnnotation",
                                                                          "2026-01-01T00:00:00Z")
-
-
-def test_annotations_are_due_when_changed_stale_or_forgotten():
-    from tidal_bridge.node_annotations import AnnotationsWritten
-    now = [0.0]
-    written = AnnotationsWritten(300.0, clock=lambda: now[0])
-    a, b = {"tidal.dev/allocatable-cpu-milli": "9600"}, {"tidal.dev/allocatable-cpu-milli": "12000"}
-    assert written.due("n1", a)
-    written.written("n1", a)
-    now[0] = 299.0
-    assert not written.due("n1", a) and written.due("n1", b) and written.due("n2", a)
-    now[0] = 300.0
-    assert written.due("n1", a)  # the last write is as old as the refresh: written again
-    written.written("n1", a)
-    written.forget("n1")
-    assert written.due("n1", a)

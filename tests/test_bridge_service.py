@@ -1,12 +1,13 @@
 """The bridge service over a real NATS server and the fake API server:
 pods become `pod.lifecycle` events, decisions become bindings and
-`bind.result`s, allocatable becomes node annotations, actions become
+`bind.result`s, node status becomes `node.status`, actions become
 taints and evictions with an `action.result` each — for its own cluster."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import re
 from datetime import datetime, timedelta, timezone
 
@@ -393,38 +394,39 @@ async def test_an_unreachable_api_server_is_retried_then_reported(nats_server, n
     assert fake.count("POST", "/pods/web/binding") == 3
 
 
-async def test_allocatable_is_written_to_node_annotations(nats_server, namespace, fake, bus):
-    async with running(settings(nats_server, namespace, fake)):
+async def test_node_status_is_published_when_its_allocatable_changes_and_oversell_is_not_written(
+        nats_server, namespace, fake, bus):
+    """status.allocatable → `node.status` on change only (a heartbeat, an
+    annotation, a capacity change publish nothing), its deletion once; and
+    oversell's figures are no business of the bridge's: no node is patched.
+    The stream keeps each node's last event only: what was published is counted."""
+    statuses = Stream(bus, "node.status")
+
+    async def last(what: str):
+        (event,) = await statuses.wait(lambda es: len(es) == 1 and what == _status(es[0].payload), what)
+        return event
+
+    async with running(settings(nats_server, namespace, fake)) as (service,):
+        await last("8000m/32768Mi")
         await bus.publish(NodeAllocatables.of(NodeAllocatable(
             node="n1", policy="bounded", factor=1.2, capacity=Resources(cpu_milli=8000, memory_mib=32768),
             allocatable=Resources(cpu_milli=9600, memory_mib=32768))))
-        await bus.publish(NodeAllocatables.of(NodeAllocatable(node="n-gone", policy="none", capacity=Resources(),
-                                                              allocatable=Resources())))
-        await wait_until(lambda: "tidal.dev/allocatable-cpu-milli" in fake.node("n1")["metadata"]["annotations"],
-                         10, "annotations")
-    assert fake.node("n1")["metadata"]["annotations"] == {"tidal.dev/allocatable-cpu-milli": "9600",
-                                                          "tidal.dev/allocatable-memory-mib": "32768",
-                                                          "tidal.dev/oversell-policy": "bounded"}
+        fake.update_node("n1", lambda n: n["metadata"]["annotations"].update(note="x"))
+        fake.update_node("n1", lambda n: n["status"]["conditions"].append({"type": "MemoryPressure",
+                                                                           "status": "False"}))
+        fake.update_node("n1", lambda n: n["status"]["capacity"].update(cpu="9"))  # allocatable is what counts
+        fake.update_node("n1", lambda n: n["status"]["allocatable"].update(cpu="9600m"))  # the webhook's figure
+        await last("9600m/32768Mi")
+        fake.update_node("n1", lambda n: n["status"]["allocatable"].update(memory="32Gi"))  # the same: nothing
+        fake.store.write("nodes", "DELETED", copy.deepcopy(fake.node("n1")))
+        await last("deleted")
+        assert published(service, "node.status") == 3  # 8000m, 9600m, deleted: one a change
+    assert fake.count("PATCH", "/nodes/") == 0
 
 
-def figures(cpu_milli: int, factor: float) -> NodeAllocatables:
-    return NodeAllocatables.of(NodeAllocatable(node="n1", policy="factor", factor=factor, capacity=Resources(cpu_milli=8000),
-                                               allocatable=Resources(cpu_milli=cpu_milli)))
-
-
-@pytest.mark.parametrize("refresh_s, patches", [(300.0, 2), (0.0, 4)])
-async def test_allocatable_annotations_are_written_when_they_change(nats_server, namespace, fake, bus,
-                                                                    refresh_s, patches):
-    """Oversell answers every sample; the node is patched only when its
-    annotations would change (or the last write is `refresh_s` old; 0:
-    every time). The factor alone is no annotation."""
-    async with running(settings(nats_server, namespace, fake, annotations_refresh_s=refresh_s)):
-        for cpu_milli, factor in ((9600, 1.2), (9600, 1.2), (9600, 1.25), (12000, 1.5)):
-            await bus.publish(figures(cpu_milli, factor))
-        # one key, handled in order: the last one written means every one before was handled
-        await wait_until(lambda: fake.node("n1")["metadata"]["annotations"].get(
-            "tidal.dev/allocatable-cpu-milli") == "12000", 10, "the last figures")
-    assert fake.count("PATCH", "/nodes/n1") == patches
+def _status(status) -> str:
+    figures = status.allocatable
+    return "deleted" if status.deleted else f"{figures.cpu_milli}m/{figures.memory_mib}Mi"
 
 
 def act(action_id, kind, **fields) -> NodeAction:

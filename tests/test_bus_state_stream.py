@@ -19,7 +19,9 @@ from tidal_schemas.streams import STREAMS, stream
 
 def test_only_state_streams_keep_the_last_event_per_key():
     # tenant.usage: what each tenant holds now, shown on its Tenant object after a bridge restart
-    assert [s.name for s in STREAMS.values() if s.keep_last_per_key] == ["tenant.config", "tenant.usage"]
+    # node.status: each node's status.allocatable, as long as the node lives, however long unchanged
+    assert [s.name for s in STREAMS.values() if s.keep_last_per_key] == ["tenant.config", "tenant.usage",
+                                                                          "node.status"]
     assert topic_configs(stream("tenant.config"))["cleanup.policy"] == "compact"
     assert topic_configs(stream("tenant.config"))["retention.ms"] == "-1"
     assert "cleanup.policy" not in topic_configs(stream("node.metrics"))

@@ -229,7 +229,7 @@ async def test_the_cache_rebuilt_after_kill_9_equals_the_cache_before(nats_serve
 
 
 async def _streams(bus) -> dict[str, list]:
-    names = ("node.topology", "tenant.config", "pod.lifecycle", "placement.decision", "bind.result")
+    names = ("node.topology", "node.status", "tenant.config", "pod.lifecycle", "placement.decision", "bind.result")
     return {name: [e async for _, e in bus.read(name, StartAt.earliest()) if not isinstance(e, Exception)]
             for name in names}
 
@@ -268,9 +268,10 @@ async def test_the_rebuilt_cache_is_the_same_whatever_order_the_streams_are_read
         streams = await _streams(path.bus)
         orders = [
             # decisions before any pod event, bound pods before their node's topology
-            ["placement.decision", "bind.result", "pod.lifecycle", "tenant.config", "node.topology"],
-            ["pod.lifecycle", "bind.result", "placement.decision", "node.topology", "tenant.config"],
-            ["node.topology", "tenant.config", "pod.lifecycle", "placement.decision", "bind.result"],
+            # (the nodes' status before their topology, and after)
+            ["placement.decision", "bind.result", "pod.lifecycle", "tenant.config", "node.status", "node.topology"],
+            ["pod.lifecycle", "bind.result", "placement.decision", "node.topology", "node.status", "tenant.config"],
+            ["node.status", "node.topology", "tenant.config", "pod.lifecycle", "placement.decision", "bind.result"],
         ]
         for order in orders:
             assert await _rebuilt(path, streams, order) == expected, order

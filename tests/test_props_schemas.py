@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tidal_schemas import (
     ActionResult, BindResult, CpuAssignment, DeadLetter, NodeAction, NodeAllocatable, NodeAllocatables, NodeMetrics, NodeScore, NodeScores,
-    NodeTopology, PlacementDecision, PlacementDecisions, PodLifecycle, SchemaError, TenantConfig, TenantUsage,
+    NodeStatus, NodeTopology, PlacementDecision, PlacementDecisions, PodLifecycle, SchemaError, TenantConfig, TenantUsage,
     UserScore, decode, decode_obj,
     encode, event_types, make_envelope,
 )
@@ -42,6 +42,7 @@ SAMPLES = {
     "node.allocatable": NodeAllocatables.of(NodeAllocatable(
         node="n1", policy="factor", capacity={"cpu_milli": 2000}, allocatable={"cpu_milli": 3000}, factor=1.5,
         inputs={"peak": 0.3}, reason="r")),
+    "node.status": NodeStatus(node="n1", allocatable={"cpu_milli": 3000, "memory_mib": 1024}),
     "pod.lifecycle": PodLifecycle(
         namespace="ns", name="p", uid="u", phase="running", node="n1", requests={"cpu_milli": 2000, "memory_mib": 64},
         exclusive_cpus=True, cpu_policy="spread",

@@ -59,8 +59,8 @@ ACCESS: dict[str, Access] = {
     "placement": Access(
         publishes=("placement.decision", "tenant.usage"),
         consumes=(("tenant.config", _GROUP + "-leader"),),
-        reads=("node.topology", "node.allocatable", "score.node", "score.user", "tenant.config", "node.action",
-               "pod.lifecycle", "bind.result", "placement.decision", "cpu.assignment")),
+        reads=("node.topology", "node.allocatable", "node.status", "score.node", "score.user", "tenant.config",
+               "node.action", "pod.lifecycle", "bind.result", "placement.decision", "cpu.assignment")),
     "oversell": Access(
         publishes=("node.allocatable", "node.action"),
         consumes=(("node.topology", _GROUP), ("score.node", _GROUP), ("node.metrics", _GROUP)),
@@ -70,8 +70,8 @@ ACCESS: dict[str, Access] = {
         consumes=(("node.topology", _GROUP), ("node.metrics", _GROUP)),
         reads=("node.action", "action.result", "cpu.assignment")),
     "bridge": Access(
-        publishes=("pod.lifecycle", "bind.result", "action.result", "tenant.config"),
-        consumes=(("placement.decision", _GROUP), ("node.allocatable", _GROUP), ("node.action", _GROUP),
+        publishes=("pod.lifecycle", "bind.result", "action.result", "tenant.config", "node.status"),
+        consumes=(("placement.decision", _GROUP), ("node.action", _GROUP),
                   ("node.action", _GROUP + "-evictions"), ("tenant.usage", _GROUP), ("score.user", _GROUP)),
         reads=("tenant.config",)),
     "simulator": Access(

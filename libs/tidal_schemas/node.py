@@ -155,3 +155,23 @@ class NodeAllocatables(NodeBatch[NodeAllocatable]):
 
     TYPE = "node.allocatable"
     VERSION = 2
+
+
+@register
+class NodeStatus(Payload):
+    """The CPU and memory a Node object's status.allocatable gives the kubelet.
+
+    What the kubelet admits pods against: the oversold figure once the
+    admission webhook wrote it there, the kubelet's own otherwise. Published
+    by the bridge when it changes, one node an event: the stream keeps each
+    node's last. `deleted`: the Node object is gone, and nothing is admitted
+    there. GPUs are not in it: placement counts them by device."""
+
+    TYPE = "node.status"
+
+    node: Name
+    allocatable: Resources = Field(default_factory=Resources)
+    deleted: bool = False
+
+    def event_key(self) -> str:
+        return self.node

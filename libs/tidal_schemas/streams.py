@@ -81,7 +81,11 @@ _CATALOGUE = [
                consumers=("bridge", "simulator", "topology")),
     StreamSpec("bind.result", producers=("bridge", "simulator"), consumers=("placement", "topology")),
     StreamSpec("node.allocatable", producers=("oversell",),
-               consumers=("placement", "bridge", "simulator")),
+               consumers=("placement", "simulator")),
+    # What each Node object's status says the kubelet admits against: placement
+    # books no more (docs/last-mile.md). A node's last lives as long as the
+    # node, however long its figure stays the same.
+    StreamSpec("node.status", keep_last_per_key=True, producers=("bridge",), consumers=("placement",)),
     StreamSpec("node.action", producers=("oversell", "remediation"),
                consumers=("topology", "bridge", "simulator")),
     StreamSpec("action.result", producers=("topology", "bridge", "simulator"), written_by_nodes=True,

@@ -5,10 +5,11 @@ Read from the pod:
 
 | key | on | values | default | `PodLifecycle` field |
 |---|---|---|---|---|
+| `tidal.dev/gpu-milli` | resource (requests = limits) | q: 1..1000 (one GPU, q milli) or a multiple of 1000 (q / 1000 whole GPUs) | no GPU | `gpu.count`, `gpu.milli` (gpu_ask.py; the older form below, when also given, must ask the same) |
 | `tidal.dev/exclusive-cpus` | annotation | `true` / `false` | `false` | `exclusive_cpus` (needs whole, non-zero CPU requests) |
 | `tidal.dev/cpu-policy` | annotation | `spread`, `single-numa`, `auto` | unset: placement's default | `cpu_policy` |
-| `tidal.dev/gpu-count` | annotation | whole number 0..1024 | the pod's `nvidia.com/gpu` limits, else 1 if `gpu-milli` is given, else 0 | `gpu.count` |
-| `tidal.dev/gpu-milli` | annotation | 1..1000, per GPU (1000 = whole GPU) | 1000 | `gpu.milli` (below 1000 the count must be 1) |
+| `tidal.dev/gpu-count` | annotation (older form) | whole number 0..1024 | the pod's `nvidia.com/gpu` limits, else 1 if `gpu-milli` is given, else 0 | `gpu.count` |
+| `tidal.dev/gpu-milli` | annotation (older form) | 1..1000, per GPU (1000 = whole GPU) | 1000 | `gpu.milli` (below 1000 the count must be 1) |
 | `tidal.dev/gpu-models` | annotation | models separated by `\\|`, e.g. `A100\\|V100` | any model | `gpu.models` |
 | `tidal.dev/gpu-kind` | annotation | `physical`, `virtual` | either | `gpu.kind` |
 | `tidal.dev/gpu-group` | annotation | a GPU group name of the tenant | any of the tenant's groups | `gpu.group` |
@@ -19,13 +20,9 @@ Read from the pod:
 
 Written by the bridge (never read as asks): the decision a pod was bound
 by (`tidal.dev/decision-id`, `tidal.dev/numa-cpus`, `tidal.dev/gpus`, written
-and read back by `tidal_schemas.decision_codec`), and on nodes:
-
-| key | on | value |
-|---|---|---|
-| `tidal.dev/allocatable-cpu-milli` | node annotation | oversold allocatable CPU, milli-CPU |
-| `tidal.dev/allocatable-memory-mib` | node annotation | oversold allocatable memory, MiB |
-| `tidal.dev/oversell-policy` | node annotation | `factor`, `bounded` or `none` |
+and read back by `tidal_schemas.decision_codec`). Nothing on nodes: the
+oversold allocatable reaches the node's `status.allocatable` through the
+admission webhook (docs/last-mile.md), not the bridge.
 
 `true`/`false`, `LS`/`BE` are case-insensitive. Any other annotation under
 `tidal.dev/` is an error (a typo must not be silently ignored); other labels
@@ -57,9 +54,6 @@ TENANT = PREFIX + "tenant"
 USER = PREFIX + "user"
 QOS = PREFIX + "qos"
 EVICTABLE = PREFIX + "evictable"
-ALLOCATABLE_CPU = PREFIX + "allocatable-cpu-milli"
-ALLOCATABLE_MEMORY = PREFIX + "allocatable-memory-mib"
-OVERSELL_POLICY = PREFIX + "oversell-policy"
 
 WRITTEN_ON_PODS = frozenset(DECISION_KEYS)
 MAX_NAME = 253

@@ -1,16 +1,24 @@
 """The bridge's watch of Node objects: kept for the binder's checks (exists,
-not cordoned), and published as node-level facts (`node.topology`) when
-`publish_node_facts` is on (see the service's docstring for why it is off
-by default)."""
+not cordoned); each node's status.allocatable published (`node.status`) when
+its CPU or memory changed, and once when the node is deleted; published as
+node-level facts (`node.topology`) when `publish_node_facts` is on (see the
+service's docstring for why it is off by default).
+
+Every replica watches every node and publishes, as for pods: event ids come
+from (cluster, node uid, resourceVersion), or (…, "deleted"), so a second
+replica's events are the first's and the bus drops them. "Changed" is
+against what this process published last: after a restart each node's
+figure is published once again (the same figure: placement books nothing
+new on it)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tidal_schemas import NodeTopology
+from tidal_schemas import NodeStatus, NodeTopology
 
 from .kube import Kube
-from .nodes import node_topology
+from .nodes import node_status, node_topology
 from .settings import BridgeSettings
 from .watch import Change, Reflector
 
@@ -28,6 +36,7 @@ class NodeWatch:
     def __init__(self, service: "BridgeService") -> None:
         self.service = service
         self.facts: dict[str, NodeTopology] = {}  # name -> last published
+        self.status: dict[str, NodeStatus] = {}  # name -> last published
         self.reflector: Reflector | None = None
 
     def connect(self, kube: Kube, settings: BridgeSettings) -> None:
@@ -40,7 +49,11 @@ class NodeWatch:
         if change.type == "DELETED":
             self.facts.pop(meta.get("name", ""), None)
             service.log.info("node %s deleted", meta.get("name"))
+            if self.status.pop(meta.get("name", ""), None) is not None:
+                await service.publish(NodeStatus(node=meta["name"], deleted=True),
+                                      event_id=service.event_id(meta.get("uid", ""), NodeStatus.TYPE, "deleted"))
             return
+        await self._status(change.object, meta)
         if not service.settings.publish_node_facts:
             return
         topology, problem = node_topology(change.object, service.settings.gpu_resource)
@@ -52,3 +65,15 @@ class NodeWatch:
         await service.publish(topology, event_id=service.event_id(meta.get("uid", ""), NodeTopology.TYPE,
                                                                   str(meta.get("resourceVersion"))))
         self.facts[topology.node] = topology
+
+    async def _status(self, node: dict[str, Any], meta: dict[str, Any]) -> None:
+        status, problem = node_status(node)
+        if status is None:
+            if problem:
+                self.service.log.warning("node status not published: %s", problem)
+            return
+        if self.status.get(status.node) == status:
+            return
+        await self.service.publish(status, event_id=self.service.event_id(meta.get("uid", ""), NodeStatus.TYPE,
+                                                                          str(meta.get("resourceVersion"))))
+        self.status[status.node] = status

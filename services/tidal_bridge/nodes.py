@@ -4,7 +4,8 @@ Node facts are node-level only: capacity and allocatable of CPU, memory and
 GPUs (the extended resource, 1000 milli-GPU per device) plus the node's
 labels. The NUMA, CPU and GPU inventory comes from the node agent, which
 publishes the full `NodeTopology` of the same node; see `service.py` for why
-the bridge publishes these only when asked to.
+the bridge publishes these only when asked to. Node status (`NodeStatus`)
+is the CPU and memory the kubelet admits against, always published.
 
 A taint is identified by (key, effect), as in Kubernetes: adding one that is
 present, or removing one that is absent, changes nothing (idempotent), and
@@ -18,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tidal_schemas import NodeTopology, Resources
+from tidal_schemas import NodeStatus, NodeTopology, Resources
 from tidal_schemas.envelope import describe_validation_error
 
 from .pods import GPU_RESOURCE
@@ -52,6 +53,26 @@ def node_topology(node: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> 
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     try:
         return NodeTopology(node=name, capacity=capacity, allocatable=allocatable, labels=labels), ""
+    except ValidationError as exc:
+        return None, f"node {name!r}: {describe_validation_error(exc)}"
+
+
+def node_status(node: Mapping[str, Any]) -> tuple[NodeStatus | None, str]:
+    """(the `NodeStatus` of a Node object: its status.allocatable CPU and
+    memory, as the kubelet admits against them, or capacity when it has no
+    allocatable, as the API server defaults it, "") or (None, why not: a
+    figure malformed; "" for a node that reported neither yet). Not clamped
+    to capacity: the oversold figure the webhook writes may be above it."""
+    meta, status = node.get("metadata") or {}, node.get("status") or {}
+    name = meta.get("name") or ""
+    figures = status.get("allocatable") or status.get("capacity")
+    if not figures:
+        return None, ""
+    try:
+        allocatable = Resources(cpu_milli=cpu_milli(figures.get("cpu", 0)), memory_mib=memory_mib(figures.get("memory", 0)))
+        return NodeStatus(node=name, allocatable=allocatable), ""
+    except QuantityError as exc:
+        return None, f"node {name}: status.allocatable: {exc}"
     except ValidationError as exc:
         return None, f"node {name!r}: {describe_validation_error(exc)}"
 

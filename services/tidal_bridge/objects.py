@@ -13,29 +13,10 @@ import hashlib
 from datetime import datetime
 from typing import Any
 
-from tidal_schemas import NodeAllocatable
-
-from .annotations import ALLOCATABLE_CPU, ALLOCATABLE_MEMORY, OVERSELL_POLICY
-
 INVALID_ANNOTATION = "TidalInvalidAnnotation"
 DECISION_UNREADABLE = "TidalDecisionUnreadable"
 SCHEDULED = "Scheduled"
 COMPONENT = "tidal-bridge"
-
-
-def annotations_patch(annotations: dict[str, str | None]) -> dict[str, Any]:
-    """A merge patch setting (or, for None values, removing) annotations."""
-    return {"metadata": {"annotations": annotations}}
-
-
-def allocatable_annotations(allocatable: NodeAllocatable) -> dict[str, str]:
-    """Node annotations for operators: the oversold allocatable and the
-    policy that produced it. Placement reads `node.allocatable` events, not these."""
-    return {
-        ALLOCATABLE_CPU: str(allocatable.allocatable.cpu_milli),
-        ALLOCATABLE_MEMORY: str(allocatable.allocatable.memory_mib),
-        OVERSELL_POLICY: allocatable.policy,
-    }
 
 
 def taints_patch(taints: list[dict[str, Any]], resource_version: str) -> dict[str, Any]:

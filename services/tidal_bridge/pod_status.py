@@ -56,7 +56,8 @@ class PodStatusReporter:
         self._counts: OrderedDict[tuple[str, str], tuple[str, int]] = OrderedDict()  # (pod, message) -> (event, count)
         self._counted: dict[str, set[str]] = {}  # pod -> its messages in _counts: forget finds them without a scan
         self._bound: OrderedDict[str, None] = OrderedDict()  # pods bound here lately: a late pending decision
-        self._queued: dict[str, PlacementDecision] = {}  # pod key -> latest pending decision not yet written
+        # pod key -> (latest pending decision not yet written, the GPU resource the pod asks)
+        self._queued: dict[str, tuple[PlacementDecision, str | None]] = {}
         self._wake = asyncio.Event()
 
     def bound(self, namespace: str, name: str) -> None:
@@ -78,13 +79,14 @@ class PodStatusReporter:
         for message in self._counted.pop(key, ()):  # a pod of the same name counts anew
             self._counts.pop((key, message), None)
 
-    def submit(self, decision: PlacementDecision) -> None:
+    def submit(self, decision: PlacementDecision, gpu_resource: str | None = None) -> None:
         """Queue a `pending` decision for `run` to write (replacing one of
-        the same pod not written yet)."""
+        the same pod not written yet); `gpu_resource`: the one the pod asks,
+        named in the message (default: the cluster's)."""
         key = decision.event_key()
         if key not in self._bound:
             self._queued.pop(key, None)  # to the back: pods take turns
-            self._queued[key] = decision
+            self._queued[key] = (decision, gpu_resource)
             self._wake.set()
 
     @property
@@ -99,14 +101,14 @@ class PodStatusReporter:
             self._wake.clear()
             while self._queued:
                 key = next(iter(self._queued))
-                await self.unschedulable(self._queued.pop(key))
+                await self.unschedulable(*self._queued.pop(key))
 
-    async def unschedulable(self, decision: PlacementDecision) -> None:
+    async def unschedulable(self, decision: PlacementDecision, gpu_resource: str | None = None) -> None:
         """Set the condition and record the event for a `pending` decision."""
         ns, name, key = decision.namespace, decision.name, decision.event_key()
         if key in self._bound:
             return
-        message = decision_message(decision, self.gpu_resource)
+        message = decision_message(decision, gpu_resource or self.gpu_resource)
         now = datetime.fromtimestamp(self.clock(), timezone.utc).replace(microsecond=0)  # as metav1.Time keeps it
         if self._messages.get(key) != message:
             first = key not in self._messages

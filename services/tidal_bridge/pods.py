@@ -13,8 +13,9 @@ Requests, per resource r (what the API server itself uses, `PodRequests`):
                     (sidecars started before i) + request(i, r)
     total(r)      = max(Σ request(c, r) over containers + sidecars, init_peak) + overhead[r]
 
-CPU in milli-CPU, memory in MiB (both rounded up), GPUs counted from the
-extended resource `nvidia.com/gpu` (configurable).
+CPU in milli-CPU, memory in MiB (both rounded up). GPUs (gpu_ask.py): the
+total of the extended resource `tidal.dev/gpu-milli` by the same formula, or
+the older form, a count of `nvidia.com/gpu` (configurable) with annotations.
 
 Whose pods: every pod is read, Tidal's (spec.schedulerName is ours) and
 foreign ones (`foreign`: another scheduler's, a DaemonSet's, a static pod),
@@ -37,7 +38,8 @@ from tidal_schemas.common import MAX_INT
 from tidal_schemas.decision_codec import PREFIX, read_decision
 from tidal_schemas.envelope import describe_validation_error
 
-from .annotations import EXCLUSIVE_CPUS, GPU_COUNT, GPU_MILLI, Asks, parse_asks
+from .annotations import EXCLUSIVE_CPUS, Asks, parse_asks
+from .gpu_ask import GPU_MILLI_RESOURCE, gpu_ask, unequal_requests
 from .quantity import QuantityError, count, cpu_milli, memory_mib, parse_quantity
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -70,34 +72,40 @@ def _request(container: Mapping[str, Any], resource: str, unit, problems: list[s
     return 0
 
 
+def total_request(spec: Mapping[str, Any], resource: str, unit, problems: list[str]) -> int:
+    """total(resource) of a pod spec, by the formula of the module docstring,
+    in `unit`; 0 and a problem added when a quantity is malformed or the
+    total is beyond what an event can carry."""
+    main = sum(_request(c, resource, unit, problems) for c in spec.get("containers") or [])
+    sidecars = init_peak = 0
+    for init in spec.get("initContainers") or []:
+        amount = _request(init, resource, unit, problems)
+        if init.get("restartPolicy") == "Always":
+            sidecars += amount
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + amount)
+    overhead = 0
+    raw = (spec.get("overhead") or {}).get(resource)
+    if raw is not None:
+        try:
+            overhead = unit(raw)
+        except QuantityError:
+            problems.append(f"spec.overhead.{resource} {str(raw)!r} is not a Kubernetes quantity")
+    total = max(main + sidecars, init_peak) + overhead
+    if total > MAX_INT:  # each quantity fits, their sum may not: refuse it, never wrap
+        problems.append(f"resources.{resource}: the pod's total request is beyond what an event can carry")
+        return 0
+    return total
+
+
 def pod_requests(spec: Mapping[str, Any], gpu_resource: str = GPU_RESOURCE) -> tuple[Resources, int, list[str]]:
-    """(cpu/memory requests, GPU count, problems) of a pod spec, by the
-    formula of the module docstring."""
+    """(cpu/memory requests, `gpu_resource` count, problems) of a pod spec,
+    by the formula of the module docstring."""
     problems: list[str] = []
-    totals = []
-    for resource, unit in (("cpu", cpu_milli), ("memory", memory_mib), (gpu_resource, count)):
-        main = sum(_request(c, resource, unit, problems) for c in spec.get("containers") or [])
-        sidecars = init_peak = 0
-        for init in spec.get("initContainers") or []:
-            amount = _request(init, resource, unit, problems)
-            if init.get("restartPolicy") == "Always":
-                sidecars += amount
-                init_peak = max(init_peak, sidecars)
-            else:
-                init_peak = max(init_peak, sidecars + amount)
-        overhead = 0
-        raw = (spec.get("overhead") or {}).get(resource)
-        if raw is not None:
-            try:
-                overhead = unit(raw)
-            except QuantityError:
-                problems.append(f"spec.overhead.{resource} {str(raw)!r} is not a Kubernetes quantity")
-        total = max(main + sidecars, init_peak) + overhead
-        if total > MAX_INT:  # each quantity fits, their sum may not: refuse it, never wrap
-            problems.append(f"resources.{resource}: the pod's total request is beyond what an event can carry")
-            total = 0
-        totals.append(total)
-    return Resources(cpu_milli=totals[0], memory_mib=totals[1]), totals[2], problems
+    cpu, memory, gpus = (total_request(spec, resource, unit, problems)
+                         for resource, unit in (("cpu", cpu_milli), ("memory", memory_mib), (gpu_resource, count)))
+    return Resources(cpu_milli=cpu, memory_mib=memory), gpus, problems
 
 
 def kube_qos_class(pod: Mapping[str, Any]) -> str:
@@ -146,27 +154,6 @@ def _time(text: Any) -> datetime | None:
     return moment if moment.tzinfo is not None else None  # RFC 3339, as Kubernetes reads it: the zone is not optional
 
 
-def _gpu(asks: Asks, from_resources: int, gpu_resource: str, problems: list[str]) -> GpuAsk:
-    gpu_count = asks.gpu_count
-    if gpu_count is not None and from_resources and gpu_count != from_resources:
-        problems.append(f"annotation {GPU_COUNT}: \"{gpu_count}\" disagrees with the pod's "
-                        f"{gpu_resource} limits ({from_resources})")
-        return GpuAsk()
-    if gpu_count is None:
-        gpu_count = from_resources or (1 if asks.gpu_milli is not None else 0)
-    milli = asks.gpu_milli if asks.gpu_milli is not None else 1000
-    if milli < 1000 and gpu_count > 1:
-        problems.append(f"annotation {GPU_MILLI}: \"{milli}\" is a share of one GPU, "
-                        f"but {GPU_COUNT} is {gpu_count} (must be 1)")
-        return GpuAsk()
-    try:
-        return GpuAsk(count=gpu_count, milli=milli, models=list(asks.gpu_models), kind=asks.gpu_kind,
-                      group=asks.gpu_group)
-    except ValidationError as exc:  # guarded above; kept so bad input can never raise
-        problems.append(f"gpu ask: {describe_validation_error(exc)}")
-        return GpuAsk()
-
-
 def read_pod(pod: Mapping[str, Any], *, deleted: bool = False, gpu_resource: str = GPU_RESOURCE,
              scheduler_name: str = "tidal") -> tuple[PodLifecycle, str | None]:
     """The `PodLifecycle` of a Pod object, and why what a bound pod holds
@@ -192,7 +179,8 @@ def read_pod(pod: Mapping[str, Any], *, deleted: bool = False, gpu_resource: str
         problems.append(f"annotation {EXCLUSIVE_CPUS}: \"true\" needs whole, non-zero CPU requests, "
                         f"got {requests.cpu_milli}m")
         exclusive = False
-    gpu = _gpu(asks, gpus, gpu_resource, problems)
+    problems += unequal_requests(spec, (gpu_resource, GPU_MILLI_RESOURCE))
+    gpu = gpu_ask(asks, gpus, total_request(spec, GPU_MILLI_RESOURCE, count, problems), gpu_resource, problems)
     qos = asks.qos or ("LS" if kube_qos_class(pod) == "Guaranteed" else "BE")
     phase = pod_phase(pod, deleted)
     namespace = meta.get("namespace") or "default"

@@ -13,6 +13,9 @@ Publishes (in its own `settings.cluster`):
   event unchanged (a status condition, our own annotations) is not published.
   A pod with malformed `tidal.dev/` keys is published with `invalid_reason`
   and gets a Warning Event `TidalInvalidAnnotation`.
+- `node.status`: each node's status.allocatable CPU and memory, what the
+  kubelet admits against and placement books against (docs/last-mile.md),
+  when it changes (node_watch.py).
 - `node.topology` with node-level figures only, when `publish_node_facts`
   is on. Off by default: the node agent publishes the full topology of the
   same node (NUMA nodes, CPUs, GPUs) under the same key, and consumers keep
@@ -32,11 +35,11 @@ kube-scheduler does (`pod_status.py`).
 
 Consumes only its own cluster's events (the runtime filters by
 `handled_clusters()`, which the settings pin to the own cluster; handlers
-check again). `node.allocatable` becomes node annotations for operators,
-written when they change (node_annotations.py); placement reads the stream
-itself. Evictions run in their own, unordered consumer group so that one
-held back by a PodDisruptionBudget (429, retried with growing delays, then
-reported `refused`) does not hold back the others; taints stay ordered per node.
+check again). Oversell's `node.allocatable` is not the bridge's to write:
+the admission webhook puts it in the nodes' status (docs/last-mile.md).
+Evictions run in their own, unordered consumer group so that one held back
+by a PodDisruptionBudget (429, retried with growing delays, then reported
+`refused`) does not hold back the others; taints stay ordered per node.
 """
 
 from __future__ import annotations
@@ -50,18 +53,16 @@ from tidal_bus import Delivery, RetryPolicy, StartAt, defer
 from tidal_bus.tracing import processing
 from tidal_schemas.fence import DecisionFence
 from tidal_runtime import Service, Subscription
-from tidal_schemas import (ActionResult, BindResult, Envelope, NodeAllocatable, PlacementDecision,
-                           PodLifecycle, derived_id)
+from tidal_schemas import ActionResult, BindResult, Envelope, PlacementDecision, PodLifecycle, derived_id
 
 from .actuator import Actuator, carry_out
 from .binder import Binder
 from .binds_in_flight import BindsInFlight
-from .errors import BridgeError, KubeStatusError, unavailable
 from .event_budget import EventBudget
+from .gpu_ask import asked_resource
 from .kube import Kube
-from .node_annotations import AnnotationsWritten
 from .node_watch import NodeWatch
-from .objects import DECISION_UNREADABLE, INVALID_ANNOTATION, SCHEDULED, allocatable_annotations, annotations_patch
+from .objects import DECISION_UNREADABLE, INVALID_ANNOTATION, SCHEDULED
 from .pod_status import PodStatusReporter, create_pod_event
 from .pods import kept_pod, payload_digest, read_kept_pod, read_pod
 from .settings import BridgeSettings
@@ -74,7 +75,7 @@ EVICTIONS = "evictions"
 class BridgeService(Service):
     name = "bridge"
     settings_class = BridgeSettings
-    produces = ("pod.lifecycle", "bind.result", "action.result", "tenant.config")
+    produces = ("pod.lifecycle", "bind.result", "action.result", "tenant.config", "node.status")
     settings: BridgeSettings
 
     def __init__(self, settings: BridgeSettings | None = None, *, bus=None, kube: Kube | None = None) -> None:
@@ -89,7 +90,6 @@ class BridgeService(Service):
         # cluster, so not the payload itself (about 6 KB)
         self._published: dict[str, tuple[bytes, bool]] = {}
         self._reported: dict[str, set[str]] = {}  # uid -> problems already reported as Events
-        self.annotated = AnnotationsWritten(self.settings.annotations_refresh_s)
 
     # -- wiring -----------------------------------------------------------------
     @property
@@ -115,7 +115,6 @@ class BridgeService(Service):
         return [*tenants,
             # Replayed (without acting) so the decision fence is known after a restart.
             Subscription("placement.decision", self.on_decision, group=self.group, windowed=True),
-            Subscription("node.allocatable", self.on_allocatable, group=self.group, replay_on_assign=False),
             Subscription("node.action", self.on_action, group=self.group, replay_on_assign=False),
             Subscription("node.action", self.on_eviction, group=self.evictions_group, ordered=False,
                          replay_on_assign=False),
@@ -232,7 +231,8 @@ class BridgeService(Service):
 
     async def _explain(self, decision: PlacementDecision) -> None:
         if self._still_pending(decision):
-            self.pod_status.submit(decision)
+            pod = self.pods.get(decision.namespace, decision.name) if self.pods is not None else None
+            self.pod_status.submit(decision, asked_resource(pod, self.settings.gpu_resource))
 
     def _still_pending(self, decision: PlacementDecision) -> bool:
         """Not known bound or gone: a pending decision read late must not mark
@@ -243,26 +243,6 @@ class BridgeService(Service):
         if known is None:  # gone, once every pod has been listed
             return self.pods is None or not self.pods.synced.is_set()
         return known[1]
-
-    async def on_allocatable(self, envelope: Envelope[Any], delivery: Delivery) -> None:
-        if self._ours(envelope, delivery):
-            for allocatable in envelope.payload.items:
-                await self._annotate(allocatable, delivery)
-
-    async def _annotate(self, allocatable: NodeAllocatable, delivery: Delivery) -> None:
-        annotations = allocatable_annotations(allocatable)
-        if not self.annotated.due(allocatable.node, annotations):
-            return
-        try:
-            await self.kube.patch_node(allocatable.node, annotations_patch(annotations))
-            self.annotated.written(allocatable.node, annotations)
-        except BridgeError as exc:
-            self.annotated.forget(allocatable.node)
-            if isinstance(exc, KubeStatusError) and exc.code == 404:
-                self.log.info("allocatable of node %s not written: node is gone", allocatable.node)
-                return
-            self.log.warning("allocatable of node %s not written: %s",
-                             allocatable.node, unavailable(exc, delivery.attempt, self.settings.api_attempts))
 
     async def on_action(self, envelope: Envelope[Any], delivery: Delivery) -> None:
         """Taints and untaints, in order per node."""

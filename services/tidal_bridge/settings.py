@@ -27,9 +27,6 @@ class BridgeSettings(ServiceSettings):
     watch_tenants: bool = Field(True, description="publish Tenant objects as tenant.config and write tenant "
                                 "usage and fair-share scores to Tenant / FairShare status (needs the CRDs)")
     status_interval_s: float = Field(5.0, gt=0, description="at most one status write per object this often")
-    annotations_refresh_s: float = Field(300.0, ge=0, description="a node's allocatable annotations are written "
-                                         "when they change, or when the last write is older than this (0: every "
-                                         "node.allocatable is written)")
     request_timeout_s: float = Field(10.0, gt=0)
     watch_timeout_s: int = Field(300, ge=1, description="server-side timeoutSeconds of one watch request")
     backoff_initial_s: float = Field(0.5, gt=0)
