@@ -17,13 +17,14 @@ from datetime import datetime
 from typing import Any
 
 from tidal_schemas import (
-    STOP_SCHEDULING_TAINT, BindResult, CpuAssignment, NodeAction, NodeAllocatables, NodeScores, NodeTopology,
-    PlacementDecision, PodLifecycle, Resources, TenantConfig, UserScore, resource_type,
+    STOP_SCHEDULING_TAINT, BindResult, CpuAssignment, NodeAction, NodeAllocatables, NodeScores, NodeStatus,
+    NodeTopology, PlacementDecision, PodLifecycle, TenantConfig, UserScore, resource_type,
 )
 from tidal_runtime import packed_id
 from tidal_schemas import filters
 from tidal_schemas.fence import DecisionFence
 
+from .booked_allocatable import BookedAllocatable
 from .cluster_state import ClusterState
 from .freshness import NodeFreshness
 from .gpu_groups import GroupRegistry
@@ -33,11 +34,6 @@ from .queue import SchedulingQueue
 from .tenant_ledger import TenantLedger
 
 log = logging.getLogger("tidal.placement")
-
-
-def grew(before: Resources, after: Resources) -> bool:
-    """Whether `after` allows more of some resource than `before`."""
-    return after.cpu_milli > before.cpu_milli or after.memory_mib > before.memory_mib
 
 
 GONE_KEPT = 100_000  # deleted pods remembered against late decisions (a rebuild reads them in any order)
@@ -53,6 +49,7 @@ class ClusterCache(NodeFreshness):
         self.name = name
         self.stale_after_s = stale_after_s
         self.state = ClusterState()
+        self.allocatable = BookedAllocatable(self.state)  # oversell's figures, the nodes' status: booked_allocatable.py
         self.queue = SchedulingQueue(permit_timeout_s, *backoff_s)
         self.groups = GroupRegistry()
         self.fence = DecisionFence()
@@ -84,18 +81,14 @@ class ClusterCache(NodeFreshness):
             self.room_changed = True
         if isinstance(p, NodeTopology):
             self.state.upsert_node(p)
+            self.allocatable.topology(p.node)
             self.inventory[p.node] = [KeptGpu.of(gpu) for gpu in p.gpus]
             # a GPU's model is part of what its holders charge: rare, so they are all charged again
             self._ledger_stale |= any(self.gpu_model.get(gpu.id) != gpu.model for gpu in p.gpus)
             self.gpu_model.update((gpu.id, gpu.model) for gpu in p.gpus)
             self._regroup()
-        elif isinstance(p, NodeAllocatables):
-            grown = False
-            for figures in p.items:
-                before = self.state.allocatable(figures.node)
-                self.state.set_allocatable(figures.node, figures.allocatable)
-                grown |= before is None or grew(before, figures.allocatable)
-            if not grown:
+        elif isinstance(p, (NodeAllocatables, NodeStatus)):
+            if not self.allocatable.apply(p):
                 return False
             self.room_changed = True
         elif isinstance(p, NodeScores):

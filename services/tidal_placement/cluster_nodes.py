@@ -31,6 +31,11 @@ class ClusterNodes(ClusterArrays):
         r = self.rows.get(node)
         return None if r is None else Resources(cpu_milli=int(self.cpu_alloc[r]), memory_mib=int(self.mem_alloc[r]))
 
+    def own_allocatable(self, node: str) -> Resources | None:
+        """The node-level CPU/memory allocatable its topology says (before oversell's or its status')."""
+        spec = self.specs.get(self.rows.get(node, -1))
+        return None if spec is None else Resources(cpu_milli=spec.cpu_milli, memory_mib=spec.memory_mib)
+
     def set_blocked(self, node: str, reason: str, blocked: bool = True) -> Outcome:
         """Add (or lift) a reason the node takes no new pods: a taint, stale metrics…"""
         r = self.rows.get(node)

@@ -33,8 +33,8 @@ from .pod_traces import PodTraces
 from .settings import PlacementSettings
 from .tenant_report import same_usage, tenant_reports
 
-FOLLOWED = ("node.topology", "node.allocatable", "score.node", "score.user", "tenant.config", "node.action",
-            "pod.lifecycle", "bind.result", "placement.decision", "cpu.assignment")
+FOLLOWED = ("node.topology", "node.allocatable", "node.status", "score.node", "score.user", "tenant.config",
+            "node.action", "pod.lifecycle", "bind.result", "placement.decision", "cpu.assignment")
 
 
 class PlacementService(Service):
