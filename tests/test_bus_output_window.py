@@ -116,6 +116,7 @@ class WindowContract:
                 again.append(envelope.id)
             late = bus.consumer("node.metrics", "g", count)
             task = asyncio.create_task(late.run())
+            await wait_until(late.ready.is_set, what="the new member in its group")  # the window starts once it reads
             await asyncio.sleep(3)
             late.stop()
             await asyncio.wait_for(task, patience(30))

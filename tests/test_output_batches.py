@@ -62,6 +62,7 @@ async def nothing_comes_back(bus, group: str = "g") -> bool:
         seen.append(envelope.id)
     consumer = bus.consumer("node.metrics", group, handler)
     task = asyncio.create_task(consumer.run())
+    await wait_until(consumer.ready.is_set, what="the consumer in its group")  # the window starts once it reads
     await asyncio.sleep(1.5)
     consumer.stop()
     await asyncio.wait_for(task, patience(30))

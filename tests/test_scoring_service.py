@@ -9,7 +9,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 
 from builders import figures_in, metrics, pod
-from conftest import make_bus, patience, start_service, stop_service, wait_until
+from conftest import make_bus, patience, start_service, stop_service, wait_until, wait_until_async
 from tidal_bus import StartAt
 from tidal_schemas import PodUsage
 from tidal_schemas.streams import stream
@@ -38,6 +38,12 @@ async def _events(bus, name: str) -> list:
     return [e async for _, e in bus.read(name, StartAt.earliest())]
 
 
+async def _scores(bus, user: str | None = None, resource: str = "cpu") -> list:
+    """The user scores published so far of `resource` (of `user`, or every user's)."""
+    return [e.payload for e in await _events(bus, "score.user")
+            if e.payload.resource_type == resource and user in (None, e.payload.user)]
+
+
 async def _node_scores(bus, count: int, timeout: float = 10.0) -> list:
     """The node scores stored once there are `count` (whatever events hold them)."""
     deadline = time.monotonic() + patience(timeout)
@@ -46,6 +52,10 @@ async def _node_scores(bus, count: int, timeout: float = 10.0) -> list:
         if len(scores) >= count or time.monotonic() > deadline:
             return scores
         await asyncio.sleep(0.05)
+
+
+async def _at_least(bus, count: int) -> bool:
+    return len(await _scores(bus, "alice")) >= count
 
 
 def _closed_form(usage: float, started: datetime, at: datetime) -> float:
@@ -83,11 +93,13 @@ async def test_fair_share_follows_the_closed_form_across_a_restart(nats_server, 
         service, task = await _start(_settings(nats_server.url, namespace))
         await wait_until(lambda: len([e for e in service.books.get("c1", {}).records()]) > 0 if service.books else False,
                          timeout=10, what="first fair-share update")
-        await asyncio.sleep(0.5)
+        # updates counted, not waited for by the clock: three before the restart, three after
+        await wait_until_async(lambda: _at_least(bus, 3), 10, "three updates before the restart")
         await _stop(service, task)  # restart mid-stream
-        await asyncio.sleep(0.5)
+        before = len(await _scores(bus, "alice"))
+        await asyncio.sleep(0.5)  # the gap the restart leaves: at least this long
         service, task = await _start(_settings(nats_server.url, namespace))
-        await asyncio.sleep(1.0)
+        await wait_until_async(lambda: _at_least(bus, before + 3), 10, "three updates after the restart")
         await _stop(service, task)
         events = [e for e in await _events(bus, "score.user") if e.payload.user == "alice"]
     cpu = [e.payload for e in events if e.payload.resource_type == "cpu"]
@@ -116,7 +128,10 @@ async def test_two_replicas_split_keys_and_agree(nats_server, namespace):
                          and not a.owned_score_partitions & b.owned_score_partitions
                          and len(a.owned_score_partitions | b.owned_score_partitions) == partitions,
                          timeout=15, what="replicas to split score.user")
-        await asyncio.sleep(1.0)
+        async def every_user_scored() -> bool:
+            return {s.user for s in await _scores(bus)} == set(users)
+
+        await wait_until_async(every_user_scored, 10, "a score of every user")
         await _stop(a, task_a)
         await _stop(b, task_b)
         events = await _events(bus, "score.user")
