@@ -14,7 +14,7 @@ import pytest
 
 from tidal_bridge.pods import pod_lifecycle
 from tidal_schemas import BindResult, CpuAssignment, GpuAsk, NodeAction, PlacementDecision
-from tidal_schemas.decision_codec import read_decision, write_decision
+from tidal_schemas.decision_codec import write_decision
 from tidal_simulator.agents import NodeAgents
 from tidal_simulator.model import ClusterModel
 from tidal_simulator.pods import pod_manifest, sim_pod
@@ -67,8 +67,7 @@ class Machines:
         """Decided, bound (the kubelet starts it, the agent's scan pins it), running."""
         d = self.decision(name, numa_cpus, decision_id=decision_id)
         await self.agents.on_decision(d)
-        manifest = pod_manifest(self.model.pods[f"t/{name}"].request, T0, annotations=write_decision(d))
-        self.model.start(f"t/{name}", "n1", read_decision(manifest["metadata"]["annotations"])[0], T0, 0.0)
+        self.model.start(f"t/{name}", "n1", [], T0, 0.0)  # the kubelet admitted it (no GPUs asked)
         await self.agents.rescan("n1")
         await self.agents.on_pod(self.pod(name, decision=d))
         return d

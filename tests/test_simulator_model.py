@@ -15,7 +15,6 @@ import pytest
 from tidal_simulator.topology_builder import make_topology
 from tidal_bridge.pods import pod_lifecycle
 from tidal_schemas import GpuAsk, GpuShare, Resources
-from tidal_schemas.decision_codec import HeldDecision
 from tidal_simulator.expectations import CountExpectation, Happening, NodeExpectation, OrderExpectation, \
     PodExpectation, check
 from tidal_simulator.fairness import fairness, jain
@@ -47,11 +46,6 @@ def cluster(*pods: SimPodSpec, numa=(4, 4), gpus: int = 2, background=None, syst
         else:
             model.arrive(p.key, T0)
     return model
-
-
-def decided(gpus=(), numa_cpus=None, decision_id: str = "d1") -> HeldDecision:
-    """What a decision written on a pod says it holds."""
-    return HeldDecision(decision_id, numa_cpus or {}, tuple(GpuShare(gpu=g, milli=m) for g, m in gpus))
 
 
 # -- usage curves -----------------------------------------------------------------
@@ -88,44 +82,21 @@ def test_the_bridge_reads_a_simulated_pod_as_it_was_asked(pod):
     assert read.labels.items() >= pod.labels.items()
 
 
-# -- admission and start ----------------------------------------------------------------
-def test_an_admitted_pod_runs_with_the_gpus_its_decision_names():
+# -- start (admission is the kubelet's: test_simulator_kubelet.py) ------------------------
+def test_a_started_pod_runs_with_the_gpus_its_containers_were_handed():
     model = cluster(spec("p", gpu=GpuAsk(count=1, milli=500)))
-    held = decided(gpus=[("gpu1", 500)])
-    assert model.admission("t/p", "n1", held) is None
-    model.start("t/p", "n1", held, T0, 5.0)
+    model.start("t/p", "n1", [("gpu1", 500)], T0, 5.0)
     pod = model.pods["t/p"]
-    assert (pod.phase, pod.node, pod.decision_id) == ("running", "n1", "d1")
+    assert (pod.phase, pod.node, pod.numa_cpus) == ("running", "n1", {})  # which CPUs: the node agent's business
     assert pod.gpus == (GpuShare(gpu="gpu1", milli=500, model="A100"),)
     assert model.gpu_free("n1") == {"gpu0": 1000, "gpu1": 500}  # 1000 − 500
 
 
-@pytest.mark.parametrize("held, ask, node, given, reason", [
-    # gpu0 holds 600 already: 400 left < 500
-    ([spec("a", gpu=GpuAsk(count=1, milli=600), node="n1")], spec("p", gpu=GpuAsk(count=1, milli=500)), "n1",
-     decided(gpus=[("gpu0", 500)]), "gpu0 on n1 has 400 milli left"),
-    ([], spec("p", gpu=GpuAsk(count=1)), "n1", decided(gpus=[("gpu7", 1000)]), "no healthy GPU gpu7"),
-    ([], spec("p", gpu=GpuAsk(count=2)), "n1", decided(gpus=[("gpu0", 1000)]), "asks 2 × 1000"),
-    ([], spec("p", gpu=GpuAsk(count=1)), "n1", None, "carries no decision"),
-    # node allocatable 8 CPUs: 7000 held + 2000 > 8000
-    ([spec("a", cpu=7000, node="n1")], spec("p", cpu=2000), "n1", None, "cpu 7000 + 2000 > allocatable 8000"),
-    ([], spec("p"), "n9", None, "node n9 does not exist"),
-    ([], spec("p", cpu=2000, exclusive=True), "n1", decided(numa_cpus={0: 1}), "gives 1 exclusive CPUs"),
-    ([], spec("p", cpu=2000, exclusive=True), "n1", decided(numa_cpus={0: 5}), "gives 5 exclusive CPUs"),
-])
-def test_admission_refusals_change_nothing(held, ask, node, given, reason):
-    model = cluster(*held, ask)
-    before = (dict(model.gpu_used["n1"]), model.requested_on("n1"), dict(model.cgroups["n1"].pods))
-    assert reason in model.admission(ask.key, node, given)
-    assert (dict(model.gpu_used["n1"]), model.requested_on("n1"), dict(model.cgroups["n1"].pods)) == before
-    assert model.pods[ask.key].phase == "pending"
-
-
-def test_admission_uses_the_oversold_allocatable():
-    model = cluster(spec("a", cpu=7000, node="n1"), spec("p", cpu=2000))
-    assert "allocatable 8000" in model.admission("t/p", "n1", None)  # 7000 + 2000 > 8000
-    model.set_allocatable("n1", Resources(cpu_milli=12000, memory_mib=16384))  # oversold 1.5×
-    assert model.admission("t/p", "n1", None) is None
+def test_a_pod_its_kubelet_rejected_fails_and_holds_nothing():
+    model = cluster(spec("p", cpu=2000))
+    model.fail("t/p")
+    assert model.pods["t/p"].phase == "failed" and model.running_on("n1") == []
+    assert model.requested_on("n1") == Resources(cpu_milli=0, memory_mib=0, gpu_milli=0)
 
 
 def test_a_deleted_pod_frees_what_it_held_once():

@@ -14,6 +14,10 @@ goes out through the simulator.
 Delivery is by node, as the bus would partition it: an event goes to the
 agent of the node it names and to the agents that read of the pod before
 (a claim elsewhere to give back); placement's fences go to every agent.
+
+On a GPU node the agent's device plugin (started by the kubelets'
+`node_devices.NodeDevices`, given to its core by `attach`) is fed by the
+agent's own core: decisions, pod events, bind results, the bind timeout.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class NodeAgents:
             self.cores[topology.node] = core
         self._read: dict[str, set[str]] = {}  # pod key -> nodes whose agent read of it
         self._claiming: set[str] = set()  # nodes whose books may hold a claim awaiting its bind
+        self.plugins: dict[str, Any] = {}  # node -> its device plugin
 
     def _audited(self, found: dict[str, int]) -> None:
         for kind, n in found.items():
@@ -89,12 +94,20 @@ class NodeAgents:
         for core in self._to(result.event_key(), result.node):
             await core.on_bind_result(result, cause=cause)
 
+    def attach(self, node: str, plugin: Any) -> None:
+        """`node`'s agent serves `plugin` (its GPU device plugin) and feeds it."""
+        self.plugins[node] = plugin
+        self.cores[node].devices = plugin
+
     async def on_action(self, action: NodeAction, cause: Any = None) -> ActionResult | None:
         core = self.cores.get(action.node)
         return None if core is None else await core.on_action(action, cause=cause)
 
     async def expire(self, timeout_s: float = BIND_TIMEOUT_S) -> None:
         """What every agent does each second: give back claims not bound in time."""
+        for node, plugin in self.plugins.items():
+            if node not in self._claiming:  # the core tells its plugin itself
+                plugin.expire(timeout_s)
         for node in sorted(self._claiming):
             core = self.cores[node]
             await core.expire(timeout_s)

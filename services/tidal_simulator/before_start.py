@@ -26,8 +26,9 @@ async def start_placed(sim, spec) -> None:
     earlier = PlacementDecision(decision_id=f"before-start-{pod.uid[:8]}", namespace=pod.namespace,
                                 name=pod.name, uid=pod.uid, outcome="placed", node=spec.node,
                                 numa_cpus=numa_cpus, gpus=list(gpus))
-    sim.api.create_pod(pod_manifest(pod, sim.clock.now(), node=spec.node, phase="Running",
-                                    annotations=write_decision(earlier)))
+    manifest = pod_manifest(pod, sim.clock.now(), node=spec.node, phase="Running", annotations=write_decision(earlier))
+    sim.kubelets.adopt(spec.key, spec.node, manifest, tuple((g.gpu, g.milli) for g in gpus), earlier.decision_id)
+    sim.api.create_pod(manifest)
     sim.record.happen(0.0, "placed", spec.node, spec.key, "running at start")
     for numa in spec.pin_numa[:1]:
         refused = await sim.agents.pin(spec.node, spec.key, pod.uid, numa)

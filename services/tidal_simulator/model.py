@@ -1,16 +1,14 @@
 """The simulated machines (pure): which pod runs where, holding which GPUs,
 each machine's pod cgroups (`cgroup_tree.py`: created when a pod starts,
 removed when it goes; pinned, frozen and thawed by the node agents,
-`agents.py`), and which node is tainted. The kubelets (`kubelet.py`) drive
-it from what happens in the API server; it publishes nothing.
+`agents.py`), which node is tainted, and the node object's allocatable
+(for the report's figures). The kubelets (`kubelet.py`) drive it from what
+happens in the API server; it publishes nothing and reads no decision.
 
-Admission (`admission`) checks what a node's kubelet and device plugin
-would before the pod may run there: the node exists; its (possibly
-oversold) allocatable still covers every pod's CPU and memory requests;
-the decision written on the pod gives the GPUs asked, each existing,
-healthy and with the milli left, and as many exclusive CPUs as the pod
-asks. Which CPUs is the node agent's business (it claimed them when it
-read the decision). A refused pod changes nothing.
+A pod starts with the GPU shares its containers were handed (the device
+plugin's `Allocate`, read by the kubelet stand-in); which CPUs it runs on is
+the node agent's business (its cpuset writes). Admission is the kubelet's
+(`kubelet_admit.py`), not the model's.
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from tidal_schemas import GpuShare, Resources
-from tidal_schemas.decision_codec import HeldDecision
 from tidal_policy.cpu_pick import pick_cpus
 
 from .cgroup_tree import MemoryCgroups
@@ -33,7 +30,7 @@ GPU_MILLI = 1000
 @dataclass
 class PodState:
     """One pod and what it holds now. Phases: waiting (not arrived yet) →
-    pending → running → deleted."""
+    pending → running → deleted, or pending → failed (its kubelet rejected it)."""
 
     spec: SimPodSpec
     phase: str = "waiting"
@@ -43,7 +40,6 @@ class PodState:
     created_at: datetime | None = None
     started_at: datetime | None = None
     started_s: float | None = None
-    decision_id: str | None = None
 
     @property
     def key(self) -> str:
@@ -106,46 +102,18 @@ class ClusterModel:
         pod = self.pods[key]
         pod.phase, pod.created_at = "pending", at
 
-    def admission(self, key: str, node: str, held: HeldDecision | None) -> str | None:
-        """Why `node` cannot run pod `key` as `held` says (None: it can); see
-        the module docstring."""
-        pod = self.pods.get(key)
-        if pod is None or pod.phase != "pending":
-            return f"pod {key} is not pending here ({pod.phase if pod else 'unknown'})"
-        if node not in self.nodes:
-            return f"node {node} does not exist"
-        ask, used, allocatable = pod.request, self.requested_on(node), self.allocatable[node]
-        for what, need, have, limit in (("cpu", ask.requests.cpu_milli, used.cpu_milli, allocatable.cpu_milli),
-                                        ("memory", ask.requests.memory_mib, used.memory_mib, allocatable.memory_mib)):
-            if have + need > limit:
-                return f"node {node}: {what} {have} + {need} > allocatable {limit}"
-        if (ask.gpu.count or ask.exclusive_cpus) and held is None:
-            return f"pod {key} asks GPUs or exclusive CPUs and carries no decision naming them"
-        gpus = held.gpus if held else ()
-        given = sum(g.milli for g in gpus)
-        if given != ask.gpu.total_milli or (ask.gpu.count and len(gpus) != ask.gpu.count):
-            return f"decision gives {len(gpus)} GPU(s), {given} milli; pod {key} asks {ask.gpu.count} × {ask.gpu.milli}"
-        free = self.gpu_free(node)
-        for share in gpus:
-            left = free.get(share.gpu)
-            if left is None:
-                return f"node {node} has no healthy GPU {share.gpu}"
-            if share.milli > left:
-                return f"GPU {share.gpu} on {node} has {left} milli left, decision takes {share.milli}"
-            free[share.gpu] = left - share.milli
-        numa_cpus = held.numa_cpus if held else {}
-        if ask.exclusive_cpus and sum(numa_cpus.values()) * 1000 != ask.requests.cpu_milli:
-            return f"decision gives {sum(numa_cpus.values())} exclusive CPUs, pod {key} asks " \
-                   f"{ask.requests.cpu_milli // 1000}"
-        return None
-
-    def start(self, key: str, node: str, held: HeldDecision | None, at: datetime, t_s: float) -> None:
-        """Run an admitted pod as `held` says: its GPUs, its cgroup."""
+    def start(self, key: str, node: str, gpus: Iterable[tuple[str, int]], at: datetime, t_s: float) -> None:
+        """Run a pod its kubelet admitted, with the GPU shares (GPU id,
+        milli) its containers were handed: its GPUs, its cgroup."""
         pod = self.pods[key]
-        gpus = tuple(GpuShare(gpu=g.gpu, milli=g.milli, model=self.gpu_model[node].get(g.gpu, ""))
-                     for g in (held.gpus if held else ()))
-        self._start(pod, node, at, t_s, dict(held.numa_cpus) if held else {}, gpus)
-        pod.decision_id = held.decision_id if held else None
+        shares = tuple(GpuShare(gpu=g, milli=m, model=self.gpu_model[node].get(g, "")) for g, m in gpus)
+        self._start(pod, node, at, t_s, {}, shares)
+
+    def fail(self, key: str) -> None:
+        """Its kubelet rejected the pod: it holds nothing and never runs."""
+        pod = self.pods.get(key)
+        if pod is not None and pod.phase == "pending":
+            pod.phase = "failed"
 
     def place(self, key: str, node: str, at: datetime, t_s: float) -> tuple[dict[int, int], tuple[GpuShare, ...], str]:
         """Start a pod already running when the simulation begins, on `node`:
@@ -207,7 +175,7 @@ class ClusterModel:
         return now - before, before - now
 
     def set_allocatable(self, node: str, allocatable: Resources) -> bool:
-        """Admission uses the (oversold) allocatable from now on."""
+        """The node object's `status.allocatable` is now `allocatable` (the report's figures read it)."""
         if node not in self.nodes:
             return False
         self.allocatable[node] = allocatable

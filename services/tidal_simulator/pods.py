@@ -2,7 +2,8 @@
 Kubernetes objects the simulated cluster holds for pods and nodes (pure).
 
 The simulator never describes a pod the way Tidal reports it: it creates the
-Pod object a user would submit — requests, `nvidia.com/gpu` limits and the
+Pod object a user would submit — requests, a GPU pod's `tidal.dev/gpu-milli`
+(count × milli, in requests and limits: docs/last-mile.md) and the other
 `tidal.dev/` annotations and labels of `tidal_bridge.annotations` — and the
 bridge reads it as it reads any pod. `tests/test_simulator_model.py` checks
 that what the bridge reads is what was asked.
@@ -22,7 +23,8 @@ from .kube_api.protocol import stamp
 
 _UIDS = uuid.UUID("6a4f3a52-11b8-4d0c-9a0e-5f2a64c1d7b3")
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
-GPU_RESOURCE = "nvidia.com/gpu"
+GPU_RESOURCE = "tidal.dev/gpu-milli"  # the node agent's device plugin's resource
+MAX_PODS = "110"  # the kubelet's default maxPods
 SCHEDULER = "tidal"
 
 
@@ -70,11 +72,8 @@ def _asks(pod: SimPod) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
     annotations: dict[str, str] = {}
     limits: dict[str, str] = {}
     gpu = pod.gpu
-    if gpu.count:
-        if gpu.milli < 1000:  # a share of one GPU is not a whole extended resource
-            annotations["tidal.dev/gpu-milli"] = str(gpu.milli)
-        else:
-            limits[GPU_RESOURCE] = str(gpu.count)
+    if gpu.count:  # q ≤ 1000: one GPU of q milli; q > 1000: q / 1000 whole GPUs
+        limits[GPU_RESOURCE] = str(gpu.total_milli)
         if gpu.models:
             annotations["tidal.dev/gpu-models"] = "|".join(gpu.models)
         if gpu.kind:
@@ -109,11 +108,27 @@ def pod_manifest(pod: SimPod, created: datetime, *, node: str | None = None, pha
                                      **({"startTime": stamp(created)} if phase == "Running" else {})}}
 
 
+def node_status(topology: NodeTopology, devices: dict[str, tuple[int, int]] | None = None) -> dict[str, Any]:
+    """The status a machine's kubelet reports: its own capacity and
+    allocatable (the reserved CPUs left out), and each device plugin
+    resource's (capacity, allocatable) from `devices`."""
+    capacity = {"cpu": f"{topology.capacity.cpu_milli}m", "memory": f"{topology.capacity.memory_mib}Mi",
+                "pods": MAX_PODS}
+    allocatable = {"cpu": f"{topology.allocatable.cpu_milli}m", "memory": f"{topology.allocatable.memory_mib}Mi",
+                   "pods": MAX_PODS}
+    for resource, (total, healthy) in sorted((devices or {}).items()):
+        capacity[resource], allocatable[resource] = str(total), str(healthy)
+    return {"capacity": capacity, "allocatable": allocatable}
+
+
 def node_manifest(topology: NodeTopology) -> dict[str, Any]:
-    """The Node object of a simulated machine: its capacity and allocatable."""
-    gpus = sum(1 for g in topology.gpus if g.healthy and g.kind == "physical")
-    obj = node_object(topology.node, cpu=f"{topology.capacity.cpu_milli}m", memory=f"{topology.capacity.memory_mib}Mi",
-                      gpus=gpus, labels={"tidal.dev/pool": topology.pool} if topology.pool else None)
-    obj["status"]["allocatable"].update(cpu=f"{topology.allocatable.cpu_milli}m",
-                                        memory=f"{topology.allocatable.memory_mib}Mi")
+    """The Node object of a simulated machine as its kubelet registers it,
+    its GPUs as the node agent's device plugin advertises them (1000 units
+    a GPU; a MIG instance's with its parent's health). The simulator's
+    kubelets then write what their plugins list (`node_status`)."""
+    obj = node_object(topology.node, labels={"tidal.dev/pool": topology.pool} if topology.pool else None)
+    health = {g.id: g.healthy for g in topology.gpus}
+    healthy = [g for g in topology.gpus if g.healthy and health.get(g.parent or g.id, True)]
+    devices = {GPU_RESOURCE: (1000 * len(topology.gpus), 1000 * len(healthy))} if topology.gpus else {}
+    obj["status"].update(node_status(topology, devices))
     return obj

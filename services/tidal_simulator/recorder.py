@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from tidal_schemas import BindResult, NodeAllocatable, PlacementDecision
+from tidal_schemas import BindResult, PlacementDecision, Resources
 
 from .expectations import Happening
 
@@ -76,11 +76,10 @@ class Recorder:
         if not result.ok:
             self.happen(t_s, "bind-failed", result.node, result.event_key(), result.reason)
 
-    def allocatable_seen(self, figures: NodeAllocatable) -> None:
+    def allocatable_seen(self, node: str, allocatable: Resources) -> None:
+        """The node object's `status.allocatable` changed (a kubelet's write, the webhook's figure)."""
         self.allocatable_events += 1
-        self.allocatable[figures.node] = {"cpu_milli": figures.allocatable.cpu_milli,
-                                          "memory_mib": figures.allocatable.memory_mib,
-                                          "factor": figures.factor or 1.0}
+        self.allocatable[node] = {"cpu_milli": allocatable.cpu_milli, "memory_mib": allocatable.memory_mib}
 
 
 def tick_sample(model, last_metrics, t_s: float) -> TickSample:

@@ -2,13 +2,17 @@
 start the simulator in this process and the real bridge against its API
 server (`bridge.py`), let the services take in the cluster,
 drive the pods, check the expectations, audit the streams of its cluster in
-its namespace, from the earliest event (`tidal_audit`: the §F invariants), collect the fair-share scores the scoring service
+its namespace, from the earliest event (`tidal_audit`: the §F invariants)
+and, beside them, what its kubelets did (`tidal_audit.at_the_node`: the
+devices each container was handed are its decision's, no pod Tidal placed
+failed admission), collect the fair-share scores the scoring service
 published, and build the report (and the HTML page)."""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
+from collections import Counter
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tidal_audit import audit
+from tidal_audit import AdmissionFailure, ContainerDevices, at_the_node, audit
 from tidal_audit import read_streams
 from tidal_bus import StartAt
 from tidal_schemas import SchemaError, UserScore
@@ -92,7 +96,10 @@ async def simulate(plan: RunPlan, *, warmup: Callable[[SimulatorService], Awaita
             await sim.settled()
             await stop_bridge()
             stop_bridge = None
-        violations = audit(await read_streams(sim.bus), cluster=sim.settings.cluster)
+        events = await read_streams(sim.bus)
+        violations = audit(events, cluster=sim.settings.cluster)
+        at_node = at_the_node(events, kubelet_devices(sim), kubelet_failures(sim), cluster=sim.settings.cluster)
+        violations += at_node
         scores = await fair_share_scores(sim, started_utc)
         keys = list(sim.model.pods)
         verdicts = check(plan.workload.expectations, sim.record.timeline, keys)
@@ -103,6 +110,10 @@ async def simulate(plan: RunPlan, *, warmup: Callable[[SimulatorService], Awaita
                                      "tick_s": sim.clock.tick_s})
         report["invariants"] = {"violations": len(violations), "lines": [v.line() for v in violations[:MAX_LINES]]}
         report["node_agents"] = await sim.agents.summary()
+        report["kubelets"] = {"admission_failures": len(sim.kubelets.rejected),
+                              "admission_failures_by_reason": dict(Counter(r.reason for r in sim.kubelets.rejected)),
+                              "device_mismatches": sum(1 for v in at_node if v.invariant == "devices-not-decided"),
+                              "containers_with_devices": sum(len(h) for h in sim.kubelets.handed.values())}
         if plan.reference:
             report["reference"] = {"source": "published_results_default.csv (median of 10 seeds)",
                                    "allocation_pct_by_arrived": plan.reference}
@@ -118,6 +129,18 @@ async def simulate(plan: RunPlan, *, warmup: Callable[[SimulatorService], Awaita
             task.cancel()
         if plan.scratch is not None:
             shutil.rmtree(plan.scratch, ignore_errors=True)
+
+
+def kubelet_devices(sim: SimulatorService) -> list[ContainerDevices]:
+    """What each container was handed by a device plugin, as the audit reads
+    it; a pod its kubelet admitted without devices is one record with none."""
+    return [ContainerDevices(h.pod, h.uid, h.node, h.container, h.gpus)
+            for handed in sim.kubelets.handed.values() for h in handed] + \
+        [ContainerDevices(key, uid, node, "", ()) for key, (uid, node) in sim.kubelets.admitted_bare.items()]
+
+
+def kubelet_failures(sim: SimulatorService) -> list[AdmissionFailure]:
+    return [AdmissionFailure(r.pod, r.uid, r.node, r.reason, r.message) for r in sim.kubelets.rejected]
 
 
 async def fair_share_scores(sim: SimulatorService, since: datetime) -> list[dict]:

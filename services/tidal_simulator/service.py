@@ -4,9 +4,11 @@ Kubernetes API server.
 It plays the world, never Tidal: the cluster's API server (`kube_api`,
 with the kubeconfig written to `settings.kubeconfig_path()`), where it creates the
 nodes and, as they arrive, the pods users submit; the kubelets
-(`kubelet.py`), which admit bound pods, run them and delete finished ones;
-and the machines — `node.topology` of every node at start, `node.metrics`
-per node each tick (when its sample can have changed, or after
+(`kubelet.py`), which admit bound pods as the kubelet does (the node
+object's allocatable, devices from the agent's device plugin over gRPC),
+run them, delete finished ones and write their nodes' status through the
+API server; and the machines — `node.topology` of every node at start,
+`node.metrics` per node each tick (when its sample can have changed, or after
 `metrics_heartbeat_s`), and their pod cgroups in memory. On every machine
 runs the node agent's own code (`agents.py`): it reads pod lifecycle
 events, decisions, bind results and actions, keeps its CPU books, writes
@@ -17,8 +19,9 @@ taints and evictions.
 
 It also watches the pipeline for the report: `placement.decision` (a pod
 decided pending is settled), `bind.result`, `node.action` (who asked for
-what) and `action.result`; and takes in `node.allocatable` (the kubelets
-admit against the oversold allocatable). Events carry the simulated time. A
+what) and `action.result`; with `expect_allocatable`, `node.allocatable`
+only to know oversell answered every sample (pacing: what the cluster
+admits comes from its node objects). Events carry the simulated time. A
 driver (`driver.py`) releases pods and waits for them to settle: `settled`
 futures tell it when a pod is running or was decided pending.
 """
@@ -87,8 +90,8 @@ class SimulatorService(Service):
         for definition in crd.documents().values():  # installed, as k8s/base installs them: `kubectl apply` a Tenant
             self.api.custom.register(definition)
         self.api.on_request = lambda method, path: self._touch()
-        self.kubelets = Kubelets(self)
-        self.api.admit_binding = self.kubelets.admit
+        self.kubelets = Kubelets(self, s.node_status_s)
+        self.api.admit_binding = self.kubelets.bind_fault
         self.api.store.listeners.append(self.kubelets.observe)
         self.kubeconfig = s.kubeconfig_path()
         self.schedule = SampleSchedule(list(self.model.nodes), self.settings.metrics_heartbeat_s)
@@ -104,10 +107,11 @@ class SimulatorService(Service):
         # metrics) would otherwise be lost.
         group = f"simulator-{self.run_id}"
         common = dict(group=group, start=StartAt.at_time(self.started_at), replay_on_assign=False)
+        pacing = [Subscription("node.allocatable", self.on_allocatable, **common)] * self.settings.expect_allocatable
         return [Subscription("placement.decision", self.on_decision, **common),
                 Subscription("pod.lifecycle", self.on_pod, **common),
                 Subscription("bind.result", self.on_bind_result, **common),
-                Subscription("node.allocatable", self.on_allocatable, **common),
+                *pacing,
                 Subscription("node.action", self.on_action, **common),
                 Subscription("action.result", self.on_action_result, **common)]
 
@@ -135,6 +139,7 @@ class SimulatorService(Service):
         await self.api.start(s.kube_api_host, s.kube_api_port)
         for node in self.model.nodes.values():
             self.api.create_node(node_manifest(node.topology))
+        await self.kubelets.start()  # device plugins registered, every node's status written
         # the kubeconfig says the cluster is there: written once it has its nodes
         write_kubeconfig(self.kubeconfig, self.api.url, f"simulator-{s.cluster}")
         self.log.info("API server at %s (kubeconfig %s)", self.api.url, self.kubeconfig)
@@ -152,6 +157,7 @@ class SimulatorService(Service):
         return await caught_up(self, timeout_s)
 
     async def on_stop(self) -> None:
+        await self.kubelets.stop()
         await self.api.stop()
 
     async def emit(self, payload: Payload, *, cause: Envelope[Any] | None = None,
@@ -192,15 +198,9 @@ class SimulatorService(Service):
         self.record.bind_result(self.clock.t_s, result)
 
     async def on_allocatable(self, envelope: Envelope[NodeAllocatables], delivery: Delivery) -> None:
-        for figures in envelope.payload.items:
-            if figures.node not in self.model.nodes:
-                continue
-            self._touch()
-            self._awaiting_allocatable.discard(figures.sample or "")
-            self.model.set_allocatable(figures.node, figures.allocatable)
-            self.record.allocatable_seen(figures)
-            if self.ledger is not None:
-                self.ledger.refresh(figures.node)
+        """Pacing only (the figures reach the nodes through the webhook)."""
+        self._touch()
+        self._awaiting_allocatable -= {f.sample or "" for f in envelope.payload.items if f.node in self.model.nodes}
 
     async def on_action(self, envelope: Envelope[NodeAction], delivery: Delivery) -> None:
         """Every action is counted; the node agent's kinds are carried out by
@@ -240,6 +240,7 @@ class SimulatorService(Service):
         """Advance the clock; pods whose time is up leave; publish samples."""
         t = self.clock.advance()
         self.kubelets.finish(self.model.due(t))
+        self.kubelets.heartbeat(t)
         await self.kubelets.idle.wait()
         await self.agents.expire()
         await self.publish_metrics()

@@ -34,6 +34,8 @@ class SimulatorSettings(ServiceSettings):
                                               "changed only this often (default: every tick, as an agent does)")
     settle_quiet_s: float = Field(0.05, ge=0, description="the pipeline is settled after this long without input")
     settle_max_s: float = Field(10.0, gt=0, description="never wait longer than this for the pipeline to settle")
+    node_status_s: float = Field(10.0, gt=0, description="each kubelet writes its node's status this often, in "
+                                 "simulated seconds (kubelet's nodeStatusUpdateFrequency)")
     expect_allocatable: bool = Field(False, description="settled also means oversell answered every sample")
     decision_timeout_s: float = Field(30.0, gt=0, description="a released pod without a decision by then is "
                                                              "counted as undecided")

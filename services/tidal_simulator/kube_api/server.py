@@ -30,8 +30,10 @@ the server-side table kubectl prints (`tables.py`); a list asked with
 `limit` comes in pages of one snapshot (`paging.py`).
 
 `admit_binding(pod, node)` plays an admission webhook on bindings, shown
-the pod as the binding would leave it: a message refuses the binding with 403 (the simulated kubelets refuse a pod
-that does not fit, see `tidal_simulator.kubelet`).
+the pod as the binding would leave it: a message refuses the binding with
+403. Nothing checks resources at a binding, as in kube-apiserver: the
+simulated kubelets admit or reject the bound pod (`tidal_simulator.kubelet`);
+the simulator refuses bindings only at its injected bind-failure rate.
 
 Fault injection for tests: `compact()`, `break_watches(mode)` (abort the
 connection, end the stream, or tear a line in half first),
