@@ -79,6 +79,7 @@ ACCESS: dict[str, Access] = {
         consumes=(("placement.decision", "simulator-*"), ("node.allocatable", "simulator-*"),
                   ("node.action", "simulator-*")),
         reads=("score.user", "placement.decision")),
+    "webhook": Access(publishes=(), reads=("node.allocatable",)),  # every replica reads every node's figure
 }
 
 ADMIN = "admin"

@@ -81,7 +81,7 @@ _CATALOGUE = [
                consumers=("bridge", "simulator", "topology")),
     StreamSpec("bind.result", producers=("bridge", "simulator"), consumers=("placement", "topology")),
     StreamSpec("node.allocatable", producers=("oversell",),
-               consumers=("placement", "simulator")),
+               consumers=("placement", "simulator", "webhook")),
     # What each Node object's status says the kubelet admits against: placement
     # books no more (docs/last-mile.md). A node's last lives as long as the
     # node, however long its figure stays the same.
