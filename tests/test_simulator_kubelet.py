@@ -233,6 +233,13 @@ async def test_a_gpu_turning_unhealthy_is_withdrawn_from_the_node_allocatable():
         await wait_until(lambda: c.allocatable("g1")[GPU] == "2000", 10, "the GPU back")
 
 
+async def test_a_plugin_that_goes_leaves_its_devices_unhealthy():
+    async with Cluster([gpu_node(gpus=2)]) as c:
+        await c.sim.kubelets.devices.plugins["g1"].stop()  # its ListAndWatch stream ends
+        await wait_until(lambda: c.allocatable("g1")[GPU] == "0", 10, "the plugin's devices withdrawn")
+        assert c.sim.kubelets.devices.managers["g1"].free(GPU) == []
+
+
 async def test_each_kubelet_writes_its_node_status_every_node_status_period():
     async with Cluster([gpu_node("a", gpus=0), gpu_node("b", gpus=0)]) as c:
         sim = c.sim

@@ -6,7 +6,9 @@ API v1beta1 (`tidal_kubelet_api`), as the kubelet's `cm/devicemanager`:
   its `ListAndWatch` followed: every list replaces the resource's devices,
   and `on_change(resource)` is called (the kubelet then writes its node
   status: capacity = every device, allocatable = the healthy ones). A
-  stream that ends leaves the resource's devices unhealthy;
+  stream that ends leaves the resource's devices unhealthy. A list is kept
+  as it came (serialized, its counts apart) and read at an admission: a
+  thousand nodes of 8 GPUs list 8 million unit devices;
 - `allocate` picks a container's devices among the healthy ones no
   container holds — the plugin's `GetPreferredAllocation` when its options
   offer it (its ids that are free, the rest from the free ones in sorted
@@ -29,7 +31,7 @@ from pathlib import Path
 
 import grpc
 
-from tidal_kubelet_api import HEALTHY, KUBELET_SOCKET, VERSION, pb2, pb2_grpc
+from tidal_kubelet_api import HEALTHY, KUBELET_SOCKET, UNHEALTHY, VERSION, pb2, pb2_grpc
 
 LOG = logging.getLogger("tidal.simulator.devices")
 
@@ -54,6 +56,13 @@ class Plugin:
     stub: pb2_grpc.DevicePluginStub
     watch: asyncio.Task | None = None
 
+    def list_and_watch(self):
+        """The plugin's device lists, each as its serialized bytes."""
+        call = self.channel.unary_stream("/v1beta1.DevicePlugin/ListAndWatch",
+                                         request_serializer=pb2.Empty.SerializeToString,
+                                         response_deserializer=lambda data: data)
+        return call(pb2.Empty())
+
 
 @dataclass(frozen=True)
 class Handed:
@@ -68,7 +77,8 @@ class DeviceManager(pb2_grpc.RegistrationServicer):
     def __init__(self, node: str, plugin_dir: Path, on_change: Callable[[str], None] = lambda resource: None) -> None:
         self.node, self.plugin_dir, self.on_change = node, Path(plugin_dir), on_change
         self.plugins: dict[str, Plugin] = {}
-        self.devices: dict[str, dict[str, str]] = {}  # resource -> device id -> health, in the plugin's order
+        self.lists: dict[str, bytes] = {}  # resource -> its last ListAndWatchResponse, serialized
+        self.count: dict[str, tuple[int, int]] = {}  # resource -> (devices, healthy ones)
         self.held: dict[str, dict[str, Handed]] = {}  # pod uid -> container -> what it holds
         self._server: grpc.aio.Server | None = None
 
@@ -112,14 +122,20 @@ class DeviceManager(pb2_grpc.RegistrationServicer):
 
     async def _follow(self, plugin: Plugin) -> None:
         try:
-            async for answer in plugin.stub.ListAndWatch(pb2.Empty()):
-                self.devices[plugin.resource] = {d.ID: d.health for d in answer.devices}
+            async for data in plugin.list_and_watch():
+                devices = pb2.ListAndWatchResponse.FromString(data).devices
+                self.lists[plugin.resource] = data
+                self.count[plugin.resource] = (len(devices), sum(1 for d in devices if d.health == HEALTHY))
                 self.on_change(plugin.resource)
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.CANCELLED:
                 LOG.warning("%s: ListAndWatch of %s ended: %s", self.node, plugin.resource, rpc_error(exc))
-        if self.plugins.get(plugin.resource) is plugin:  # the plugin went: its devices cannot be used
-            self.devices[plugin.resource] = dict.fromkeys(self.devices.get(plugin.resource, {}), "Unhealthy")
+        if self.plugins.get(plugin.resource) is plugin and plugin.resource in self.lists:  # the plugin went
+            gone = pb2.ListAndWatchResponse.FromString(self.lists[plugin.resource])
+            for device in gone.devices:
+                device.health = UNHEALTHY
+            self.lists[plugin.resource] = gone.SerializeToString()
+            self.count[plugin.resource] = (len(gone.devices), 0)
             self.on_change(plugin.resource)
 
     @staticmethod
@@ -136,13 +152,13 @@ class DeviceManager(pb2_grpc.RegistrationServicer):
     # -- what the node status and admission read -------------------------------------
     def counts(self, resource: str) -> tuple[int, int]:
         """(capacity, allocatable) of `resource`: every device, the healthy ones."""
-        devices = self.devices.get(resource, {})
-        return len(devices), sum(1 for health in devices.values() if health == HEALTHY)
+        return self.count.get(resource, (0, 0))
 
     def free(self, resource: str) -> list[str]:
         """Healthy devices of `resource` no container holds, in the plugin's order."""
         taken = {d for pod in self.held.values() for h in pod.values() if h.resource == resource for d in h.device_ids}
-        return [d for d, health in self.devices.get(resource, {}).items() if health == HEALTHY and d not in taken]
+        listed = pb2.ListAndWatchResponse.FromString(self.lists.get(resource, b"")).devices
+        return [d.ID for d in listed if d.health == HEALTHY and d.ID not in taken]
 
     async def allocate(self, pod_uid: str, container: str, resource: str, count: int) -> Handed:
         """`count` devices of `resource` for one container (see the module docstring)."""

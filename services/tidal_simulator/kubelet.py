@@ -208,14 +208,10 @@ class Kubelets:
         """The node's capacity and allocatable as its kubelet reports them:
         the machine's own figures and its device plugins' resources."""
         manager = self.devices.managers.get(node)
-        counts = {r: manager.counts(r) for r in manager.devices} if manager is not None else {}
+        counts = {r: manager.counts(r) for r in manager.count} if manager is not None else {}
         self.status_at[node] = self.sim.clock.t_s
-        status = node_status(self.sim.model.nodes[node].topology, counts)
-        write = getattr(self.sim.api, "write_node_status", None)
-        if write is not None:
-            await write(node, status, user=f"system:node:{node}")
-        else:  # an API server without the admission chain: the status is stored as written
-            self.sim.api.update_node(node, lambda obj: obj.setdefault("status", {}).update(status))
+        await self.sim.api.write_node_status(node, node_status(self.sim.model.nodes[node].topology, counts),
+                                             user=f"system:node:{node}")
 
     async def _admit(self, key: str, node: str, uid: str) -> None:
         sim = self.sim

@@ -70,7 +70,7 @@ class NodeDevices:
             await plugin.start()
             self.plugins[node] = plugin
         deadline = time.monotonic() + timeout_s
-        while missing := [n for n, m in self.managers.items() if not m.devices.get(GPU_RESOURCE)]:
+        while missing := [n for n, m in self.managers.items() if not m.counts(GPU_RESOURCE)[0]]:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the device plugins of {len(missing)} node(s) did not register and list their "
                                    f"devices in {timeout_s:.0f} s, e.g. {missing[0]}")
