@@ -13,7 +13,7 @@ COPY . .
 # source tree is not needed at run time and the root filesystem can be
 # mounted read-only. The tracing extra lets a deployment export spans over
 # OTLP by setting OTEL_EXPORTER_OTLP_ENDPOINT (off otherwise).
-RUN pip install --no-cache-dir '.[tracing]' \
+RUN pip install --no-cache-dir '.[tracing,gpu]' \
     && rm -rf /src
 
 # Numeric UID/GID so Kubernetes can verify `runAsNonRoot` without a passwd

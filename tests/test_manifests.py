@@ -537,7 +537,11 @@ def test_topology_daemonset_host_mounts() -> None:
     assert mounts.get("/sys/fs/cgroup", (None, None))[1] is False, "/sys/fs/cgroup must be read-write"
     assert mounts.get("/var/lib/tidal", (None, None))[1] is False, "/var/lib/tidal must be read-write"
     writable = {path for path, (_, read_only) in mounts.items() if not read_only}
-    assert writable == {"/sys/fs/cgroup", "/var/lib/tidal"}, "unexpected writable host paths"
+    # the kubelet's device plugin directory: the GPU plugin's socket is made there
+    assert writable == {"/sys/fs/cgroup", "/var/lib/tidal", "/var/lib/kubelet/device-plugins"}, \
+        "unexpected writable host paths"
+    assert env_of(container)["TIDAL_TOPOLOGY_DEVICE_PLUGIN_DIR"]["value"].rstrip("/") == \
+        mounts["/var/lib/kubelet/device-plugins"][0]
 
     env = env_of(container)
     assert env["TIDAL_TOPOLOGY_SYSFS_ROOT"]["value"] == mounts["/sys"][0] == "/host/sys"
