@@ -15,5 +15,7 @@ import os
 # starts the bridge, and restarts services, with a preexec_fn). gRPC's fork
 # handlers crash such a child about one fork in six while its threads are
 # busy; the child execs at once and never uses gRPC, so they are not wanted.
-# Read when grpc is first imported: set before any module here imports it.
+# Read when grpc is first imported: this only helps where the package comes
+# first (`tidal_topology.settings` imports grpc too); a process that forks
+# should set it at its entry.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
