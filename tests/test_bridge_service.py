@@ -19,8 +19,8 @@ from fake_kube_api import FakeKubeApi
 from tidal_bridge.service import BridgeService
 from tidal_bridge.settings import BridgeSettings
 from tidal_bus import Bus, StartAt
-from tidal_schemas import (NodeAction, NodeAllocatable, NodeAllocatables, PlacementDecision, PlacementDecisions,
-                           Resources, make_envelope)
+from tidal_schemas import (NodeAction, NodeAllocatable, NodeAllocatables, NodeStatus, PlacementDecision,
+                           PlacementDecisions, Resources, make_envelope)
 
 
 def settings(nats, namespace, fake, cluster="c1", **overrides) -> BridgeSettings:
@@ -422,6 +422,18 @@ async def test_node_status_is_published_when_its_allocatable_changes_and_oversel
         await last("deleted")
         assert published(service, "node.status") == 3  # 8000m, 9600m, deleted: one a change
     assert fake.count("PATCH", "/nodes/") == 0
+
+
+async def test_a_node_deleted_while_no_bridge_ran_is_published_deleted_at_start(nats_server, namespace, fake, bus):
+    await bus.publish(NodeStatus(node="gone", allocatable=Resources(cpu_milli=8000, memory_mib=32768)))
+    await bus.publish(NodeStatus(node="n1", allocatable=Resources(cpu_milli=1000, memory_mib=1024)))
+    statuses = Stream(bus, "node.status")
+    async with running(settings(nats_server, namespace, fake)) as (service,):
+        events = await statuses.wait(lambda es: {_status(e.payload) for e in es} == {"deleted", "8000m/32768Mi"},
+                                     "gone deleted, n1 as its object says")
+        assert {e.payload.node: _status(e.payload) for e in events} == {"gone": "deleted", "n1": "8000m/32768Mi"}
+        await wait_until(lambda: published(service, "node.status") == 2, 10, "two published")
+    assert published(service, "node.status") == 2  # n1 is not deleted: its object is there
 
 
 def _status(status) -> str:

@@ -121,7 +121,7 @@ class BridgeService(Service):
         ]
 
     def loops(self):
-        loops = [self.pods.run, self.nodes.reflector.run, self.pod_status.run]
+        loops = [self.pods.run, self.nodes.reflector.run, self.nodes.reconcile, self.pod_status.run]
         return loops + (self.tenants.loops() if self.tenants is not None else [])
 
     async def on_start(self) -> None:
