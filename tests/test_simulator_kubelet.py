@@ -43,7 +43,8 @@ class Cluster:
 
     def __init__(self, topologies, *pods: SimPodSpec) -> None:
         workload = Workload("kubelet", tuple(SimNode(t) for t in topologies), tuple(pods))
-        self.sim = SimulatorService(SimulatorSettings(bus_url="nats://127.0.0.1:1", start=T0), workload=workload)
+        self.sim = SimulatorService(SimulatorSettings(bus_url="nats://127.0.0.1:1", start=T0, tick_s=5),
+                                    workload=workload)
         self.task: asyncio.Task | None = None
 
     async def __aenter__(self) -> "Cluster":
@@ -240,7 +241,7 @@ async def test_a_plugin_that_goes_leaves_its_devices_unhealthy():
         assert c.sim.kubelets.devices.managers["g1"].free(GPU) == []
 
 
-async def test_each_kubelet_writes_its_node_status_every_node_status_period():
+async def test_each_kubelet_writes_its_node_status_when_the_node_object_differs_or_every_report_period():
     async with Cluster([gpu_node("a", gpus=0), gpu_node("b", gpus=0)]) as c:
         sim = c.sim
         writes: list[str] = []
@@ -249,13 +250,21 @@ async def test_each_kubelet_writes_its_node_status_every_node_status_period():
         async def counted(name, status, **kw):
             writes.append(name)
             return await write(name, status, **kw)
+
+        async def beat(t_s: float) -> list[str]:
+            writes.clear()
+            while sim.clock.t_s < t_s:  # ticks of 5 s
+                sim.clock.advance()
+                sim.kubelets.heartbeat()
+                await sim.kubelets.idle.wait()
+            return sorted(writes)
         sim.api.write_node_status = counted
-        sim.kubelets.heartbeat(5.0)
-        await sim.kubelets.idle.wait()
-        assert writes == []  # written at 0 s: not due before 10 s
-        sim.kubelets.heartbeat(10.0)
-        await sim.kubelets.idle.wait()
-        assert sorted(writes) == ["a", "b"]
+        assert await beat(10.0) == []  # the node objects say what the kubelets would: nothing to write
+        # a webhook's figure in a's allocatable: a's kubelet writes its own again (the webhook raises it again)
+        sim.api.update_node("a", lambda obj: obj["status"]["allocatable"].update(cpu="12"))
+        assert await beat(20.0) == ["a"] and c.allocatable("a")["cpu"] == "8000m"
+        assert await beat(295.0) == []
+        assert await beat(300.0) == ["b"]  # unchanged for 300 s (a wrote at 20 s): reported anyway
 
 
 # -- never a tidal.dev annotation -------------------------------------------------------------

@@ -17,12 +17,14 @@ annotation, never Tidal's events.
 - A deleted pod leaves its node: its cgroup and devices with it.
 - A node's taints and allocatable, as the node object says, are the node's.
 - Each kubelet writes its node's status through the API server (so the
-  admission webhooks see it): at start, when its devices change, and every
-  `node_status_s` of simulated time (`heartbeat`).
+  admission webhooks see it): at start and when its devices change; and
+  every `node_status_s` of simulated time (`heartbeat`) it writes it again
+  when the node object's capacity or allocatable differ from its own (a
+  webhook's figure does) or `REPORT_S` passed, as a kubelet with node leases.
 - A pod whose run time is over is deleted (`finish`).
 
-`observe` runs inside the API server's write (no awaits); what needs the
-bus, gRPC or another write is queued for `run`, which does it in order.
+`observe` runs inside the API server's write (no awaits); the rest (gRPC,
+other writes) is queued for `run`, which does it in order.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from tidal_schemas import Resources
@@ -38,36 +39,12 @@ from tidal_schemas import Resources
 from .device_manager import DeviceError
 from .kube_api.protocol import stamp
 from .kubelet_admit import Refusal, allocatable_of, amount, fits, pod_requests, unexpected
+from .kubelet_records import Handed, Rejected
 from .node_devices import NodeDevices, shares
-from .pods import node_status
+from .pods import node_status, reported
 
 LOG = logging.getLogger("tidal.simulator.kubelet")
-
-
-@dataclass(frozen=True)
-class Handed:
-    """What one container of a pod was handed by a device plugin."""
-
-    pod: str
-    uid: str
-    node: str
-    container: str
-    resource: str
-    device_ids: tuple[str, ...]
-    envs: dict[str, str]
-    cdi_devices: tuple[str, ...]
-    devices: tuple[str, ...]
-    gpus: tuple[tuple[str, int], ...]
-
-
-@dataclass(frozen=True)
-class Rejected:
-    pod: str
-    uid: str
-    node: str
-    reason: str
-    message: str
-    t_s: float
+REPORT_S = 300.0  # the kubelet's nodeStatusReportFrequency: an unchanged status is written this often
 
 
 class Kubelets:
@@ -84,7 +61,8 @@ class Kubelets:
         self.handed: dict[str, list[Handed]] = {}  # pod key -> its containers' devices
         self.admitted_bare: dict[str, tuple[str, str]] = {}  # pod key -> (uid, node): admitted with no devices
         self.rejected: list[Rejected] = []
-        self.status_at: dict[str, float] = {}
+        self.status_at: dict[str, float] = {}  # node -> when its kubelet last looked at its status
+        self.written_at: dict[str, float] = {}  # node -> when it last wrote it
 
     async def start(self) -> None:
         """The device plugins and managers, then every node's first status write."""
@@ -176,11 +154,13 @@ class Kubelets:
             if self.sim.api.pod(namespace, name) is not None:
                 self.sim.api.delete_pod(namespace, name)
 
-    def heartbeat(self, t_s: float) -> None:
-        """Each node's periodic status write, when due at simulated time `t_s`."""
+    def heartbeat(self) -> None:
+        """Each node's periodic look at its status, when due (the simulator's clock)."""
+        t_s = self.sim.clock.t_s
         for node in self.sim.model.nodes:
             if t_s - self.status_at.get(node, t_s) >= self.node_status_s:
-                self._later("status", node, node, "")
+                self.status_at[node] = t_s
+                self._later("sync", node, node, "")
 
     def _devices_changed(self, node: str, resource: str) -> None:
         self._later("status", node, node, "")
@@ -197,21 +177,24 @@ class Kubelets:
             try:
                 if what == "admit":
                     await self._admit(key, node, uid)
-                elif what == "status":
-                    await self.write_status(node)
+                elif what in ("status", "sync"):
+                    await self.write_status(node, if_changed=what == "sync")
             except Exception:  # a bug in one pod's handling must not stop every kubelet
                 LOG.exception("kubelet of %s: %s %s failed", node, what, key)
             if self.queue.empty():
                 self.idle.set()
 
-    async def write_status(self, node: str) -> None:
+    async def write_status(self, node: str, if_changed: bool = False) -> None:
         """The node's capacity and allocatable as its kubelet reports them:
-        the machine's own figures and its device plugins' resources."""
-        manager = self.devices.managers.get(node)
+        the machine's own figures and its device plugins' resources (with
+        `if_changed`, only when the node object says otherwise or `REPORT_S` passed)."""
+        manager, t = self.devices.managers.get(node), self.sim.clock.t_s
         counts = {r: manager.counts(r) for r in manager.count} if manager is not None else {}
-        self.status_at[node] = self.sim.clock.t_s
-        await self.sim.api.write_node_status(node, node_status(self.sim.model.nodes[node].topology, counts),
-                                             user=f"system:node:{node}")
+        status = node_status(self.sim.model.nodes[node].topology, counts)
+        if if_changed and t - self.written_at.get(node, t) < REPORT_S and reported(status, self.sim.api.node(node)):
+            return
+        self.status_at[node] = self.written_at[node] = t
+        await self.sim.api.write_node_status(node, status, user=f"system:node:{node}")
 
     async def _admit(self, key: str, node: str, uid: str) -> None:
         sim = self.sim
@@ -289,3 +272,4 @@ class Kubelets:
                                     if c.get("type") not in ("Ready", "ContainersReady")]
             status["conditions"] += [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]
         self.sim.api.update_pod(namespace, name, running)
+

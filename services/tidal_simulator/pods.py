@@ -19,6 +19,7 @@ from typing import Any
 from tidal_schemas import GpuAsk, NodeTopology, Resources
 
 from .kube_api.objects import node_object
+from .kubelet_admit import amount
 from .kube_api.protocol import stamp
 
 _UIDS = uuid.UUID("6a4f3a52-11b8-4d0c-9a0e-5f2a64c1d7b3")
@@ -119,6 +120,14 @@ def node_status(topology: NodeTopology, devices: dict[str, tuple[int, int]] | No
     for resource, (total, healthy) in sorted((devices or {}).items()):
         capacity[resource], allocatable[resource] = str(total), str(healthy)
     return {"capacity": capacity, "allocatable": allocatable}
+
+
+def reported(status: dict[str, Any], node: dict[str, Any] | None) -> bool:
+    """Whether the node object's capacity and allocatable say what `status` does."""
+    stored = (node or {}).get("status") or {}
+    return all({k: amount(k, v) for k, v in status[part].items()}
+               == {k: amount(k, v) for k, v in (stored.get(part) or {}).items() if k in status[part]}
+               for part in ("capacity", "allocatable"))
 
 
 def node_manifest(topology: NodeTopology) -> dict[str, Any]:

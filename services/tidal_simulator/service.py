@@ -240,7 +240,7 @@ class SimulatorService(Service):
         """Advance the clock; pods whose time is up leave; publish samples."""
         t = self.clock.advance()
         self.kubelets.finish(self.model.due(t))
-        self.kubelets.heartbeat(t)
+        self.kubelets.heartbeat()
         await self.kubelets.idle.wait()
         await self.agents.expire()
         await self.publish_metrics()
