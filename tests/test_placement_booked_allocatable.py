@@ -23,17 +23,18 @@ def res(cpu_milli: int, memory_mib: int = 64 * GIB) -> Resources:
 
 
 @pytest.mark.parametrize("oversold, status, expected", [
-    (None, None, res(4000)),                    # only the node agent's own figure
-    (res(6000), None, res(6000)),               # no bridge: oversell's figure, as before
-    (None, res(5000), res(5000)),               # oversell said nothing: the status alone
-    (res(6000), res(4000), res(4000)),          # the webhook down: the kubelet's figure bounds it
-    (res(6000), res(6000), res(6000)),          # the webhook wrote oversell's figure
-    (res(5000), res(6000), res(5000)),          # oversell lowered its figure: booked before the next status
-    (res(6000, 32 * GIB), res(4000, 64 * GIB), res(4000, 32 * GIB)),  # per resource
-    (res(6000), res(0, 0), res(0, 0)),          # the Node object gone: nothing admitted there
+    # (cpu_milli, memory_mib); the node agent's own figure is (4000, 64 GiB)
+    (None, None, (4000, 64 * GIB)),                        # only the node agent's own figure
+    ((6000, 64 * GIB), None, (6000, 64 * GIB)),            # no bridge: oversell's figure, as before
+    (None, (5000, 64 * GIB), (5000, 64 * GIB)),            # oversell said nothing: the status alone
+    ((6000, 64 * GIB), (4000, 64 * GIB), (4000, 64 * GIB)),  # the webhook down: the kubelet's figure bounds it
+    ((6000, 64 * GIB), (6000, 64 * GIB), (6000, 64 * GIB)),  # the webhook wrote oversell's figure
+    ((5000, 64 * GIB), (6000, 64 * GIB), (5000, 64 * GIB)),  # oversell lowered its figure: booked before the status
+    ((6000, 32 * GIB), (4000, 64 * GIB), (4000, 32 * GIB)),  # per resource
+    ((6000, 64 * GIB), (0, 0), (0, 0)),                    # the Node object gone: nothing admitted there
 ])
 def test_the_rule(oversold, status, expected):
-    assert booked(res(4000), oversold, status) == expected
+    assert booked((4000, 64 * GIB), oversold, status) == expected
 
 
 def topology():

@@ -20,23 +20,21 @@ what is booked is the rule over the figures known when any of them changes.
 
 from __future__ import annotations
 
-from tidal_schemas import NodeAllocatables, NodeStatus, Resources
+from tidal_schemas import NodeAllocatables, NodeStatus
 
 from .cluster_state import ClusterState
 
+Figures = tuple[int, int]  # (cpu_milli, memory_mib): plain ints, read for every node of every oversell sample
+NO_OBJECT: Figures = (0, 0)  # the status of a node whose Node object is gone: nothing is admitted there
 
-def booked(own: Resources, oversold: Resources | None, status: Resources | None) -> Resources:
-    """The rule of the module docstring (CPU and memory; GPUs are counted by device)."""
+
+def booked(own: Figures, oversold: Figures | None, status: Figures | None) -> Figures:
+    """The rule of the module docstring, per resource (GPUs are counted by device)."""
     if status is None:
-        chosen = oversold or own
-        return Resources(cpu_milli=chosen.cpu_milli, memory_mib=chosen.memory_mib)
+        return oversold or own
     if oversold is None:
-        return Resources(cpu_milli=status.cpu_milli, memory_mib=status.memory_mib)
-    return Resources(cpu_milli=min(oversold.cpu_milli, status.cpu_milli),
-                     memory_mib=min(oversold.memory_mib, status.memory_mib))
-
-
-NO_OBJECT = Resources()  # the status of a node whose Node object is gone: nothing is admitted there
+        return status
+    return min(oversold[0], status[0]), min(oversold[1], status[1])
 
 
 class BookedAllocatable:
@@ -45,18 +43,18 @@ class BookedAllocatable:
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
-        self.oversold: dict[str, Resources] = {}
-        self.status: dict[str, Resources] = {}
+        self.oversold: dict[str, Figures] = {}
+        self.status: dict[str, Figures] = {}
 
     def apply(self, p: NodeAllocatables | NodeStatus) -> bool:
         """Take oversell's figures or a node's status; whether some known
         node now books more than before (waiting pods may fit)."""
         if isinstance(p, NodeStatus):
-            self.status[p.node] = NO_OBJECT if p.deleted else p.allocatable
+            self.status[p.node] = NO_OBJECT if p.deleted else (p.allocatable.cpu_milli, p.allocatable.memory_mib)
             return self._rebook(p.node)
         grown = False
         for figures in p.items:
-            self.oversold[figures.node] = figures.allocatable
+            self.oversold[figures.node] = (figures.allocatable.cpu_milli, figures.allocatable.memory_mib)
             grown |= self._rebook(figures.node)
         return grown
 
@@ -65,9 +63,11 @@ class BookedAllocatable:
         self._rebook(node)
 
     def _rebook(self, node: str) -> bool:
-        before, own = self.state.allocatable(node), self.state.own_allocatable(node)
-        if before is None or own is None:
+        known = self.state.figures(node)
+        if known is None:
             return False  # not known yet: booked when its topology arrives
+        before, own = known
         after = booked(own, self.oversold.get(node), self.status.get(node))
-        self.state.set_allocatable(node, after)
-        return after.cpu_milli > before.cpu_milli or after.memory_mib > before.memory_mib
+        if after != before:
+            self.state.book(node, *after)
+        return after[0] > before[0] or after[1] > before[1]

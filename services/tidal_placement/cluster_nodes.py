@@ -19,10 +19,14 @@ class ClusterNodes(ClusterArrays):
 
     def set_allocatable(self, node: str, resources: Resources) -> Outcome:
         """Replace node-level CPU/memory allocatable (e.g. oversold by §D)."""
+        return self.book(node, resources.cpu_milli, resources.memory_mib)
+
+    def book(self, node: str, cpu_milli: int, memory_mib: int) -> Outcome:
+        """`set_allocatable` from the two figures."""
         r = self.rows.get(node)
         if r is None:
             return Outcome(False, f"unknown node {node}")
-        self.cpu_alloc[r], self.mem_alloc[r] = resources.cpu_milli, resources.memory_mib
+        self.cpu_alloc[r], self.mem_alloc[r] = cpu_milli, memory_mib
         self._refresh_node(r)
         return OK
 
@@ -31,10 +35,14 @@ class ClusterNodes(ClusterArrays):
         r = self.rows.get(node)
         return None if r is None else Resources(cpu_milli=int(self.cpu_alloc[r]), memory_mib=int(self.mem_alloc[r]))
 
-    def own_allocatable(self, node: str) -> Resources | None:
-        """The node-level CPU/memory allocatable its topology says (before oversell's or its status')."""
-        spec = self.specs.get(self.rows.get(node, -1))
-        return None if spec is None else Resources(cpu_milli=spec.cpu_milli, memory_mib=spec.memory_mib)
+    def figures(self, node: str) -> tuple[tuple[int, int], tuple[int, int]] | None:
+        """((cpu_milli, memory_mib) booked, the same as its topology says) of
+        a known node; None for a node not known."""
+        r = self.rows.get(node)
+        spec = self.specs.get(r) if r is not None else None
+        if spec is None:
+            return None
+        return (int(self.cpu_alloc[r]), int(self.mem_alloc[r])), (spec.cpu_milli, spec.memory_mib)
 
     def set_blocked(self, node: str, reason: str, blocked: bool = True) -> Outcome:
         """Add (or lift) a reason the node takes no new pods: a taint, stale metrics…"""
