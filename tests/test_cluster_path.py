@@ -121,7 +121,9 @@ async def cluster_path(nats_server, namespace, *topologies, before_bridge=None, 
     async with FakeKubeApi() as kube, make_bus(nats_server.url, namespace, cluster=CLUSTER) as bus:
         await bus.ensure_streams()
         for topology in topologies:
-            kube.add_node(topology.node, cpu=str(len(topology.cpus)), gpus=len(topology.gpus))
+            # its status as the node agent sees it: placement books no more than the status says
+            kube.add_node(topology.node, cpu=str(len(topology.cpus)), memory=f"{topology.allocatable.memory_mib}Mi",
+                          gpus=len(topology.gpus))
             await bus.publish(topology)
         path = Path(kube, bus, nats_server.url, namespace)
         if before_bridge is not None:
