@@ -4,17 +4,25 @@ Tests isolate themselves by namespace, never by sharing state."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
-import uuid
-from collections.abc import Awaitable, Callable
-from pathlib import Path
 
-import pytest
+# The test process forks services with a preexec_fn (tidal_cli's Stack) and,
+# once a test has imported grpc (the device plugins, tidal_topology.settings),
+# gRPC's fork handlers crash such a child about one fork in six (a restarted
+# service that never comes back). Read when grpc is first imported: set here,
+# at the test process's entry, before any test module is imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
-from tidal_bus import Bus
-from tidal_bus.embedded import EmbeddedKafka, EmbeddedNats
+import asyncio  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+from collections.abc import Awaitable, Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from tidal_bus import Bus  # noqa: E402
+from tidal_bus.embedded import EmbeddedKafka, EmbeddedNats  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -147,7 +147,10 @@ def lock_step(sim, bus) -> None:
 
 
 def ready(service) -> bool:
-    return service.process.poll() is None and service.ready()
+    """Whether the restarted service is ready; a restart that died is not waited for."""
+    code = service.process.poll()
+    assert code is None, f"{service.name} exited ({code}) after its restart; its log: {service.log_path}"
+    return service.ready()
 
 
 async def crash_and_recover(stack: Stack, bus, name: str) -> float:
