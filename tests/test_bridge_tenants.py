@@ -191,9 +191,10 @@ async def test_a_users_fair_share_record_shows_the_scores_of_the_pipeline(nats_s
             first = obj["status"]["scores"]["A100"]
             await wait_status(objects, "fairshares", "alice", lambda s: s["scores"]["A100"] > first, "score grows")
             # rate-limited: fewer writes than scoring's updates (5 per second, three types each)
-            writes = path.kube.count("PATCH", "/fairshares/alice/status")
+            writes, since = path.kube.count("PATCH", "/fairshares/alice/status"), asyncio.get_running_loop().time()
             await asyncio.sleep(1.0)
-            assert path.kube.count("PATCH", "/fairshares/alice/status") - writes <= 1.0 / FAST["status_interval_s"] + 1
+            took = asyncio.get_running_loop().time() - since  # a second, or more on a busy machine: its rate is the bound
+            assert path.kube.count("PATCH", "/fairshares/alice/status") - writes <= took / FAST["status_interval_s"] + 1
         finally:
             await objects.api_client.close()
 

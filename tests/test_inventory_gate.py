@@ -93,7 +93,7 @@ async def test_oversell_answers_a_sample_read_before_its_topology_and_refuses_a_
             later = await bus.publish(_metrics("n2", now + timedelta(seconds=10)))
             await wait_until(lambda: len(letters) >= 2, what="the next one refused too")
             await bus.publish(_topology("n2"))
-            await asyncio.sleep(0.3)
+            await wait_until(lambda: ("c1", "n2") not in service.inventories._missing, what="n2's topology read")
             last = await bus.publish(_metrics("n2", now + timedelta(seconds=20)))
             await wait_until(lambda: last.id in answered, what="the node answered again once its topology came")
             assert later.id not in answered and len(letters) == 2
