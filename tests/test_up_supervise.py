@@ -78,8 +78,10 @@ class Up:
 
 
 def _ready(url: str) -> bool:
+    """One look of a poll (the poll's deadline is the hang guard): a service
+    restarting behind the socket the stack holds does not answer."""
     try:
-        with urllib.request.urlopen(f"{url}/readyz", timeout=patience(1)) as response:
+        with urllib.request.urlopen(f"{url}/readyz", timeout=5) as response:
             return response.status == 200
     except OSError:
         return False
