@@ -30,6 +30,8 @@ from .device_manager import DeviceManager, Handed
 GPU_RESOURCE = "tidal.dev/gpu-milli"
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 MPS_THREADS = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+WATCH_S = 10.0  # how often a plugin looks for a restarted kubelet: these never restart, and 1213 plugins
+# looking twice a second took a tenth of the simulator's time
 MAX_SOCKET_PATH = 100  # a unix socket path has 108 bytes, the plugin's own socket name included
 
 
@@ -65,7 +67,8 @@ class NodeDevices:
             manager = DeviceManager(node, folder, lambda resource, node=node: self.on_change(node, resource))
             await manager.start()
             self.managers[node] = manager
-            plugin = GpuDevicePlugin(node, list(topology.gpus), plugin_dir=folder, resource=GPU_RESOURCE)
+            plugin = GpuDevicePlugin(node, list(topology.gpus), plugin_dir=folder, resource=GPU_RESOURCE,
+                                     watch_s=WATCH_S)
             self.on_plugin(node, plugin)
             await plugin.start()
             self.plugins[node] = plugin
