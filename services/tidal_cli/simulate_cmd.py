@@ -30,7 +30,8 @@ from .errors import CliError
 from .simulate_workload import read_workload
 from .options import cluster_name, count, make_dir, namespace_name, number, seconds, seconds_or_zero, write_file
 
-DEFAULT_SERVICES = "placement,scoring,oversell,remediation"
+# The webhook is part of the default path, as in a deployment: without it no node is oversold.
+DEFAULT_SERVICES = "placement,scoring,oversell,remediation,webhook"
 
 
 def add(subparsers) -> None:
