@@ -46,9 +46,31 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
+# A pod's process: busy 65 ms of every 100 ms by the clock, so that it wants
+# 0.65 of a CPU however busy the machine is (its wait for the CPU counts as
+# wanting it). Two make a CPU hot (above 0.8); one alone is neither hot nor
+# cold (below 0.6), so neither the NUMA node it is moved to nor the one it
+# leaves calls for another action, and once it is gone its NUMA node is cold.
+DUTY = """
+import time
+period, busy = 0.1, 0.065
+start = time.monotonic()
+while True:
+    while time.monotonic() < start + busy:
+        pass
+    start += period
+    pause = start - time.monotonic()
+    if pause > 0:
+        time.sleep(pause)
+    else:  # behind (frozen, or kept off the CPU): start afresh
+        start = time.monotonic()
+"""
+
+
 @pytest.fixture
 def pods_on_cpu0():
-    """Four busy pods pinned to cpu0: be-1, be-2 best-effort; ls-1, ls-2 latency-sensitive."""
+    """Four pods pinned to cpu0, each wanting 0.65 of it (DUTY): be-1, be-2
+    best-effort; ls-1, ls-2 latency-sensitive."""
     if not all((CGROUP / c).is_dir() for c in CONTROLLERS):
         pytest.skip("needs cgroup v1 freezer, cpuset, cpuacct and memory controllers")
     if len((CGROUP / "cpuset/cpuset.cpus").read_text().strip()) < 3:
@@ -68,7 +90,7 @@ def pods_on_cpu0():
             _write(CGROUP / "cpuset" / parent / name, (CGROUP / "cpuset" / name).read_text())
         for name in ("be-1", "be-2", "ls-1", "ls-2"):
             uid = str(uuid.uuid4())
-            proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            proc = subprocess.Popen([sys.executable, "-c", DUTY])
             procs.append(proc)
             for controller in CONTROLLERS:
                 directory = CGROUP / controller / parent / f"pod{uid}"
@@ -232,7 +254,7 @@ async def _freeze_then_move_then_thaw(nats_server, namespace, tmp_path, parent, 
         # 1. NUMA 0 is hot: the best-effort pods are frozen, latency-sensitive ones never
         done = await seen.wait_for("freeze", 2)
         assert {p for k, p in done if k == "freeze"} == {"be-1", "be-2"}
-        # 2. two LS pods still saturate cpu0: one is moved to cpu1, which relieves it
+        # 2. two LS pods still saturate cpu0 (1.3 CPUs wanted): one is moved to cpu1, which relieves it
         done = await seen.wait_for("set-cpuset", 1)
         [moved] = [p for k, p in done if k == "set-cpuset"]
         move = next(a for a in seen.actions.values() if a.kind == "set-cpuset")
