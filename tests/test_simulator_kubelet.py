@@ -224,6 +224,14 @@ async def test_a_pod_running_before_the_start_holds_its_units_from_the_checkpoin
         assert sum(r.get(GPU, 0) for r in sim.kubelets.running["g1"].values()) == 1100
 
 
+async def test_a_pod_adopted_before_the_kubelets_start_gets_its_units_when_they_do():
+    c = Cluster([gpu_node(gpus=1)], pod("old", gpu=GpuAsk(count=1, milli=250)))
+    old = c.sim.model.pods["t/old"].request
+    c.sim.kubelets.adopt("t/old", "g1", pod_manifest(old, T0, node="g1", phase="Running"), ((UUIDS[0], 250),))
+    async with c:
+        assert len(c.sim.kubelets.devices.managers["g1"].free(GPU)) == 750
+
+
 async def test_a_gpu_turning_unhealthy_is_withdrawn_from_the_node_allocatable():
     async with Cluster([gpu_node(gpus=2)]) as c:
         assert (c.sim.api.node("g1")["status"]["capacity"][GPU], c.allocatable("g1")[GPU]) == ("2000", "2000")

@@ -17,5 +17,6 @@ import os
 # busy; the child execs at once and never uses gRPC, so they are not wanted.
 # Read when grpc is first imported: this only helps where the package comes
 # first (`tidal_topology.settings` imports grpc too); a process that forks
-# should set it at its entry.
+# should set it at its entry. `run.simulate` also starts the machines' gRPC
+# only once the bridge's process is started.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")

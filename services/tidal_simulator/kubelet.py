@@ -61,14 +61,22 @@ class Kubelets:
         self.handed: dict[str, list[Handed]] = {}  # pod key -> its containers' devices
         self.admitted_bare: dict[str, tuple[str, str]] = {}  # pod key -> (uid, node): admitted with no devices
         self.rejected: list[Rejected] = []
+        self.started = asyncio.Event()
+        self._restores: list[tuple] = []  # the devices of pods adopted before `start`
         self.status_at: dict[str, float] = {}  # node -> when its kubelet last looked at its status
         self.written_at: dict[str, float] = {}  # node -> when it last wrote it
 
     async def start(self) -> None:
-        """The device plugins and managers, then every node's first status write."""
+        """The device plugins and managers (and the devices of the pods
+        adopted), then every node's first status write; admission waits for it."""
+        if self.started.is_set():
+            return
         await self.devices.start()
+        for restore in self._restores:
+            self.devices.restore(*restore)
         for node in self.sim.model.nodes:
             await self.write_status(node)
+        self.started.set()
 
     async def stop(self) -> None:
         await self.devices.stop()
@@ -91,7 +99,10 @@ class Kubelets:
         uid = pod["metadata"]["uid"]
         self.taken[uid] = node
         self.running[node][uid] = pod_requests(pod)
-        self.devices.restore(node, uid, gpus, decision_id)
+        if self.started.is_set():
+            self.devices.restore(node, uid, gpus, decision_id)
+        else:
+            self._restores.append((node, uid, gpus, decision_id))
 
     def observe(self, resource: str, kind: str, obj: dict[str, Any]) -> None:
         """A write in the API server (see the module docstring)."""
@@ -198,6 +209,7 @@ class Kubelets:
 
     async def _admit(self, key: str, node: str, uid: str) -> None:
         sim = self.sim
+        await self.started.wait()
         namespace, name = key.split("/", 1)
         pod = sim.api.pod(namespace, name)
         if pod is None or pod["metadata"].get("uid") != uid:

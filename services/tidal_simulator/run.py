@@ -81,6 +81,9 @@ async def simulate(plan: RunPlan, *, warmup: Callable[[SimulatorService], Awaita
                 raise RuntimeError("the simulator stopped before it was ready")
             await asyncio.sleep(0.02)
         stop_bridge = await bridge(sim)
+        # the machines' gRPC (device plugins, kubelets) once the bridge is started: a process forked
+        # while gRPC runs here can crash before it execs (see tidal_simulator/__init__.py)
+        await sim.kubelets.start()
         await sim.caught_up()
         if warmup is not None:
             await warmup(sim)

@@ -125,6 +125,7 @@ class SimulatorService(Service):
 
         for consumer in self.consumers:  # decisions go to a group that starts at the latest event
             await consumer.ready.wait()
+        await self.kubelets.start()
         await self.caught_up()
         await run_timed(self, forever=self.clock.real_time)
         self.log.info("workload done at %.0f s of scenario time; still answering", self.clock.t_s)
@@ -139,7 +140,6 @@ class SimulatorService(Service):
         await self.api.start(s.kube_api_host, s.kube_api_port)
         for node in self.model.nodes.values():
             self.api.create_node(node_manifest(node.topology))
-        await self.kubelets.start()  # device plugins registered, every node's status written
         # the kubeconfig says the cluster is there: written once it has its nodes
         write_kubeconfig(self.kubeconfig, self.api.url, f"simulator-{s.cluster}")
         self.log.info("API server at %s (kubeconfig %s)", self.api.url, self.kubeconfig)
