@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import os
 
-# The test process forks services with a preexec_fn (tidal_cli's Stack) and,
-# once a test has imported grpc (the device plugins, tidal_topology.settings),
-# gRPC's fork handlers crash such a child about one fork in six (a restarted
-# service that never comes back). Read when grpc is first imported: set here,
-# at the test process's entry, before any test module is imported.
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+# gRPC's fork handlers are off wherever grpc comes in (tidal_kubelet_api says why);
+# a test that imports grpc itself first gets the same.
+import tidal_kubelet_api  # noqa: E402,F401
 
 import asyncio  # noqa: E402
 import time  # noqa: E402

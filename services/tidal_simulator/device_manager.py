@@ -29,9 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 
-from tidal_kubelet_api import HEALTHY, KUBELET_SOCKET, UNHEALTHY, VERSION, pb2, pb2_grpc
+from tidal_kubelet_api import grpc, pb2, pb2_grpc, HEALTHY, KUBELET_SOCKET, UNHEALTHY, VERSION
 
 LOG = logging.getLogger("tidal.simulator.devices")
 

@@ -18,9 +18,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-import grpc
 
-from tidal_kubelet_api import HEALTHY, KUBELET_SOCKET, UNHEALTHY, VERSION, pb2, pb2_grpc
+from tidal_kubelet_api import grpc, pb2, pb2_grpc, HEALTHY, KUBELET_SOCKET, UNHEALTHY, VERSION
 from tidal_schemas import BindResult, Gpu, PlacementDecision, PodLifecycle
 
 from . import gpu_ledger
