@@ -190,7 +190,7 @@ async def test_two_half_gpu_pods_share_one_gpu_under_mps_limits(plugin_dir):
     for given, decision in ((a, "d-a"), (b, "d-b")):
         assert given.envs["NVIDIA_VISIBLE_DEVICES"] == UUIDS[0] and given.envs["TIDAL_DECISION_ID"] == decision
         assert given.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"  # 500 / 10
-        assert given.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{UUIDS[0]}=20480M"  # 40960 MiB / 2
+        assert given.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"  # 40960 MiB / 2
 
 
 async def test_a_container_without_a_decision_is_refused(plugin_dir):

@@ -110,7 +110,7 @@ async def test_the_agent_feeds_its_plugin_from_the_bus(nats_server, namespace, t
             _, given = await admit(stub, 500, all_units(_gpus(listed)))
             assert given.envs["NVIDIA_VISIBLE_DEVICES"] == UUIDS[1]
             assert given.envs["TIDAL_DECISION_ID"] == half.decision_id
-            assert given.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{UUIDS[1]}=20480M"
+            assert given.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"
             with pytest.raises(grpc.aio.AioRpcError) as refused:  # neither dropped decision is matched
                 await allocate(stub, list(unit_ids(UUIDS[0])))
             assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION

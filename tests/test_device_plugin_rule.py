@@ -61,16 +61,16 @@ def test_a_mig_instance_is_unhealthy_with_its_parent():
     ([(UUID1, 1000), (UUID0, 1000)], {"NVIDIA_VISIBLE_DEVICES": f"{UUID1},{UUID0}"}),
     # half a 40960 MiB GPU: 500 / 10 = 50 %, 40960 · 500 / 1000 = 20480 MiB
     ([(UUID0, 500)], {"NVIDIA_VISIBLE_DEVICES": UUID0, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
-                      "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"{UUID0}=20480M"}),
+                      "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=20480M"}),
     # a third: 333 // 10 = 33 %, 40960 · 333 // 1000 = 13639 MiB
     ([(UUID0, 333)], {"NVIDIA_VISIBLE_DEVICES": UUID0, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "33",
-                      "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"{UUID0}=13639M"}),
+                      "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=13639M"}),
     # 5 milli still gets 1 % (0 would mean no threads)
     ([(UUID0, 5)], {"NVIDIA_VISIBLE_DEVICES": UUID0, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "1",
-                    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"{UUID0}=204M"}),
+                    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=204M"}),
     # a MIG instance is a device of its own: its UUID, its memory (10240 · 250 / 1000 = 2560)
     ([(MIG0, 250)], {"NVIDIA_VISIBLE_DEVICES": MIG0, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
-                     "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": f"{MIG0}=2560M"}),
+                     "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=2560M"}),
 ])
 def test_container_response(shares, expected):
     envs, cdi = gpu_units.container_response("d-a", shares, GPUS)

@@ -169,7 +169,7 @@ async def test_two_half_gpu_pods_share_one_device_with_mps_limits():
             envs = c.envs(name)
             assert envs["NVIDIA_VISIBLE_DEVICES"] == UUIDS[1]
             assert envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"  # 500 milli / 10
-            assert envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{UUIDS[1]}=8192M"  # 16384 MiB · 500 / 1000
+            assert envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8192M"  # 16384 MiB · 500 / 1000
             assert c.sim.kubelets.handed[f"t/{name}"][0].gpus == ((UUIDS[1], 500),)
         assert c.sim.model.gpu_free("g1") == {UUIDS[0]: 1000, UUIDS[1]: 0}
 

@@ -23,8 +23,10 @@ Environment Variables"):
   partial share's (one value covers every device);
 - `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`: comma-separated `<device>=<amount>`,
   the device by ordinal or UUID, the amount with a unit (`0=1G`, `0=512M`);
-  here `<uuid>=<MiB>M`, MiB = ⌊memory_mib · milli / 1000⌋, left out for a GPU
-  of unknown memory. NVIDIA's device plugin (v0.15.0) moved to ordinals, as
+  here `<ordinal>=<MiB>M`, the ordinal being the GPU's place in the
+  container's `NVIDIA_VISIBLE_DEVICES` (what CUDA numbers it inside), MiB =
+  ⌊memory_mib · milli / 1000⌋, left out for a GPU of unknown memory. By
+  ordinal, not UUID: NVIDIA's device plugin (v0.15.0) moved to ordinals, as
   limits set by UUID were not applied on some drivers.
 """
 
@@ -77,10 +79,10 @@ def container_response(decision_id: str, shares: Sequence[tuple[str, int]],
     `shares` (gpu id, milli) (see the module docstring); each in `gpus`."""
     names = [runtime_name(gpus[g]) for g, _ in shares]
     envs = {"NVIDIA_VISIBLE_DEVICES": ",".join(names), "TIDAL_DECISION_ID": decision_id}
-    partial = [(gpus[g], m) for g, m in shares if m < GPU_MILLI]
+    partial = [(ordinal, gpus[g], m) for ordinal, (g, m) in enumerate(shares) if m < GPU_MILLI]
     if partial:
-        envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, min(m for _, m in partial) // 10))
-        pins = [f"{runtime_name(g)}={max(1, g.memory_mib * m // GPU_MILLI)}M" for g, m in partial if g.memory_mib]
+        envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, min(m for _, _, m in partial) // 10))
+        pins = [f"{ordinal}={max(1, g.memory_mib * m // GPU_MILLI)}M" for ordinal, g, m in partial if g.memory_mib]
         if pins:
             envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(pins)
     return envs, tuple(f"{CDI_KIND}={name}" for name in names)
