@@ -202,13 +202,19 @@ def prefer(ledger: Ledger, size: int, available: Sequence[str], must_include: Se
         return Outcome(ledger, True, refusal=refusal)
     others = {u for o in ledger.pending.values() if o.pod != d.pod for u in o.reserved}
     chosen = list(dict.fromkeys(must_include))
-    free = sorted((u for u in available if u not in others and u not in chosen), key=split_unit)
+    # one pass over the kubelet's list (8,000 units on a node of 8 GPUs), sorting only the decided GPUs' units
+    by_gpu: dict[str, list[str]] = {}
+    kept = set(chosen)
+    for unit in available:
+        if unit not in others and unit not in kept:
+            by_gpu.setdefault(split_unit(unit)[0], []).append(unit)
     for gpu, milli in d.shares:
-        prefix = unit_prefix(gpu)
-        chosen += [u for u in free if split_unit(u)[0] == prefix][:milli]
-    taken = set(chosen)
-    rest = [u for u in free if u not in taken] + sorted(set(available) & others, key=split_unit)
-    chosen = (chosen + rest)[:size]
+        chosen += sorted(by_gpu.get(unit_prefix(gpu), ()), key=split_unit)[:milli]
+    if len(chosen) < size:  # the decided GPUs lack free units: any others fill the kubelet's count
+        taken = set(chosen)
+        free = sorted((u for units in by_gpu.values() for u in units if u not in taken), key=split_unit)
+        chosen += free + sorted(set(available) & others, key=split_unit)
+    chosen = chosen[:size]
     reserved = replace(d, reserved=tuple(chosen))
     return Outcome(replace(ledger, pending={**ledger.pending, d.pod: reserved}), True, units=tuple(chosen))
 
