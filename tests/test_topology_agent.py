@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from builders import pod
-from conftest import make_bus, patience, start_service, stop_service, wait_until
+from conftest import make_bus, patience, start_service, stop_service, wait_until, wait_until_async
 from test_topology_cgroup_real import CGROUP, allowed_cpus, cpu_ticks, stays_flat, v1_pod  # noqa: F401
 from tidal_bus import StartAt
 from tidal_schemas import NodeAction, PlacementDecision, PlacementDecisions
@@ -86,7 +86,13 @@ async def test_a_cycles_decisions_for_this_node_each_publish_their_cpuset(nats_s
             decision_id=f"d-{name}", namespace="ns", name=name, outcome="placed", node="node-under-test",
             numa_cpus={numa: 1}) for numa, name in enumerate(("db", "web")))))
         await wait_until(lambda: service.cpu_state.held_by("ns/web") == {1}, what="both assignments")
-        assigned = [e async for _, e in bus.read("cpu.assignment", StartAt.earliest())]
+        assigned: list = []
+
+        async def both_stored() -> bool:  # held in the agent's books comes before its event is stored
+            assigned[:] = [e async for _, e in bus.read("cpu.assignment", StartAt.earliest())]
+            return len(assigned) >= 2
+
+        await wait_until_async(both_stored, 10, "both assignments on cpu.assignment")
     await _stop(service, task)
     assert [(e.payload.pod, e.payload.cpuset) for e in assigned] == [("ns/db", [0]), ("ns/web", [1])]
     assert len({e.id for e in assigned}) == 2 and {e.causation_id for e in assigned} == {assigned[0].causation_id}
