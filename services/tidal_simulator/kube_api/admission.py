@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import json
 import ssl
 import uuid
@@ -128,8 +129,12 @@ def review_of(a: Attributes, obj: dict[str, Any]) -> dict[str, Any]:
         "options": {"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"}}}
 
 
+@functools.lru_cache(maxsize=64)
 def tls_context(ca_bundle: str | None) -> ssl.SSLContext:
-    """Verifies the webhook's certificate against `caBundle` (base64 PEM), else the system's roots."""
+    """Verifies the webhook's certificate against `caBundle` (base64 PEM), else the system's roots.
+    One context per bundle, kept: the client pools its connections per context, so a new one per
+    call meant a new TCP connection and TLS handshake for every status write (as kube-apiserver,
+    the stand-in keeps its connections to a webhook)."""
     if not ca_bundle:
         return ssl.create_default_context()
     try:
