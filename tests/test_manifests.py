@@ -778,7 +778,7 @@ def test_dockerfile_builds_the_tidal_cli_as_non_root() -> None:
         if line.strip() and not line.lstrip().startswith("#")
     ]
     assert lines[0] == "FROM python:3.11-slim"
-    assert any("pip install --no-cache-dir '.[tracing]'" in line for line in lines)  # spans exportable over OTLP
+    assert any("pip install --no-cache-dir '.[tracing,gpu]'" in line for line in lines)  # OTLP spans; NVML
     users = [line.split()[1] for line in lines if line.startswith("USER ")]
     assert users and users[-1].split(":")[0] not in {"0", "root"}
     assert 'ENTRYPOINT ["tidal"]' in lines

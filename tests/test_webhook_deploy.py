@@ -71,7 +71,8 @@ def test_webhook_cert_writes_the_secret_and_the_registration(tmp_path, capsys):
 @pytest.mark.parametrize("argv", [["--ip", "not-an-ip"], ["--url", "http://x/y"], ["--days", "0"]])
 def test_webhook_cert_refuses_bad_input(argv, capsys):
     assert main(["webhook-cert", *argv]) == 2
-    assert capsys.readouterr().err.startswith("tidal: ")
+    err = capsys.readouterr().err
+    assert err.startswith(("tidal: ", "tidal webhook-cert: ")) and err.count("\n") == 1, err  # one line
 
 
 def test_the_registration_is_what_the_issue_asks_for():

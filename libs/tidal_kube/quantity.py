@@ -33,14 +33,21 @@ class QuantityError(ValueError):
     """The text is not a non-negative Kubernetes quantity."""
 
 
+def shown(text: object) -> str:
+    """`text` quoted for an error message, at most MAX_TEXT characters and an ellipsis
+    (quoting escapes characters, so a short text may quote longer)."""
+    quoted = repr(text)
+    return quoted if len(quoted) <= MAX_TEXT else quoted[:MAX_TEXT] + "…"
+
+
 def parse(text: object) -> Fraction:
     """The exact value of a quantity (`"7910m"` → 791/100, `"1Ki"` → 1024)."""
     if isinstance(text, bool) or not isinstance(text, (str, int)):
-        raise QuantityError(f"{text!r} is not a Kubernetes quantity")
+        raise QuantityError(f"{shown(text)} is not a Kubernetes quantity")
     text = str(text).strip()
     match = _SYNTAX.match(text) if len(text) <= MAX_TEXT else None
     if match is None:
-        raise QuantityError(f"{text[:MAX_TEXT]!r} is not a Kubernetes quantity")
+        raise QuantityError(f"{shown(text)} is not a Kubernetes quantity")
     number, suffix = Fraction(match["number"].lstrip("+")), match["suffix"] or ""
     if suffix in BINARY:
         return number * 1024 ** BINARY[suffix]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from tidal_kube.quantity import MAX_TEXT, QuantityError, parse
+from tidal_kube.quantity import MAX_TEXT, QuantityError, parse, shown
 
 __all__ = ["MAX_RESULT", "MAX_TEXT", "QuantityError", "count", "cpu_milli", "memory_mib", "parse_quantity"]
 
@@ -25,21 +25,16 @@ MAX_RESULT = 2**63 - 1  # what an event's integers hold (tidal_schemas.common.MA
 def parse_quantity(text: str | int | float) -> Fraction:
     """The exact value of a quantity: number × 1024^k, × 1000^k or × 10^e."""
     if isinstance(text, bool):
-        raise QuantityError(f"{text!r} is not a Kubernetes quantity")
+        raise QuantityError(f"{shown(text)} is not a Kubernetes quantity")
     if isinstance(text, int) and abs(text) > MAX_RESULT:
-        raise QuantityError(f"{_shown(str(text))} is too large")
+        raise QuantityError(f"{shown(str(text))} is too large")
     return parse(str(text) if isinstance(text, (int, float)) else text)
-
-
-def _shown(text: object) -> str:
-    quoted = repr(text)
-    return quoted if len(quoted) <= MAX_TEXT else quoted[:MAX_TEXT] + "…"
 
 
 def _bounded(value: Fraction, text: object) -> int:
     result = math.ceil(value)
     if result > MAX_RESULT:
-        raise QuantityError(f"{_shown(text)} is too large")
+        raise QuantityError(f"{shown(text)} is too large")
     return result
 
 

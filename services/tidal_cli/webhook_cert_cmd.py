@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from .errors import CliError
+from .options import number
 
 
 def add(subparsers) -> None:
@@ -32,7 +33,7 @@ def add(subparsers) -> None:
     p.add_argument("--dns", action="append", default=[], metavar="NAME", help="another DNS name to certify")
     p.add_argument("--ip", action="append", default=[], metavar="ADDRESS", help="an IP address to certify")
     p.add_argument("--url", help="register the webhook at this https URL instead of its Service")
-    p.add_argument("--days", type=int, default=365, help="validity of the CA and the certificate")
+    p.add_argument("--days", type=number(1, 3650, integer=True), default=365, help="validity of the CA and the certificate")
     p.add_argument("--tls-dir", type=Path, help="also write tls.crt, tls.key and ca.crt here")
     p.add_argument("--out", default="-", help="file for the YAML (default: stdout)")
     p.set_defaults(func=run)
@@ -43,8 +44,6 @@ def run(args: argparse.Namespace) -> int:
 
     from .webhook_tls import make_webhook_tls, secret_manifest, service_names, webhook_configuration
 
-    if not 1 <= args.days <= 3650:
-        raise CliError(f"--days: {args.days} is outside 1-3650")
     for address in args.ip:
         try:
             ipaddress.ip_address(address)
