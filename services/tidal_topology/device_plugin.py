@@ -63,11 +63,16 @@ class GpuDevicePlugin:
     claim gone), `pod_seen` / `bind_result` (pod and bind events), `expire`
     (the bind timeout), and `set_health`. `allocations` is what Allocate
     handed out, by pod key. `wait_s` bounds how long a call waits for a
-    decision that has not reached the agent yet; `watch_s` is how often the
-    socket directory is looked at for a restarted kubelet."""
+    decision that has not reached the agent yet: the kubelet sees the bound
+    pod from the API server while the agent reads the decision from the
+    bus, and on a busy node the bus can be seconds behind; a refusal fails
+    the pod, so the bound is generous, but the kubelet admits one pod at a
+    time and a pod no decision will ever come for (another scheduler's)
+    holds the others back while it waits. `watch_s` is how often the socket directory is looked at
+    for a restarted kubelet."""
 
     def __init__(self, node: str, gpus: Sequence[Gpu], *, plugin_dir: Path, resource: str = RESOURCE,
-                 socket_name: str | None = None, log: logging.Logger | None = None, wait_s: float = 3.0,
+                 socket_name: str | None = None, log: logging.Logger | None = None, wait_s: float = 10.0,
                  watch_s: float = 0.5, clock: Callable[[], float] = time.time) -> None:
         self.node, self.resource, self.wait_s, self.watch_s, self.clock = node, resource, wait_s, watch_s, clock
         self.gpus: dict[str, Gpu] = {g.id: g for g in gpus}
