@@ -46,7 +46,7 @@ from tidal_schemas import PlacementDecision, PodLifecycle, Resources
 from tidal_topology import (AgentCore, CgroupFs, CgroupWatch, TopologySettings, build_node_topology,
                             follow_cgroups, read_topology)
 
-CGROUP = Path("/sys/fs/cgroup")
+CGROUP = Path("/sys/fs/cgroup")  # the default of --cgroup-root: the machine's own cgroup v1 mount
 NODE = "bench-node"
 RESCAN_S = TopologySettings.model_fields["rescan_s"].default
 EPOCH = "2026-01-01T00:00:00Z"
@@ -80,14 +80,14 @@ def pod_event(i: int, uid: str, phase: str) -> PodLifecycle:
                         numa_cpus={1: 1})
 
 
-async def run_mode(mode: str, pods: int, base: Path, parent: str) -> list[float]:
+async def run_mode(mode: str, pods: int, base: Path, parent: str, root: Path) -> list[float]:
     machine = read_topology("/sys", {0: 0, 1: 1})
     topology = build_node_topology(machine, NODE, exclusive_cpus=True)
 
     async def publish(*_args, **_kwargs) -> None:
         return None
 
-    core = AgentCore(topology=topology, fs=CgroupFs(root=CGROUP, parent=parent, version="v1"),
+    core = AgentCore(topology=topology, fs=CgroupFs(root=root, parent=parent, version="v1"),
                      memory_nodes=frozenset({0}), exclusive_cpus=True, state_file=None, publish=publish)
     core.cpus.live = True
     requests, answers = multiprocessing.Queue(), multiprocessing.Queue()
@@ -121,16 +121,16 @@ async def run_mode(mode: str, pods: int, base: Path, parent: str) -> list[float]
     return windows
 
 
-def make_parent() -> tuple[Path, str]:
-    if not (CGROUP / "cpuset" / "cpuset.cpus").exists():
+def make_parent(root: Path) -> tuple[Path, str]:
+    if not (root / "cpuset" / "cpuset.cpus").exists():
         raise SystemExit("bench/pin_window.py: needs a cgroup v1 cpuset hierarchy at /sys/fs/cgroup/cpuset")
     if os.cpu_count() is None or os.cpu_count() < 2:
         raise SystemExit("bench/pin_window.py: needs two CPUs (one shared, one exclusive)")
     parent = f"tidal-pin-bench-{uuid.uuid4().hex[:8]}"
-    base = CGROUP / "cpuset" / parent
+    base = root / "cpuset" / parent
     base.mkdir()
     for name in ("cpuset.cpus", "cpuset.mems"):
-        (base / name).write_text((CGROUP / "cpuset" / name).read_text())
+        (base / name).write_text((root / "cpuset" / name).read_text())
     return base, parent
 
 
@@ -138,14 +138,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pods", type=int, default=100, help="pods started and deleted one after the other, per mode")
     parser.add_argument("--modes", nargs="+", choices=("watch", "scan"), default=["watch", "scan"])
+    parser.add_argument("--cgroup-root", type=Path, default=CGROUP, help="the cgroup v1 mount (its cpuset controller)")
     args = parser.parse_args(argv)
     # the agent's node audit warns of a claim read before its pod's event, as in every agent: not the figure here
     logging.getLogger("tidal.topology").setLevel(logging.ERROR)
-    base, parent = make_parent()
+    base, parent = make_parent(args.cgroup_root)
     try:
         result = {}
         for mode in args.modes:
-            ms = np.array(asyncio.run(run_mode(mode, args.pods, base, parent))) * 1000
+            ms = np.array(asyncio.run(run_mode(mode, args.pods, base, parent, args.cgroup_root))) * 1000
             result[mode] = {"p50_ms": round(float(np.percentile(ms, 50)), 2),
                             "p99_ms": round(float(np.percentile(ms, 99)), 2), "max_ms": round(float(ms.max()), 2)}
     finally:
