@@ -38,7 +38,7 @@ def candidates(state: ClusterState) -> Candidates:
 
 
 def test_registry():
-    assert set(GPU_STRATEGIES) == {"best-fit", "fgd", "fgd-cpu"}
+    assert set(GPU_STRATEGIES) == {"best-fit", "fgd", "fgd-cpu", "joint"}
     with pytest.raises(ValueError, match="unknown GPU strategy"):
         make_strategy("first-fit")
     for name in ("fgd", "fgd-cpu"):

@@ -17,6 +17,8 @@ PUBLIC = {
     "ROW_LOCAL": "gpu_strategies:ROW_LOCAL",
     "make_strategy": "gpu_strategies:make_strategy",
     "GpuStrategy": "gpu_candidates:GpuStrategy",
+    "JointStrategy": "gpu_joint:JointStrategy",
+    "per_pod_strategy": "gpu_joint:per_pod",
     "typical_workload": "gpu_workload:typical_workload",
     "Shape": "gpu_workload:Shape",
     "FragModel": "gpu_frag:FragModel",

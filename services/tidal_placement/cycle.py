@@ -17,6 +17,11 @@ again, unchanged, on an attempt at least `repeat_s` after the last one
 published: a retry is news to whoever counts attempts on the pod, but not
 at the pace of every cycle. "Held back" is said only to a pod that has said
 nothing yet: one that fits nowhere keeps that reason while it waits its turn.
+
+With a joint strategy (`gpu_joint`), the pods due in a pass are decided in
+windows: at the first pod of a window the strategy plans the next `window`
+due pods together, and the pass goes on in the plan's order, each pod
+through the same rules and the same `assume` as when deciding one by one.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from tidal_schemas import PlacementDecision, PlacementDecisions, derived_id
 
 from .cache import ClusterCache
 from .decide import decide
+from .gpu_joint import JointStrategy, per_pod
 from .kept import PodLike
 from .pod_request import ERROR, PLACED, UNRESOLVABLE, WAIT, Placement, PodRequest, placement_decision
 from .queue import Entry
@@ -86,9 +92,16 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
     usage = cache.tenant_usage() if cache.governed() else {}
     nodes = len(state.rows)
     log_of = f"placement/{fence.epoch}/{fence.leader}"  # whose decision log the ids belong to
-    for position, (entry, held_back) in enumerate(queue.cycle()):
+    passes = queue.cycle()
+    one, planned = per_pod(strategy), {}
+    for position in range(len(passes)):
+        entry, held_back = passes[position]
         if queue.entries.get(entry.key) is not entry:
             continue  # placed, bound or deleted by events read while earlier decisions were published
+        if isinstance(strategy, JointStrategy) and held_back is None and entry.key not in planned \
+                and queue.due(entry, now):
+            planned = plan_next_window(cache, strategy, passes, position, now)
+            entry = passes[position][0]
         if held_back is not None:
             if entry.reason == held_back:
                 continue
@@ -109,7 +122,7 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
         if not queue.due(entry, now):
             continue
         pod = entry.pod
-        placement = place(cache, pod, usage, strategy)
+        placement = planned.pop(entry.key, None) or place(cache, pod, usage, one)
         decision_id = derived_id(log_of, PlacementDecisions.TYPE, entry.key, attempt_of(cache, entry))
         extra: dict[str, Any] = dict(epoch=fence.epoch, leader=fence.leader, queue_position=position,
                                      fair_share_score=entry.score)
@@ -140,6 +153,29 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
         if placement.code == PLACED:
             cache.placed(decision, pod, now)
         yield decision
+
+
+def plan_next_window(cache: ClusterCache, strategy: JointStrategy, passes: list[tuple[Entry, str | None]],
+                     position: int, now: float) -> dict[str, Placement]:
+    """Plan the window of due pods that starts at `position` and put its pods
+    in the plan's order in the places of `passes` they held; what the plan
+    placed, by pod key (every pod: planned, so no window starts inside it)."""
+    queue = cache.queue
+    at = [i for i in range(position, len(passes)) if passes[i][1] is None
+          and queue.entries.get(passes[i][0].key) is passes[i][0] and queue.due(passes[i][0], now)][:strategy.window]
+    window = [passes[i][0] for i in at]
+    if len(window) < 2:
+        return {entry.key: None for entry in window}
+    requests = [PodRequest.from_pod(e.pod) for e in window]
+    one = per_pod(strategy)
+
+    def decider():
+        return lambda j: place(cache, window[j].pod, cache.tenant_usage() if cache.governed() else {}, one)
+
+    plan = strategy.plan(cache.state, requests, decider)
+    for i, j in zip(at, plan.order):
+        passes[i] = (window[j], None)
+    return {e.key: plan.chosen.placed.get(j) for j, e in enumerate(window)}
 
 
 def in_events(decisions: Iterable[PlacementDecision], size: int) -> Iterator[list[PlacementDecision]]:

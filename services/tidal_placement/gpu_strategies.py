@@ -9,13 +9,15 @@ strategy, the reference the cache is tested against.
 - `fgd-cpu`: FGD against a target that keeps GPU-model constraints, with
   CPU-deficit tie-breaks (`gpu_fgd_cpu`): at least FGD's GPU allocation on
   the openb trace and every stress variant, more on most.
+- `joint`: a window of pending pods decided together, in the best of
+  several orders, by a per-pod strategy (`gpu_joint`); off by default.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import gpu_bestfit, gpu_fgd, gpu_fgd_cpu
+from . import gpu_bestfit, gpu_fgd, gpu_fgd_cpu, gpu_joint
 from .gpu_candidates import GpuStrategy
 from .gpu_score_cache import ScoreCache
 from .gpu_workload import TargetWorkload
@@ -24,6 +26,7 @@ GPU_STRATEGIES: dict[str, Callable[..., GpuStrategy]] = {
     gpu_bestfit.NAME: gpu_bestfit.new,
     gpu_fgd.NAME: gpu_fgd.new,
     gpu_fgd_cpu.NAME: gpu_fgd_cpu.new,
+    gpu_joint.NAME: gpu_joint.new,
 }
 
 # a candidate's score depends on its own row and the pod only (gpu_score_cache)

@@ -27,7 +27,7 @@ import numpy as np
 
 from tidal_placement import ClusterState
 from tidal_placement import decide_placement as decide
-from tidal_placement import GpuStrategy
+from tidal_placement import GpuStrategy, JointStrategy, per_pod_strategy
 from tidal_placement import FragModel
 from .openb import TraceNode, TracePod, node_topology, pod_request
 
@@ -82,25 +82,39 @@ def load_cluster(nodes: Iterable[TraceNode]) -> ClusterState:
 def replay(nodes: Sequence[TraceNode], sequence: Sequence[TracePod], strategy: GpuStrategy, frag: FragModel,
            rng: np.random.Generator | None = None, rank: np.ndarray | None = None) -> ReplayLog:
     """Place `sequence` in order on a fresh cluster of `nodes` (nothing
-    departs); final ties by `rank` (per node, in `nodes` order) or `rng`."""
+    departs); final ties by `rank` (per node, in `nodes` order) or `rng`.
+
+    A joint strategy decides the arrivals in windows of its size, each
+    window once its last pod has arrived (the protocol change: decisions
+    per window, not per arrival). Line i still counts what pods 0..i hold,
+    so the curves compare with the per-pod protocol's; its fragmentation is
+    the cluster's after the window."""
     state = load_cluster(nodes)
     n, models = state.size, tuple(state.models)
     node_frag = frag.node_frag(state.cpu_free[:n], state.gpu_free[:n], state.gpu_model[:n], models)
     capacity = int(state.gpu_free[:n].sum())
     lines = np.zeros((len(sequence), 4), dtype=np.float64)
     placed = np.zeros(len(sequence), dtype=bool)
+    one = per_pod_strategy(strategy)
+    size = strategy.window if isinstance(strategy, JointStrategy) else 1
     arrived = allocated = 0
-    for i, pod in enumerate(sequence):
-        arrived += pod.gpu_total
-        request = pod_request(pod, key=f"{i}:{pod.name}")
-        choice = decide(state, request, strategy, rng=rng, rank=rank)
-        if choice.ok and state.assume(request.key, choice.allocation).ok:
-            placed[i] = True
-            allocated += pod.gpu_total
-            r = choice.row
-            node_frag[r] = frag.node_frag(state.cpu_free[r:r + 1], state.gpu_free[r:r + 1],
-                                          state.gpu_model[r:r + 1], models)[0]
-        lines[i] = (arrived, allocated, node_frag.sum(), capacity - allocated)
+    for start in range(0, len(sequence), size):
+        requests = [pod_request(pod, key=f"{i}:{pod.name}") for i, pod in enumerate(sequence[start:start + size], start)]
+        order, planned = tuple(range(len(requests))), {}
+        if len(requests) > 1:
+            plan = strategy.plan(state, requests, lambda: lambda j: decide(state, requests[j], one, rng=rng, rank=rank))
+            order, planned = plan.order, plan.chosen.placed
+        for j in order:
+            choice = planned.get(j) or decide(state, requests[j], one, rng=rng, rank=rank)
+            if choice.ok and state.assume(requests[j].key, choice.allocation).ok:
+                placed[start + j] = True
+                r = choice.row
+                node_frag[r] = frag.node_frag(state.cpu_free[r:r + 1], state.gpu_free[r:r + 1],
+                                              state.gpu_model[r:r + 1], models)[0]
+        for i in range(start, start + len(requests)):
+            arrived += sequence[i].gpu_total
+            allocated += sequence[i].gpu_total if placed[i] else 0
+            lines[i] = (arrived, allocated, node_frag.sum(), capacity - allocated)
     return ReplayLog(capacity, lines[:, 0], lines[:, 1], lines[:, 2], lines[:, 3], placed)
 
 
