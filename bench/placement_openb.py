@@ -26,8 +26,17 @@ protocol; the summary is one row per variant, the median allocation at
 A strategy may carry options, `name:key=value,…` (`fgd-cpu:packing=true`),
 to measure what one rule is worth within the same run.
 
+`joint` decides the arrivals in windows (`joint:window=64`): each window
+once its last pod has arrived, so its pods are decided knowing the next
+ones — a protocol change (decisions per window, not per arrival) that the
+summary names beside its figures. `--bound` adds, per seed, the linear
+upper bound on the GPU allocation any placement of the pods arrived at
+100 % could reach (`openb_bound`), and a seed-by-seed table of every
+strategy against the first one and the bound.
+
 Run: .venv/bin/python bench/placement_openb.py [--seeds 10] [--strategies best-fit fgd fgd-cpu] [--jobs 2]
      .venv/bin/python bench/placement_openb.py --variants [cpu300 spec35 …] --seeds 5
+     .venv/bin/python bench/placement_openb.py --variants --strategies fgd-cpu joint --bound
 """
 
 from __future__ import annotations
@@ -46,10 +55,11 @@ from _paths import OPENB
 import numpy as np
 
 from tidal_placement import FragModel
-from tidal_placement import GPU_STRATEGIES, make_strategy
+from tidal_placement import GPU_STRATEGIES, JointStrategy, make_strategy
 from tidal_placement import typical_workload
 from tidal_simulator.openb import read_nodes, read_pods
 from tidal_simulator.openb_variants import BY_NAME, VARIANTS, generate
+from tidal_simulator.openb_bound import allocation_bound
 from tidal_simulator.openb_replay import alloc_curve, arrival_sequence, frag_curve, frag_ratio_curve, replay
 
 DATA = OPENB
@@ -77,23 +87,51 @@ def parse_label(label: str) -> tuple[str, dict]:
     return name, options
 
 
-def run_one(args: tuple) -> dict:
-    """Replay one (strategy, seed) and summarise it."""
-    label, seed, data_dir, trace, nodes_file, ratio, tie, variant = args
-    strategy_name, options = parse_label(label)
+BOUND = "bound"
+
+
+def inputs(seed: int, data_dir: str, trace: str, nodes_file: str, ratio: float, variant: str | None):
+    """(nodes, pods of the trace or variant, arrival sequence, capacity) for one seed."""
     nodes, pods = read_nodes(Path(data_dir) / nodes_file), read_pods(Path(data_dir) / trace)
     if variant is not None:
         pods = generate(pods, nodes, BY_NAME[variant], seed)
-    workload = typical_workload([p.shape for p in pods])
     capacity = 1000 * sum(n.gpus for n in nodes)
-    sequence = arrival_sequence(pods, seed, capacity, ratio)
+    return nodes, pods, arrival_sequence(pods, seed, capacity, ratio), capacity
+
+
+def bound_one(args: tuple) -> dict:
+    """The allocation bound at 100 % arrived for one seed: of the pods
+    arrived by the last log line at that level (the bound of every line
+    at the level, as it only grows with the pods arrived)."""
+    _, seed, data_dir, trace, nodes_file, ratio, _, variant = args
+    nodes, _, sequence, capacity = inputs(seed, data_dir, trace, nodes_file, ratio, variant)
+    arrived, last = 0, 0
+    for i, pod in enumerate(sequence):
+        arrived += pod.gpu_total
+        if round(100.0 * arrived / capacity) <= 100:
+            last = i + 1
+    started = time.perf_counter()
+    bound = allocation_bound(nodes, sequence[:last])
+    return {"strategy": BOUND, "seed": seed, "trace": trace, "variant": variant, "pods": last,
+            "alloc_pct": {100: round(bound.alloc_pct, 2)}, "wall_s": round(time.perf_counter() - started, 2)}
+
+
+def run_one(args: tuple) -> dict:
+    """Replay one (strategy, seed) and summarise it."""
+    label, seed, data_dir, trace, nodes_file, ratio, tie, variant = args
+    if label == BOUND:
+        return bound_one(args)
+    strategy_name, options = parse_label(label)
+    nodes, pods, sequence, capacity = inputs(seed, data_dir, trace, nodes_file, ratio, variant)
+    workload = typical_workload([p.shape for p in pods])
     strategy = make_strategy(strategy_name, workload, **{**OPTIONS.get(strategy_name, {}), **options})
     ties = np.random.default_rng([seed, 7])
     rank, rng = (ties.permutation(len(nodes)), None) if tie == "order" else (None, ties)
     started = time.perf_counter()
     log = replay(nodes, sequence, strategy, FragModel(workload), rng=rng, rank=rank)
+    window = strategy.window if isinstance(strategy, JointStrategy) else 1
     return {"strategy": label, "seed": seed, "trace": trace, "variant": variant, "pods": len(sequence),
-            "placed": int(log.placed.sum()), "alloc_pct": alloc_curve(log), "frag_pct": frag_curve(log),
+            "window": window, "placed": int(log.placed.sum()), "alloc_pct": alloc_curve(log), "frag_pct": frag_curve(log),
             "frag_of_idle_pct": frag_ratio_curve(log), "wall_s": round(time.perf_counter() - started, 2)}
 
 
@@ -150,6 +188,45 @@ def variant_summary(results: list[dict], wall: float) -> str:
     return "\n".join(lines)
 
 
+def protocol(results: list[dict]) -> str:
+    """The protocol each strategy was measured by, said beside its figures."""
+    windows = {r["strategy"]: r["window"] for r in results if r["strategy"] != BOUND}
+    joint = [f"{name} decides per window of {w} arrivals" for name, w in windows.items() if w > 1]
+    return "protocol: " + ("; ".join(joint) + "; the others per arrival" if joint else "every strategy per arrival")
+
+
+def seed_table(results: list[dict]) -> str:
+    """Per (variant, seed): each strategy's allocation at 100 % arrived, the
+    bound, and each strategy's margin over the first; then per variant the
+    margins' median and range."""
+    names = [n for n in dict.fromkeys(r["strategy"] for r in results) if n != BOUND]
+    first, others = names[0], names[1:]
+    at = {(r["variant"], r["seed"], r["strategy"]): r["alloc_pct"][100] for r in results}
+    has_bound = any(r["strategy"] == BOUND for r in results)
+    width = {n: max(10, len(n) + 2) for n in names}
+    head = (f"{'variant':<10}{'seed':>6}" + "".join(f"{n:>{width[n]}}" for n in names)
+            + (f"{'bound':>8}" if has_bound else "") + "".join(f"{n + '−' + first:>{width[n] + len(first) + 2}}"
+                                                              for n in others))
+    lines = ["", f"GPU allocation at 100 % arrived, seed by seed ({protocol(results)})", head]
+    spans: list[str] = []
+    for v in dict.fromkeys(r["variant"] for r in results):
+        seeds = sorted({r["seed"] for r in results if r["variant"] == v})
+        for seed in seeds:
+            row = f"{str(v or 'default'):<10}{seed:>6}" + "".join(f"{at[(v, seed, n)]:>{width[n]}.2f}" for n in names)
+            if has_bound:
+                row += f"{at.get((v, seed, BOUND), float('nan')):>8.2f}"
+            row += "".join(f"{at[(v, seed, n)] - at[(v, seed, first)]:>+{width[n] + len(first) + 2}.2f}" for n in others)
+            lines.append(row)
+        for n in others:
+            margins = [at[(v, s, n)] - at[(v, s, first)] for s in seeds]
+            ranges = [at[(v, s, x)] for s in seeds for x in (first, n)]
+            overlap = max(at[(v, s, first)] for s in seeds) >= min(at[(v, s, n)] for s in seeds)
+            spans.append(f"{str(v or 'default'):<10} {n}−{first}: median {statistics.median(margins):+.2f}, "
+                         f"[{min(margins):+.2f}, {max(margins):+.2f}]; seed ranges "
+                         f"{'overlap' if overlap else 'do not overlap'} ({min(ranges):.2f}..{max(ranges):.2f})")
+    return "\n".join(lines + [""] + spans)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10, help="run seeds 0..N-1")
@@ -163,6 +240,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--variants", nargs="*", choices=list(BY_NAME), default=None,
                         help="replay generated stress variants of the trace (no names: all)")
+    parser.add_argument("--bound", action="store_true",
+                        help="add the upper bound at 100 %% arrived and a seed-by-seed table")
     args = parser.parse_args()
     for label in args.strategies:
         try:
@@ -172,8 +251,9 @@ def main() -> None:
         if name not in GPU_STRATEGIES:
             parser.error(f"unknown strategy {name!r}; known: {', '.join(sorted(GPU_STRATEGIES))}")
     variants = [None] if args.variants is None else (args.variants or [v.name for v in VARIANTS])
+    labels = [*args.strategies, *([BOUND] if args.bound else [])]
     jobs = [(name, seed, str(args.data_dir), args.trace, args.nodes, args.ratio, args.tie, variant)
-            for variant in variants for name in args.strategies
+            for variant in variants for name in labels
             for seed in range(args.seed_base, args.seed_base + args.seeds)]
     started = time.perf_counter()
     results = []
@@ -181,10 +261,14 @@ def main() -> None:
         for result in pool.map(run_one, jobs):
             print(json.dumps(result), flush=True)
             results.append(result)
+    strategies = [r for r in results if r["strategy"] != BOUND]
     if args.variants is None:
-        print(summary(results, published(args.data_dir, args.trace), time.perf_counter() - started))
+        print(summary(strategies, published(args.data_dir, args.trace), time.perf_counter() - started))
     else:
-        print(variant_summary(results, time.perf_counter() - started))
+        print(variant_summary(strategies, time.perf_counter() - started))
+    print(protocol(results))
+    if args.bound or len(args.strategies) > 1:
+        print(seed_table(results))
 
 
 if __name__ == "__main__":

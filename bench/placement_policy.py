@@ -1,4 +1,5 @@
-"""In-process speed of the placement policy core: decide + assume per pod.
+"""In-process speed of the placement policy core: decide + assume per pod
+(a window of pods for `joint`: plan + assume, each pod its share).
 
 Synthetic clusters of 1,000 / 5,000 / 10,000 nodes (1, 2, 4 or 8 NUMA
 nodes of 8–32 CPUs, 0–8 GPUs of three models, some nodes without exclusive
@@ -149,24 +150,33 @@ class PolicyRun:
         self.latencies = np.empty(len(self.mix))
         self.done = self.placed = 0
         self.nodes_chosen: list[str | None] = []  # what each decision chose (policy_ab.py compares them)
+        self.windows: list[int] = []  # the time of each window decided (one pod each but for `joint`)
 
     def advance(self, count: int) -> None:
         decide, state, live, now = self.policy.decide_placement, self.state, self.live, self.now
-        for i in range(self.done, min(self.done + count, len(self.mix))):
-            pod = self.mix[i]
+        end = min(self.done + count, len(self.mix))
+        while self.done < end:
             if self.learner is not None:
-                self.learner.observe_shape(pod.shape)  # the service learns as pods arrive, before trying them
+                self.learner.observe_shape(self.mix[self.done].shape)  # the service learns as pods arrive
                 self.strategy = self.learner.strategy
-            t0 = now()
-            choice = decide(state, pod, self.strategy)
-            if choice.ok and state.assume(pod.key, choice.allocation).ok:
-                self.placed += 1
-                live.append(pod.key)
-            self.latencies[i] = now() - t0
-            self.nodes_chosen.append(choice.node)
-            if len(live) > self.cap:
+            joint = isinstance(self.strategy, tidal_placement.JointStrategy)
+            window = self.mix[self.done:min(self.done + (self.strategy.window if joint else 1), end)]
+            for pod in window[1:]:
+                if self.learner is not None:
+                    self.learner.observe_shape(pod.shape)
+            one = tidal_placement.per_pod_strategy(self.strategy)
+            t0 = now()  # a window decided together is timed whole, each pod its share
+            taken = tidal_placement.take_window(state, window, self.strategy, lambda pod: decide(state, pod, one))
+            for j, (choice, held) in taken.items():
+                if held:
+                    self.placed += 1
+                    live.append(window[j].key)
+            self.latencies[self.done:self.done + len(window)] = (now() - t0) / len(window)
+            self.windows.append(now() - t0)
+            self.nodes_chosen.extend(taken[j][0].node for j in range(len(window)))
+            while len(live) > self.cap:
                 state.release(live.pop(0))
-            self.done = i + 1
+            self.done += len(window)
 
 
 def run(nodes: int, pods: int, strategy_name: str, live_per_node: float, seed: int, reference: bool = False,
@@ -178,7 +188,8 @@ def run(nodes: int, pods: int, strategy_name: str, live_per_node: float, seed: i
     trial.advance(pods)
     latencies, learner, strategy = trial.latencies, trial.learner, trial.strategy
     total_s = latencies.sum() / 1e9
-    states, score_bytes = strategy.memory() if hasattr(strategy, "memory") else (0, 0)
+    cached = tidal_placement.per_pod_strategy(strategy)
+    states, score_bytes = cached.memory() if hasattr(cached, "memory") else (0, 0)
     return {"nodes": nodes, "mode": "in-process", "strategy": strategy_name + (" (reference)" if reference else ""),
             "pods_per_s": round(len(trial.mix) / total_s, 1),
             "p50_ms": round(float(np.percentile(latencies, 50)) / 1e6, 4),
@@ -186,7 +197,9 @@ def run(nodes: int, pods: int, strategy_name: str, live_per_node: float, seed: i
             "pods": len(trial.mix), "shapes": len({p.shape for p in trial.mix}), "placed": trial.placed,
             "clock": clock, "relearn": relearn if learner else 0,
             "drift": drift if learner else None, "rebuilds": learner.rebuilds if learner else 1,
-            "score_cache_states": states, "score_cache_mib": round(score_bytes / 2**20, 1)}
+            "score_cache_states": states, "score_cache_mib": round(score_bytes / 2**20, 1),
+            "window_p99_ms": round(float(np.percentile(trial.windows, 99)) / 1e6, 3),
+            "window": max(1, round(len(trial.mix) / max(len(trial.windows), 1)))}
 
 
 def main() -> None:

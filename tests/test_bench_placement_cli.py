@@ -129,3 +129,17 @@ def test_policy_ab_names_a_commit_it_cannot_read_in_one_line():
     assert done.returncode != 0
     assert done.stderr.strip().count("\n") == 0 and "no-such-commit-anywhere" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_openb_bench_sets_joint_beside_the_per_pod_default_and_the_bound_seed_by_seed():
+    sample = REPO / "tests" / "fixtures" / "openb_sample"
+    done = bench("placement_openb.py", "--data-dir", str(sample), "--trace", "pod_list.csv", "--nodes",
+                 "node_list.csv", "--seeds", "2", "--strategies", "fgd-cpu", "joint:window=4", "--bound",
+                 "--jobs", "1")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert {(r["strategy"], r.get("window")) for r in rows} == {("fgd-cpu", 1), ("joint:window=4", 4), ("bound", None)}
+    assert sorted(r["seed"] for r in rows if r["strategy"] == "bound") == [0, 1]
+    assert all(0 < r["alloc_pct"]["100"] <= 100 for r in rows if r["strategy"] == "bound")
+    assert "protocol: joint:window=4 decides per window of 4 arrivals; the others per arrival" in done.stdout
+    assert "seed by seed" in done.stdout and "joint:window=4−fgd-cpu" in done.stdout

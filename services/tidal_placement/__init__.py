@@ -19,6 +19,7 @@ PUBLIC = {
     "GpuStrategy": "gpu_candidates:GpuStrategy",
     "JointStrategy": "gpu_joint:JointStrategy",
     "per_pod_strategy": "gpu_joint:per_pod",
+    "take_window": "gpu_joint:take_window",
     "typical_workload": "gpu_workload:typical_workload",
     "Shape": "gpu_workload:Shape",
     "FragModel": "gpu_frag:FragModel",

@@ -225,6 +225,23 @@ class JointStrategy:
         return plan_window(state, requests, new_decider, self.frag, self.orders, self.keep_placed, self.sweeps)
 
 
+def take_window(state: ClusterState, requests: Sequence[PodRequest], strategy: GpuStrategy | None,
+                decide_one: Callable[[PodRequest], Placement]) -> dict[int, tuple[Placement, bool]]:
+    """Decide `requests` — together when `strategy` is joint and they are
+    several, else one by one — holding each placed pod on `state`: window
+    index → (its placement, whether the cache took it). `decide_one`
+    decides one request with the per-pod strategy on the state as it is."""
+    order, planned = range(len(requests)), {}
+    if isinstance(strategy, JointStrategy) and len(requests) > 1:
+        plan = strategy.plan(state, requests, lambda: lambda j: decide_one(requests[j]))
+        order, planned = plan.order, plan.chosen.placed
+    taken = {}
+    for j in order:
+        choice = planned.get(j) or decide_one(requests[j])
+        taken[j] = (choice, bool(choice.ok and state.assume(requests[j].key, choice.allocation).ok))
+    return taken
+
+
 def per_pod(strategy: GpuStrategy | None) -> GpuStrategy | None:
     """The strategy each single decision is made with: a joint strategy's
     base (whose score cache `decide` uses), any other strategy itself."""

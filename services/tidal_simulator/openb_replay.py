@@ -27,7 +27,7 @@ import numpy as np
 
 from tidal_placement import ClusterState
 from tidal_placement import decide_placement as decide
-from tidal_placement import GpuStrategy, JointStrategy, per_pod_strategy
+from tidal_placement import GpuStrategy, JointStrategy, per_pod_strategy, take_window
 from tidal_placement import FragModel
 from .openb import TraceNode, TracePod, node_topology, pod_request
 
@@ -100,13 +100,9 @@ def replay(nodes: Sequence[TraceNode], sequence: Sequence[TracePod], strategy: G
     arrived = allocated = 0
     for start in range(0, len(sequence), size):
         requests = [pod_request(pod, key=f"{i}:{pod.name}") for i, pod in enumerate(sequence[start:start + size], start)]
-        order, planned = tuple(range(len(requests))), {}
-        if len(requests) > 1:
-            plan = strategy.plan(state, requests, lambda: lambda j: decide(state, requests[j], one, rng=rng, rank=rank))
-            order, planned = plan.order, plan.chosen.placed
-        for j in order:
-            choice = planned.get(j) or decide(state, requests[j], one, rng=rng, rank=rank)
-            if choice.ok and state.assume(requests[j].key, choice.allocation).ok:
+        taken = take_window(state, requests, strategy, lambda request: decide(state, request, one, rng=rng, rank=rank))
+        for j, (choice, held) in taken.items():
+            if held:
                 placed[start + j] = True
                 r = choice.row
                 node_frag[r] = frag.node_frag(state.cpu_free[r:r + 1], state.gpu_free[r:r + 1],
