@@ -59,7 +59,7 @@ class Path:
 
     async def start_placement(self, **overrides) -> PlacementService:
         values = dict(bus_url=self.url, namespace=self.namespace, cluster=CLUSTER, http_port=0,
-                      http_host="127.0.0.1", gpu_strategy="best-fit", bind_timeout_s=30, takeover_settle_s=0.5,
+                      http_host="127.0.0.1", gpu_strategy="best-fit", bind_timeout_s=patience(30), takeover_settle_s=0.5,
                       drain_timeout_s=2)
         values.update(overrides)
         self.placement = await self.start(PlacementService(PlacementSettings(**values),

@@ -19,7 +19,7 @@ from collections import Counter
 import orjson
 
 from builders import pod, figures_in
-from conftest import make_bus, start_service, stop_service, wait_until
+from conftest import make_bus, patience, start_service, stop_service, wait_until
 from test_props_schemas import paths, replaced, wire
 from tidal_bus import StartAt
 from tidal_bus.intake import accept
@@ -115,7 +115,7 @@ async def test_garbage_on_every_stream_the_services_read(nats_server, namespace,
     common = dict(bus_url=url, namespace=namespace, cluster="c1", http_port=0, http_host="127.0.0.1")
     services = [
         ScoringService(ScoringSettings(**common, period_s=0.2, settle_time="4s", peak_min_samples=3)),
-        PlacementService(PlacementSettings(**common, gpu_strategy="best-fit", bind_timeout_s=30,
+        PlacementService(PlacementSettings(**common, gpu_strategy="best-fit", bind_timeout_s=patience(30),
                                            takeover_settle_s=1.5)),
         OversellService(OversellSettings(**common, eviction_cooldown_s=0, dry_run=True)),
         RemediationService(RemediationSettings(**common, dry_run=True)),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from builders import pod
-from conftest import make_bus, start_service, stop_service, wait_until
+from conftest import make_bus, patience, start_service, stop_service, wait_until
 from metrics_scrape import eventually, value
 from tidal_bus import StartAt
 from tidal_cli.sample import node
@@ -34,7 +34,7 @@ async def _decision(bus, name: str):
 
 async def test_placement_metrics(nats_server, namespace):
     service = PlacementService(PlacementSettings(bus_url=nats_server.url, namespace=namespace, gpu_strategy="best-fit",
-                                                 bind_timeout_s=30, **HTTP))
+                                                 bind_timeout_s=patience(30), **HTTP))
     task = await start_service(service)
     try:
         async with make_bus(nats_server.url, namespace) as bus:

@@ -19,7 +19,7 @@ from tidal_schemas.fence import DecisionFence
 
 def _settings(url, namespace, **overrides) -> PlacementSettings:
     values = dict(bus_url=url, namespace=namespace, cluster="c1", http_port=0, http_host="127.0.0.1",
-                  gpu_strategy="best-fit", bind_timeout_s=30, takeover_settle_s=1.5)
+                  gpu_strategy="best-fit", bind_timeout_s=patience(30), takeover_settle_s=1.5)
     values.update(overrides)
     return PlacementSettings(**values)
 

@@ -81,7 +81,7 @@ def node_cgroups():
 
 def agent_settings(url, namespace, tmp_path, parent, **overrides) -> TopologySettings:
     values = dict(bus_url=url, namespace=namespace, cluster="c1", http_port=0, http_host="127.0.0.1",
-                  node_name=NODE, numa_override=OVERRIDE, interval_s=0.5, rescan_s=0.2, bind_timeout_s=30,
+                  node_name=NODE, numa_override=OVERRIDE, interval_s=0.5, rescan_s=0.2, bind_timeout_s=patience(30),
                   state_file=str(tmp_path / "cpu-state.json"), cgroup_root=str(CGROUP), cgroup_parent=parent,
                   cgroup_version="v1", drain_timeout_s=2)
     values.update(overrides)
@@ -241,7 +241,7 @@ async def start_placement(url: str, namespace: str):
     """The real placement service, on a connection of its own."""
     placement = PlacementService(PlacementSettings(bus_url=url, namespace=namespace, cluster="c1", http_port=0,
                                                    http_host="127.0.0.1", gpu_strategy="best-fit",
-                                                   bind_timeout_s=30, takeover_settle_s=1.5, drain_timeout_s=2),
+                                                   bind_timeout_s=patience(30), takeover_settle_s=1.5, drain_timeout_s=2),
                                  bus=await own_bus(url, namespace, "placement"))
     return placement, await start_service(placement)
 
