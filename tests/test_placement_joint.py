@@ -51,7 +51,7 @@ def figures(state: ClusterState) -> tuple:
 
 def test_registry_and_options():
     joint = make_strategy("joint", WORKLOAD)
-    assert isinstance(joint, JointStrategy) and joint.window == 16 and per_pod(joint) is joint.base
+    assert isinstance(joint, JointStrategy) and joint.window == 64 and per_pod(joint) is joint.base
     assert per_pod(joint.base) is joint.base
     assert make_strategy("joint", WORKLOAD, window=4, orders="gpu").orders == ("gpu",)
     for options, problem in (({"window": 0}, "at least 1"), ({"orders": "gpu+size"}, "orders"),

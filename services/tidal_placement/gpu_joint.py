@@ -21,9 +21,12 @@ never worse than deciding its pods one by one. What is published is a
 trial's own placements, taken again by the caller through the cache's
 `assume` — the check every decision passes — in the chosen order.
 
-Cost: one per-pod decision per pod and order tried (`orders`), plus the
-fragmentation of the rows touched; the window is a work bound, not a time
-budget, so a decision never depends on the machine's speed.
+Cost: one per-pod decision per pod and order tried (`orders`), plus one
+per placed pod for the sweep and the fragmentation of the rows touched.
+The window (64 pods by default: on openb a wider window wins more, README
+"Beyond one pod at a time") is a work bound, not a time budget, so a
+decision never depends on the machine's speed and a replay decides as
+the recording did.
 """
 
 from __future__ import annotations
@@ -207,7 +210,7 @@ class JointStrategy:
 
     base: GpuStrategy
     frag: FragModel
-    window: int = 16
+    window: int = 64
     orders: tuple[str, ...] = tuple(ORDERS)
     keep_placed: bool = True
     sweeps: int = 1
@@ -248,7 +251,7 @@ def per_pod(strategy: GpuStrategy | None) -> GpuStrategy | None:
     return strategy.base if isinstance(strategy, JointStrategy) else strategy
 
 
-def new(workload: TargetWorkload | None = None, *, base: str = "fgd-cpu", window: int = 16,
+def new(workload: TargetWorkload | None = None, *, base: str = "fgd-cpu", window: int = 64,
         orders: str = "gpu+constrained+cpu", keep_placed: bool = True, sweeps: int = 1,
         **base_options) -> JointStrategy:
     """Factory for the registry: the per-pod `base` strategy (options passed
