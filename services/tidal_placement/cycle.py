@@ -156,7 +156,7 @@ def cycle(cache: ClusterCache, strategy: Any, now: float,
 
 
 def plan_next_window(cache: ClusterCache, strategy: JointStrategy, passes: list[tuple[Entry, str | None]],
-                     position: int, now: float) -> dict[str, Placement]:
+                     position: int, now: float) -> dict[str, Placement | None]:
     """Plan the window of due pods that starts at `position` and put its pods
     in the plan's order in the places of `passes` they held; what the plan
     placed, by pod key (every pod: planned, so no window starts inside it)."""

@@ -5,8 +5,9 @@ predecessors left. Deciding a window of pods together can do better: a big
 pod decided before the shares that would split its node, a pod that only
 one GPU model admits before the pods any model admits. `plan_window` tries
 the window's pods in several orders, each pod by pod with the per-pod
-strategy on the scheduler cache itself (every trial's assumes undone), and
-keeps the order whose outcome is best, lexicographically:
+strategy on the scheduler cache itself (every trial's assumes undone),
+then re-decides each placed pod once with the rest of its window in place
+(`_refine`), and keeps the outcome that is best, lexicographically:
 
 1. every pod the queue order places is placed (`keep_placed`; else an
    order may trade a small pod for a bigger one);
@@ -24,9 +25,8 @@ trial's own placements, taken again by the caller through the cache's
 Cost: one per-pod decision per pod and order tried (`orders`), plus one
 per placed pod for the sweep and the fragmentation of the rows touched.
 The window (64 pods by default: on openb a wider window wins more, README
-"Beyond one pod at a time") is a work bound, not a time budget, so a
-decision never depends on the machine's speed and a replay decides as
-the recording did.
+"Beyond one pod at a time") is a work bound, not a time budget, so the
+same inputs give the same decisions on any machine.
 """
 
 from __future__ import annotations
