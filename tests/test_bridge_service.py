@@ -19,7 +19,7 @@ from fake_kube_api import FakeKubeApi
 from tidal_bridge.service import BridgeService
 from tidal_bridge.settings import BridgeSettings
 from tidal_bus import Bus, StartAt
-from tidal_schemas import (NodeAction, NodeAllocatable, NodeAllocatables, NodeStatus, PlacementDecision,
+from tidal_schemas import (GpuShare, NodeAction, NodeAllocatable, NodeAllocatables, NodeStatus, PlacementDecision,
                            PlacementDecisions, Resources, make_envelope)
 
 
@@ -331,6 +331,30 @@ async def test_one_pods_decisions_in_one_event_are_carried_out_in_turn(nats_serv
         ("d1", True, "", None), ("d2", False, "pod default/web is already bound to node n1", "n1")]
     pod = fake.pod("default", "web")
     assert (pod["spec"]["nodeName"], pod["metadata"]["annotations"]["tidal.dev/decision-id"]) == ("n1", "d1")
+
+
+async def test_gpu_pods_of_one_size_on_one_node_are_bound_one_admission_at_a_time(nats_server, namespace, fake,
+                                                                                   bus):
+    # The device plugin matches a kubelet call to the oldest decision of its size, so the second pod of that
+    # size on the node is bound only once the kubelet has taken in the first; other sizes are not held.
+    for name in ("first", "second", "half"):
+        fake.add_pod(name)
+    results = Stream(bus, "bind.result")
+
+    def gpus(*shares):
+        return [GpuShare(gpu=gpu, milli=milli) for gpu, milli in shares]
+    async with running(settings(nats_server, namespace, fake)):
+        await bus.publish(PlacementDecisions.of(
+            decision("first", decision_id="d1", gpus=gpus(("g0", 1000), ("g1", 1000))),
+            decision("second", decision_id="d2", gpus=gpus(("g2", 1000), ("g3", 1000))),
+            decision("half", decision_id="d3", gpus=gpus(("g4", 500)))))
+        await results.wait(lambda es: {e.payload.decision_id for e in es} == {"d1", "d3"}, "two bind results")
+        await asyncio.sleep(1.0)
+        assert fake.pod("default", "second")["spec"].get("nodeName") is None
+        fake.update_pod("default", "first", lambda pod: pod.setdefault("status", {}).update(
+            phase="Running", startTime="2026-12-02T00:00:00Z"))  # as its kubelet, once admitted
+        found = await results.wait(lambda es: len(es) == 3, "the second pod's bind result")
+    assert [e.payload.decision_id for e in found][-1] == "d2" and all(e.payload.ok for e in found)
 
 
 async def test_a_binding_never_waits_behind_pending_pods_explained(nats_server, namespace, fake, bus):

@@ -58,6 +58,18 @@ def pod_phase(pod: Mapping[str, Any], deleted: bool = False) -> str:
     return "bound" if node else "pending"
 
 
+def kubelet_admitted(pod: Mapping[str, Any]) -> bool:
+    """Whether a bound pod's kubelet has taken it in: it sets `status.startTime`
+    once admitted, and the phase Failed when it refuses the pod."""
+    status = pod.get("status") or {}
+    return bool(status.get("startTime")) or status.get("phase") in ("Running", "Succeeded", "Failed")
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+
+
 def _request(container: Mapping[str, Any], resource: str, unit, problems: list[str]) -> int:
     resources = container.get("resources") or {}
     for kind in ("requests", "limits"):

@@ -64,7 +64,7 @@ from .kube import Kube
 from .node_watch import NodeWatch
 from .objects import DECISION_UNREADABLE, INVALID_ANNOTATION, SCHEDULED
 from .pod_status import PodStatusReporter, create_pod_event
-from .pods import kept_pod, payload_digest, read_kept_pod, read_pod
+from .pods import kept_pod, kubelet_admitted, payload_digest, pod_key, read_kept_pod, read_pod
 from .settings import BridgeSettings
 from .tenants import TenantBridge
 from .watch import Change, Reflector
@@ -134,7 +134,7 @@ class BridgeService(Service):
         self.nodes.connect(self.kube, s)
         self.binder = Binder(self.kube, scheduler_name=s.scheduler_name, attempts=s.bind_attempts,
                              retry_s=s.bind_retry_s, pods=self.pods, nodes=self.nodes.reflector)
-        self.binds = BindsInFlight(s.bind_concurrency)
+        self.binds = BindsInFlight(s.bind_concurrency, s.gpu_admission_wait_s, self.log)
         self.api_retry = RetryPolicy(s.api_attempts, s.api_retry_s, s.api_retry_max_s)
         self.actuator = Actuator(self.kube, conflict_attempts=s.conflict_attempts)
         self.pod_status = PodStatusReporter(self.kube, gpu_resource=s.gpu_resource,
@@ -167,6 +167,8 @@ class BridgeService(Service):
     async def _on_pod(self, change: Change) -> None:
         obj = change.object
         gone = change.type == "DELETED"
+        if gone or kubelet_admitted(obj):
+            self.binds.admitted(pod_key(obj))
         pod, unread = read_pod(obj, deleted=gone, gpu_resource=self.settings.gpu_resource,
                                scheduler_name=self.settings.scheduler_name)
         # A finished pod was published as deleted already; its DELETED then adds nothing.
@@ -206,7 +208,8 @@ class BridgeService(Service):
                 continue
             key = decision.event_key()
             if decision.outcome == "placed":
-                binds.append(self.binds.start(key, partial(self._bind, decision, envelope)))
+                gate = f"{decision.node}/{sum(s.milli for s in decision.gpus)}" if decision.gpus else None
+                binds.append(self.binds.start(key, partial(self._bind, decision, envelope), gate))
             elif decision.outcome == "pending" and self.binds.busy(key):  # after the pod's bind, as it came after
                 binds.append(self.binds.start(key, partial(self._explain, decision)))
             elif decision.outcome == "pending":
@@ -215,7 +218,8 @@ class BridgeService(Service):
         if not all([defer(bind) for bind in binds]):  # each deferred; without a window (none is) wait here
             await asyncio.gather(*binds)
 
-    async def _bind(self, decision: PlacementDecision, envelope: Envelope[Any]) -> None:
+    async def _bind(self, decision: PlacementDecision, envelope: Envelope[Any]) -> bool:
+        """Bind, publish the result; whether the pod was bound by it."""
         with processing(self.name, self.group, envelope, decision):
             outcome = await self.binder.bind_retrying(decision, self.api_retry)
             await self.publish(BindResult(decision_id=decision.decision_id, namespace=decision.namespace,
@@ -228,6 +232,7 @@ class BridgeService(Service):
                 await create_pod_event(self.kube, outcome.pod, SCHEDULED, f"Successfully assigned {decision.namespace}/"
                                        f"{decision.name} to {decision.node} (decision {decision.decision_id})",
                                        "Normal", log=self.log)
+            return outcome.ok and not kubelet_admitted(outcome.pod or {})
 
     async def _explain(self, decision: PlacementDecision) -> None:
         if self._still_pending(decision):

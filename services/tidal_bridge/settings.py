@@ -38,6 +38,9 @@ class BridgeSettings(ServiceSettings):
     bind_concurrency: int = Field(32, ge=1, le=1024, description="binds in flight at once (each an API round "
                                   "trip, the Binding, and its Scheduled Event); one pod's decisions are bound in "
                                   "their log order")
+    gpu_admission_wait_s: float = Field(60.0, gt=0, description="the longest a GPU pod's bind waits for the "
+                                        "kubelet to admit the pod of the same node and size bound before it "
+                                        "(binds_in_flight.py); then it binds anyway, with a warning")
     bind_attempts: int = Field(3, ge=1, description="binding tries on 409 Conflict")
     bind_retry_s: float = Field(0.2, gt=0)
     conflict_attempts: int = Field(5, ge=1, description="read-modify-write tries of a node's taints")
