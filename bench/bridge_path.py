@@ -48,6 +48,7 @@ from tidal_audit import audit, read_streams  # noqa: E402
 from tidal_bus import Bus  # noqa: E402
 from tidal_cli import Stack  # noqa: E402
 from tidal_schemas import GpuAsk  # noqa: E402
+from tidal_simulator.admitting_kubelets import AdmittingKubelets  # noqa: E402
 from tidal_simulator.kube_api import KubeApiServer, write_kubeconfig  # noqa: E402
 from tidal_simulator.pods import node_manifest, pod_manifest, sim_pod  # noqa: E402
 
@@ -86,7 +87,7 @@ async def run(nodes: int, count: int, seed: int, rate: float, latency_ms: float,
             all_bound.set()
 
     api = KubeApiServer(record_requests=True)
-    api.admit_binding = admit
+    kubelets = AdmittingKubelets(api, on_binding=admit)  # admitted: the next GPU pod of its size may bind
     await api.start()
     for topology in cluster:
         api.create_node(node_manifest(topology))
@@ -94,6 +95,8 @@ async def run(nodes: int, count: int, seed: int, rate: float, latency_ms: float,
         api.slow(method, path, latency_ms / 1000)
     async with contextlib.AsyncExitStack() as exits:  # closed in turn: the bus, the stack, the API server
         exits.push_async_callback(api.stop)
+        admitting = asyncio.create_task(kubelets.run())
+        exits.callback(admitting.cancel)
         tmp = exits.enter_context(tempfile.TemporaryDirectory())
         stack = exits.enter_context(Stack(Path(tmp), nats_port=0, namespace="bench", cluster="bench",
                                           services=["placement"],

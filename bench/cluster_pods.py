@@ -54,8 +54,8 @@ import yaml
 import _common
 from tidal_bus import Bus
 from tidal_cli import CliError, Stack
+from tidal_simulator.admitting_kubelets import AdmittingKubelets
 from tidal_simulator.kube_api import KubeApiServer, write_kubeconfig
-from tidal_simulator.kube_api.protocol import stamp
 from tidal_simulator.pods import node_manifest, pod_manifest, sim_pod
 
 NAMESPACE, CLUSTER = "bench", "c1"
@@ -72,31 +72,6 @@ def cluster_pods(count: int, nodes: list[str], placed: bool) -> list[dict]:
                                  tenant=f"team-{i % 7}", user=f"team-{i % 7}-user", qos="LS"),
                          now, **({} if placed else {"node": nodes[i % len(nodes)], "phase": "Running"}))
             for i in range(count)]
-
-
-class Kubelets:
-    """The nodes' kubelets, played: a pod whose Binding was written starts
-    Running (status.phase, startTime)."""
-
-    def __init__(self, api: KubeApiServer, count: int) -> None:
-        self.api, self.count = api, count
-        self.bound: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
-        self.running = 0
-        self.all_running = asyncio.Event()
-        api.admit_binding = self.admit
-
-    def admit(self, pod: dict, node: str) -> None:
-        # in the API server's handler, which writes the Binding before it next awaits: `run` sees it written
-        self.bound.put_nowait((pod["metadata"]["namespace"], pod["metadata"]["name"]))
-
-    async def run(self) -> None:
-        while True:
-            namespace, name = await self.bound.get()
-            self.api.update_pod(namespace, name, lambda obj: obj["status"].update(
-                phase="Running", startTime=stamp(datetime.now(timezone.utc))))
-            self.running += 1
-            if self.running == self.count:
-                self.all_running.set()
 
 
 async def caught_up(log: Path, process, deadline: float) -> int:
@@ -133,14 +108,16 @@ async def published(stack: Stack, bridge, count: int, deadline: float) -> None:
     raise SystemExit("cluster_pods: the bridge did not publish the pods in time")
 
 
-async def until_running(kubelets: Kubelets, stack: Stack, deadline: float) -> None:
+async def until_running(kubelets: AdmittingKubelets, count: int, stack: Stack, deadline: float) -> None:
     """Until Tidal has placed every pod and the kubelets have started it."""
     while time.monotonic() < deadline:
         alive(stack)
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(kubelets.all_running.wait(), 1.0)
+        if kubelets.admitted >= count:
             return
-    raise SystemExit(f"cluster_pods: {kubelets.running} of {kubelets.count} pods placed and running at the timeout")
+        kubelets.changed.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(kubelets.changed.wait(), 1.0)
+    raise SystemExit(f"cluster_pods: {kubelets.admitted} of {count} pods placed and running at the timeout")
 
 
 class Positions:
@@ -212,7 +189,7 @@ async def run(args: argparse.Namespace) -> dict:
         api.custom.register(yaml.safe_load(crd.read_text()))
     for topology in cluster:
         api.create_node(node_manifest(topology))
-    kubelets = Kubelets(api, args.pods) if args.placed else None
+    kubelets = AdmittingKubelets(api) if args.placed else None
     for pod in cluster_pods(args.pods, [t.node for t in cluster], args.placed):
         api.create_pod(pod)
     async with contextlib.AsyncExitStack() as exits:  # closed in turn: the stack, the API server
@@ -232,7 +209,7 @@ async def run(args: argparse.Namespace) -> dict:
         bridge = await asyncio.to_thread(stack.add, "bridge", {
             "TIDAL_BRIDGE_KUBECONFIG": str(write_kubeconfig(tmp / "kubeconfig", api.url))})
         if kubelets is not None:
-            await until_running(kubelets, stack, deadline)
+            await until_running(kubelets, args.pods, stack, deadline)
         await published(stack, bridge, args.pods, deadline)
         agent = await asyncio.to_thread(stack.add, "topology", {
             "TIDAL_TOPOLOGY_NODE_NAME": cluster[0].node, "TIDAL_TOPOLOGY_CGROUP_ROOT": str(tmp / "cgroup"),

@@ -5,8 +5,8 @@ reports the bound pods again. Nothing here publishes a pod event itself:
 what placement knows of pods, it knows from the bridge.
 
 The node agent's part (topology) is played by publishing `NodeTopology`
-events, and the kubelet's by the fake API server (a binding sets
-spec.nodeName; `run` marks a pod Running)."""
+events, and the kubelet's by `AdmittingKubelets` (a bound pod is admitted:
+status.startTime, still Pending)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from tidal_placement.settings import PlacementSettings
 from tidal_placement.tenancy import tenant_usage
 from tidal_scoring.service import ScoringService
 from tidal_scoring.settings import ScoringSettings
+from tidal_simulator.admitting_kubelets import AdmittingKubelets
 from tidal_schemas import TenantConfig
 from tidal_schemas.fence import DecisionFence
 
@@ -126,6 +127,7 @@ async def cluster_path(nats_server, namespace, *topologies, before_bridge=None, 
                           gpus=len(topology.gpus))
             await bus.publish(topology)
         path = Path(kube, bus, nats_server.url, namespace)
+        admitting = asyncio.create_task(AdmittingKubelets(kube, running=False).run())
         if before_bridge is not None:
             before_bridge(kube)
         values = dict(bus_url=nats_server.url, namespace=namespace, cluster=CLUSTER, http_port=0,
@@ -140,6 +142,7 @@ async def cluster_path(nats_server, namespace, *topologies, before_bridge=None, 
                 service.stop()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await asyncio.wait_for(task, patience(30))
+            admitting.cancel()
             for bus in path.buses:
                 await bus.backend.close()
 
