@@ -18,6 +18,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+import file_weights  # noqa: E402
 from tidal_bus import Bus  # noqa: E402
 from tidal_bus.embedded import EmbeddedKafka, EmbeddedNats  # noqa: E402
 
@@ -128,6 +129,12 @@ def make_bus(url: str, namespace: str, source: str = "test", cluster: str = "c1"
 
 def server_logs(*servers) -> str:
     return "\n".join(f"--- {type(s).__name__} log ---\n{s.log_tail()}" for s in servers)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest files first (file_weights.py says why); the tests of a file keep their order."""
+    weight = file_weights.weights()
+    items.sort(key=lambda item: -weight.get(item.path.name, 0.0))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -29,11 +29,12 @@ def booked_cpu(path, node: str) -> int | None:
 async def test_oversold_room_is_used_only_once_the_node_status_carries_it(nats_server, namespace):
     async with cluster_path(nats_server, namespace, cpu_node("n1")) as path:
         await path.bus.publish(oversold("n1", OVERSOLD_CPU))
-        await path.start_placement()
+        await path.start_placement(permit_timeout_s=2)
         books = path.placement.clusters[CLUSTER].allocatable
         await wait_until(lambda: "n1" in books.oversold and "n1" in books.status, 20,
                          "oversell's figure and the node's status read")
         assert booked_cpu(path, "n1") == KUBELET_CPU  # min(12000 oversold, 8000 in the status)
+        # big waits for room and holds back CPU pods for the permit timeout (2 s here, not 30), then small binds
         path.pod("big", cpu="10")  # fits oversell's 12 CPUs, not the kubelet's 8
         path.pod("small", cpu="1")
         await path.wait_bound("small")
@@ -50,7 +51,7 @@ async def test_oversold_room_is_used_only_once_the_node_status_carries_it(nats_s
         path.kube.update_node("n1", lambda n: n["status"]["allocatable"].update(cpu=f"{KUBELET_CPU}m"))
         await wait_until(lambda: booked_cpu(path, "n1") == KUBELET_CPU, 20, "the kubelet's figure booked")
         path.kill(path.placement)
-        await path.start_placement()
+        await path.start_placement(permit_timeout_s=2)
         await wait_until(lambda: booked_cpu(path, "n1") is not None, 20, "n1 known again")
         assert booked_cpu(path, "n1") == KUBELET_CPU
         path.pod("more", cpu="1")  # 11 CPUs held of 8: nothing more fits

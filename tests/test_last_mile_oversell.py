@@ -22,11 +22,11 @@ from tidal_cli import main as cli
 SCENARIO = """
 name: oversold
 tick_s: 10
-duration_s: 400
+duration_s: 120
 nodes: [{name: n1, numa_cpus: [8], memory_mib: 65536, exclusive_cpus: false}]
 pods:
   - {name: base, tenant: t, cpu_milli: 6000, usage: {cpu: {kind: constant, level: 0.1}}}
-  - {name: extra, tenant: t, cpu_milli: 4000, arrive_s: 300, usage: {cpu: {kind: constant, level: 0.1}}}
+  - {name: extra, tenant: t, cpu_milli: 4000, arrive_s: 70, usage: {cpu: {kind: constant, level: 0.1}}}
 expect:
   - {kind: placed, pod: t/extra, node: n1}
 """
@@ -35,7 +35,10 @@ OVERSELL_AT_ONCE = ["--env", "TIDAL_OVERSELL_WARMUP_S=0", "--env", "TIDAL_OVERSE
 WITHOUT_WEBHOOK = "placement,scoring,oversell,remediation"
 
 
-def simulate(tmp_path, *extra: str) -> tuple[int, dict]:
+def simulate(tmp_path, monkeypatch, *extra: str) -> tuple[int, dict]:
+    # the kubelets write an unchanged status each minute, not five (nodeStatusReportFrequency): the first
+    # write with oversell's figure to fill in comes at 60 s
+    monkeypatch.setenv("TIDAL_SIMULATOR_NODE_STATUS_REPORT_S", "60")
     scenario = tmp_path / "oversold.yaml"
     scenario.write_text(SCENARIO)
     report = tmp_path / "report.json"
@@ -45,8 +48,8 @@ def simulate(tmp_path, *extra: str) -> tuple[int, dict]:
 
 
 @pytest.mark.parametrize("webhook", [True, False], ids=["with-webhook", "webhook-stopped"])
-def test_oversold_room_is_used_exactly_when_the_node_status_carries_it(tmp_path, webhook):
-    code, report = simulate(tmp_path, *([] if webhook else ["--services", WITHOUT_WEBHOOK]))
+def test_oversold_room_is_used_exactly_when_the_node_status_carries_it(tmp_path, monkeypatch, webhook):
+    code, report = simulate(tmp_path, monkeypatch, *([] if webhook else ["--services", WITHOUT_WEBHOOK]))
     pods = report["pods"]
     assert report["invariants"]["violations"] == 0, report["invariants"]
     assert report["kubelets"]["admission_failures"] == 0, report["kubelets"]

@@ -20,7 +20,7 @@ annotation, never Tidal's events.
   admission webhooks see it): at start and when its devices change; and
   every `node_status_s` of simulated time (`heartbeat`) it writes it again
   when the node object's capacity or allocatable differ from its own (a
-  webhook's figure does) or `REPORT_S` passed, as a kubelet with node leases.
+  webhook's figure does) or `node_status_report_s` passed, as a kubelet with node leases.
 - A pod whose run time is over is deleted (`finish`).
 
 `observe` runs inside the API server's write (no awaits); the rest (gRPC,
@@ -44,18 +44,17 @@ from .node_devices import NodeDevices, shares
 from .pods import node_status, reported
 
 LOG = logging.getLogger("tidal.simulator.kubelet")
-REPORT_S = 300.0  # the kubelet's nodeStatusReportFrequency: an unchanged status is written this often
 
 
 class Kubelets:
-    def __init__(self, sim, node_status_s: float = 10.0) -> None:
+    def __init__(self, sim, node_status_s: float = 10.0, node_status_report_s: float = 300.0) -> None:
         self.sim = sim
         self.queue: asyncio.Queue = asyncio.Queue()
         self.idle = asyncio.Event()
         self.idle.set()
         self.devices = NodeDevices((n.topology for n in sim.model.nodes.values()), self._devices_changed,
                                    sim.agents.attach)
-        self.node_status_s = node_status_s
+        self.node_status_s, self.node_status_report_s = node_status_s, node_status_report_s
         self.running: dict[str, dict[str, dict[str, int]]] = {n: {} for n in sim.model.nodes}  # node -> uid -> asks
         self.taken: dict[str, str] = {}  # pod uid -> node whose kubelet took it up
         self.handed: dict[str, list[Handed]] = {}  # pod key -> its containers' devices
@@ -198,11 +197,11 @@ class Kubelets:
     async def write_status(self, node: str, if_changed: bool = False) -> None:
         """The node's capacity and allocatable as its kubelet reports them:
         the machine's own figures and its device plugins' resources (with
-        `if_changed`, only when the node object says otherwise or `REPORT_S` passed)."""
+        `if_changed`, only when the node object says otherwise or `node_status_report_s` passed)."""
         manager, t = self.devices.managers.get(node), self.sim.clock.t_s
         counts = {r: manager.counts(r) for r in manager.count} if manager is not None else {}
         status = node_status(self.sim.model.nodes[node].topology, counts)
-        if if_changed and t - self.written_at.get(node, t) < REPORT_S and reported(status, self.sim.api.node(node)):
+        if if_changed and t - self.written_at.get(node, t) < self.node_status_report_s and reported(status, self.sim.api.node(node)):
             return
         self.status_at[node] = self.written_at[node] = t
         await self.sim.api.write_node_status(node, status, user=f"system:node:{node}")

@@ -90,7 +90,7 @@ class SimulatorService(Service):
         for definition in crd.documents().values():  # installed, as k8s/base installs them: `kubectl apply` a Tenant
             self.api.custom.register(definition)
         self.api.on_request = lambda method, path: self._touch()
-        self.kubelets = Kubelets(self, s.node_status_s)
+        self.kubelets = Kubelets(self, s.node_status_s, s.node_status_report_s)
         self.api.admit_binding = self.kubelets.bind_fault
         self.api.store.listeners.append(self.kubelets.observe)
         self.kubeconfig = s.kubeconfig_path()

@@ -36,6 +36,8 @@ class SimulatorSettings(ServiceSettings):
     settle_max_s: float = Field(10.0, gt=0, description="never wait longer than this for the pipeline to settle")
     node_status_s: float = Field(10.0, gt=0, description="each kubelet writes its node's status this often, in "
                                  "simulated seconds (kubelet's nodeStatusUpdateFrequency)")
+    node_status_report_s: float = Field(300.0, gt=0, description="and writes it unchanged this often, in "
+                                        "simulated seconds (kubelet's nodeStatusReportFrequency)")
     expect_allocatable: bool = Field(False, description="settled also means oversell answered every sample")
     decision_timeout_s: float = Field(30.0, gt=0, description="a released pod without a decision by then is "
                                                              "counted as undecided")
