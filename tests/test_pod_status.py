@@ -24,7 +24,8 @@ NO_ROOM = "0/1 nodes are available: 1 Insufficient cpu."
 @contextlib.asynccontextmanager
 async def explained(nats_server, namespace, *, event_burst: int, event_refill_s: float):
     """A cluster of one 4-CPU node; placement tries a waiting pod again every
-    ~0.5s (its permit timeout) and publishes every attempt (pending_repeat_s=0)."""
+    ~0.5s (its permit timeout, and a back-off of 0.1 s doubling up to 0.5 s,
+    not 1 s up to 10 s) and publishes every attempt (pending_repeat_s=0)."""
     async with FakeKubeApi() as kube, make_bus(nats_server.url, namespace, cluster=CLUSTER) as bus, \
             client.ApiClient(client.Configuration(host=kube.url)) as reader:
         await bus.ensure_streams()
@@ -37,7 +38,8 @@ async def explained(nats_server, namespace, *, event_burst: int, event_refill_s:
             kube_api_url=kube.url, backoff_initial_s=0.05, backoff_max_s=0.5, api_retry_s=0.05, bind_retry_s=0.01,
             request_timeout_s=5, drain_timeout_s=2, event_burst=event_burst, event_refill_s=event_refill_s),
             bus=await path.own_bus("bridge")))
-        await path.start_placement(permit_timeout_s=0.5, pending_repeat_s=0)
+        await path.start_placement(permit_timeout_s=0.5, pending_repeat_s=0, retry_backoff_s=0.1,
+                                   retry_backoff_max_s=0.5)
         try:
             yield path
         finally:
