@@ -90,6 +90,25 @@ def test_assume_refuses_without_changing_anything(allocation, reason):
     assert free(state, "n1") == before and state.held("p") is None
 
 
+@pytest.mark.parametrize("second, reason", [
+    (Allocation.of("n1", 1000, 0, {0: 2}), "numa 0"),          # 2 > 4 − 3 exclusive CPUs left on NUMA 0
+    (Allocation.of("n1", 4500), "cpu"),                         # 4500 > 8000 − 4000 m left
+    (Allocation.of("n1", 0, 3000), "memory"),                   # 3000 > 4096 − 1100 MiB left
+    (Allocation.of("n1", 0, 0, None, {"gpu0": 500}), "GPU gpu0"),  # 500 > 1000 − 600 milli left
+])
+def test_assume_counts_what_is_held_on_a_partly_used_node(second, reason):
+    # Each refusal on a node the first pod holds part of: a check against the node's allocatable
+    # instead of what is left passes on an empty node and fails here.
+    state = cluster(make_topology("n1", (4, 4), gpus=1, memory_mib=4096))
+    assert state.assume("first", Allocation.of("n1", 4000, 1100, {0: 3}, {"gpu0": 600})).ok
+    before = free(state, "n1")
+    assert before == {"cpu": 4000, "mem": 2996, "numa": [1, 4], "gpu": [400]}
+    outcome = state.assume("second", second)
+    assert not outcome.ok and reason in outcome.reason
+    assert free(state, "n1") == before and state.held("second") is None
+    assert state.assume("third", Allocation.of("n1", 1000, 0, {0: 1})).ok  # the one CPU left on NUMA 0 fits
+
+
 def test_double_assume_is_refused():
     state = cluster(make_topology("n1", (4,)))
     assert state.assume("p", Allocation.of("n1", 1000)).ok
