@@ -9,7 +9,9 @@ pod at a time and, for a container asking n units, calls
 
 - the decisions for this node not yet handed to a container wait in the
   ledger, oldest first by (decision time, arrival order); a newer decision
-  for the same pod replaces its older one;
+  for the same pod replaces its older one. Oldest first is the kubelet's
+  order because the bridge binds a GPU pod only once the one of the same node
+  and size before it was admitted (services/tidal_bridge/binds_in_flight.py);
 - `prefer` takes the oldest whose total milli is n and reserves for it, per
   share (gpu, milli), `milli` units of that GPU free in the kubelet's
   `available` (units are the kubelet's tokens for counting: when that GPU has
