@@ -65,11 +65,6 @@ def kubelet_admitted(pod: Mapping[str, Any]) -> bool:
     return bool(status.get("startTime")) or status.get("phase") in ("Running", "Succeeded", "Failed")
 
 
-def pod_key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
-
-
 def _request(container: Mapping[str, Any], resource: str, unit, problems: list[str]) -> int:
     resources = container.get("resources") or {}
     for kind in ("requests", "limits"):

@@ -64,7 +64,7 @@ from .kube import Kube
 from .node_watch import NodeWatch
 from .objects import DECISION_UNREADABLE, INVALID_ANNOTATION, SCHEDULED
 from .pod_status import PodStatusReporter, create_pod_event
-from .pods import kept_pod, kubelet_admitted, payload_digest, pod_key, read_kept_pod, read_pod
+from .pods import kept_pod, kubelet_admitted, payload_digest, read_kept_pod, read_pod
 from .settings import BridgeSettings
 from .tenants import TenantBridge
 from .watch import Change, Reflector
@@ -167,10 +167,10 @@ class BridgeService(Service):
     async def _on_pod(self, change: Change) -> None:
         obj = change.object
         gone = change.type == "DELETED"
-        if gone or kubelet_admitted(obj):
-            self.binds.admitted(pod_key(obj))
         pod, unread = read_pod(obj, deleted=gone, gpu_resource=self.settings.gpu_resource,
                                scheduler_name=self.settings.scheduler_name)
+        if gone or kubelet_admitted(obj):
+            self.binds.admitted(pod.event_key())
         # A finished pod was published as deleted already; its DELETED then adds nothing.
         digest = payload_digest(pod)
         if self._published.get(pod.uid, (b"",))[0] != digest:

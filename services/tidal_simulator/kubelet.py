@@ -201,7 +201,8 @@ class Kubelets:
         manager, t = self.devices.managers.get(node), self.sim.clock.t_s
         counts = {r: manager.counts(r) for r in manager.count} if manager is not None else {}
         status = node_status(self.sim.model.nodes[node].topology, counts)
-        if if_changed and t - self.written_at.get(node, t) < self.node_status_report_s and reported(status, self.sim.api.node(node)):
+        due = t - self.written_at.get(node, t) >= self.node_status_report_s
+        if if_changed and not due and reported(status, self.sim.api.node(node)):
             return
         self.status_at[node] = self.written_at[node] = t
         await self.sim.api.write_node_status(node, status, user=f"system:node:{node}")
