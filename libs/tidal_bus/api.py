@@ -11,9 +11,10 @@ import abc
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from tidal_clock import now_utc
 from tidal_schemas.streams import StreamSpec
 
 from .trace_context import TraceContext
@@ -76,7 +77,7 @@ def parse_time(text: str, now: datetime | None = None) -> datetime:
     if ago:
         try:
             before = timedelta(seconds=float(ago.group(1)) * _SECONDS[ago.group(2)])
-            return (now or datetime.now(timezone.utc)) - before
+            return (now or now_utc()) - before
         except OverflowError:  # -999999999d reaches before year 1
             raise ValueError(f"a time after year 1, got {text!r}") from None
     try:

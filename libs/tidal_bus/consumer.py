@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tidal_clock import elapsed
 from tidal_schemas import Envelope, SchemaError
 from tidal_schemas.streams import StreamSpec
 
@@ -206,7 +206,7 @@ class Consumer:
             return
         attempt = raw.deliveries
         while True:
-            started = time.perf_counter()
+            started = elapsed()
             span = handler_span(self.bus.source, self.group, envelope, raw.trace)
             outputs: list[asyncio.Future[Any]] = []
             try:
@@ -240,7 +240,7 @@ class Consumer:
                 attempt += 1
                 continue
             span.end("ok")
-            self.observer.handled(self.spec.name, time.perf_counter() - started, raw.partition)
+            self.observer.handled(self.spec.name, elapsed() - started, raw.partition)
             if self.window.size == 1:
                 self.seen.add(seen_as)
                 await raw.ack()

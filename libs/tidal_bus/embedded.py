@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from tidal_clock import elapsed
+
 from .errors import BusConfigError
 
 
@@ -37,8 +39,8 @@ def free_port() -> int:
 
 
 def _wait_for_port(port: int, process: subprocess.Popen, log_path: Path, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    deadline = elapsed() + timeout
+    while elapsed() < deadline:
         if process.poll() is not None:
             raise BusConfigError(f"broker exited with {process.returncode}: {_tail(log_path)}")
         try:
@@ -152,8 +154,8 @@ class EmbeddedNats(_Process):
 
     def _read_port(self, ports_dir: Path, process: subprocess.Popen) -> int:
         ports_file = ports_dir / f"nats-server_{process.pid}.ports"
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
+        deadline = elapsed() + 15
+        while elapsed() < deadline:
             if process.poll() is not None:
                 raise BusConfigError(f"nats-server exited: {_tail(self.log_path)}")
             try:

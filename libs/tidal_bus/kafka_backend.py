@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -18,6 +17,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, UnknownTopicOrPartitionError
 
+from tidal_clock import Clock, wall_clock
 from tidal_schemas.streams import StreamSpec, partition_for
 
 from .api import AssignmentListener, Backend, GroupSubscription, Position, RawMessage, StartAt
@@ -63,6 +63,7 @@ class KafkaBackend(Backend):
         self._admin: AIOKafkaAdminClient | None = None
         self._known_topics: set[str] = set()
         self._creating = asyncio.Lock()
+        self.clock: Clock = wall_clock  # wall seconds, as the broker stamps records with
 
     async def connect(self) -> None:
         try:
@@ -165,7 +166,7 @@ class KafkaBackend(Backend):
             return
         tps = [TopicPartition(topic, p) for p in chosen]
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, **self._options)
-        began_ms = time.time() * 1000
+        began_ms = self.clock() * 1000
         try:
             await consumer.start()
             consumer.assign(tps)

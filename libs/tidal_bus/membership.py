@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 
@@ -23,6 +22,8 @@ from nats.js.api import KeyValueConfig, StorageType
 import nats.errors
 from nats.js.errors import BucketNotFoundError
 from nats.js.kv import KeyValue
+
+from tidal_clock import Clock, wall_clock
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,7 @@ class Membership:
         on_change: Callable[[frozenset[int]], Awaitable[None]],
         ttl: float = 6.0,
         member_id: str | None = None,
+        clock: Clock = wall_clock,
     ) -> None:
         # One id per process (not per subscription) so that a process owns the
         # same partitions of every stream it reads.
@@ -100,6 +102,7 @@ class Membership:
         self._partitions = partitions
         self._on_change = on_change
         self._ttl = ttl
+        self.clock = clock  # wall seconds: a beat's value is compared with other members' clocks
         self._owned: frozenset[int] = frozenset()
         self._kv: KeyValue | None = None
         self._watcher = None
@@ -115,7 +118,7 @@ class Membership:
         self._watcher = await self._kv.watch(f"{self._prefix}.*")
         await self._beat()
         await self._read_updates(first=True)
-        self._own_seen = time.time()
+        self._own_seen = self.clock()
         await self.refresh()
 
     async def run(self) -> None:
@@ -126,7 +129,7 @@ class Membership:
             try:
                 await self._beat()
                 await self.refresh()
-                if time.time() - self._own_seen > self._ttl:
+                if self.clock() - self._own_seen > self._ttl:
                     await self._rewatch()
             except asyncio.CancelledError:
                 raise
@@ -166,7 +169,7 @@ class Membership:
         assert self._kv is not None
         self._watcher = await self._kv.watch(f"{self._prefix}.*")
         await self._read_updates(first=True)
-        self._own_seen = time.time()
+        self._own_seen = self.clock()
 
     @property
     def _member_key(self) -> str:
@@ -174,7 +177,7 @@ class Membership:
 
     async def _beat(self) -> None:
         assert self._kv is not None
-        await self._kv.put(self._member_key, repr(time.time()).encode())
+        await self._kv.put(self._member_key, repr(self.clock()).encode())
 
     async def _read_updates(self, first: bool = False) -> None:
         """Apply what the watcher has seen: beats, and members that left."""
@@ -193,7 +196,7 @@ class Membership:
                 self._beats.pop(member, None)
             else:
                 if member == self.member_id:
-                    self._own_seen = time.time()
+                    self._own_seen = self.clock()
                 try:
                     self._beats[member] = float(entry.value or b"0")
                 except ValueError:
@@ -201,7 +204,7 @@ class Membership:
 
     async def _live_members(self) -> list[str]:
         await self._read_updates()
-        now = time.time()
+        now = self.clock()
         self._beats[self.member_id] = now  # we are alive: we just beat
         return sorted(m for m, at in self._beats.items() if now - at < self._ttl)
 

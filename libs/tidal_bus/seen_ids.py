@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from hashlib import blake2b
+
+from tidal_clock import elapsed
 
 
 class SeenIds:
@@ -25,7 +26,7 @@ class SeenIds:
     sharing one, which would drop an event, has odds below 1 in 10^18."""
 
     def __init__(self, capacity: int = 200_000, horizon_s: float = 120.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = elapsed) -> None:
         self._current: set[bytes] = set()
         self._previous: set[bytes] = set()
         self._capacity, self._horizon_s, self._clock = capacity, horizon_s, clock

@@ -22,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import time
+
+from tidal_clock import elapsed
 
 YOUNG_THRESHOLD = 10_000
 NEVER = 2**31 - 1  # the collector's thresholds are C ints
@@ -41,6 +42,6 @@ async def collect_periodically(full_every_s: float) -> None:
     """Collect every generation every `full_every_s` seconds, until cancelled."""
     while True:
         await asyncio.sleep(full_every_s)
-        started = time.perf_counter()
+        started = elapsed()
         found = gc.collect()
-        log.debug("full collection: %d unreachable objects in %.0f ms", found, (time.perf_counter() - started) * 1e3)
+        log.debug("full collection: %d unreachable objects in %.0f ms", found, (elapsed() - started) * 1e3)

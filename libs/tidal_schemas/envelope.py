@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, ClassVar, Generic, TypeVar
 
 import orjson
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from pydantic_core import PydanticSerializationError
+
+from tidal_clock import now_utc
 
 from .errors import IdentityError, SchemaError, one_line
 
@@ -136,7 +138,7 @@ def make_envelope(
         version=payload.VERSION,
         cluster=cluster,
         key=key,
-        time=time or datetime.now(timezone.utc),
+        time=time or now_utc(),
         source=source,
         causation_id=causation_id,
         payload=payload,
