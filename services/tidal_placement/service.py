@@ -1,8 +1,9 @@
-"""The placement service: wiring only. Every replica follows the streams into one `ClusterCache` per cluster
-(cache.py); the replica elected by the single partition of `tenant.config` fences the decision log
-(leadership.py) and runs the scheduling cycle (cycle.py) for the clusters it leads, publishing its decisions
-`publish_window` to an event, each in its pod's trace (read back from the log as published: `reads_back`).
-Each is assumed at once, confirmed by a good bind result, forgotten on a failed bind or timeout.
+"""The placement service: wiring only. Every replica follows the streams into its `PlacementStage`
+(stage.py: one `ClusterCache` per cluster, leadership, the strategy); the replica elected by the single
+partition of `tenant.config` fences the decision log (leadership.py) and runs the scheduling cycle for the
+clusters it leads, publishing its decisions `publish_window` to an event, each in its pod's trace (read
+back from the log as published: `reads_back`). Each is assumed at once, confirmed by a good bind result,
+forgotten on a failed bind or timeout. Every step the stage takes is published to `placement.journal`.
 
 One clock, injectable (`clock`, wall seconds), for permits, bind timeouts,
 takeovers and staleness."""
@@ -12,25 +13,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import time
 from datetime import datetime, timezone
-from functools import partial
 from typing import Any
 
 from tidal_bus import Delivery
 from tidal_bus.trace_context import carried_by
-from tidal_schemas import PlacementDecisions, TenantUsage
-from tidal_schemas.fence import fence_decision
+from tidal_clock import wall_clock
+from tidal_schemas import PlacementDecisions, PlacementJournal, TenantUsage
 
 from tidal_runtime import Service, Subscription
 
-from .cache import ClusterCache
-from .cycle import cycle, in_events
-from .leadership import Leadership
-from .learning import StrategyLearner
 from .metrics import SchedulingMetrics
-from .pod_traces import PodTraces
 from .settings import PlacementSettings
+from .stage import PlacementStage, journal_parts
 from .tenant_report import same_usage, tenant_reports
 
 FOLLOWED = ("node.topology", "node.allocatable", "node.status", "score.node", "score.user", "tenant.config",
@@ -40,23 +35,21 @@ FOLLOWED = ("node.topology", "node.allocatable", "node.status", "score.node", "s
 class PlacementService(Service):
     name = "placement"
     settings_class = PlacementSettings
-    produces = ("placement.decision", "tenant.usage")
+    produces = ("placement.decision", "placement.journal", "tenant.usage")
     reads_back = ("placement.decision",)
 
     def __init__(self, settings: PlacementSettings | None = None, **kwargs: Any) -> None:
         super().__init__(settings, **kwargs)
         self.settings: PlacementSettings
-        self.clusters: dict[str, ClusterCache] = {}
-        self.leadership = Leadership(self.settings.takeover_settle_s)
-        self.learner = StrategyLearner(self.settings.gpu_strategy, self.settings.workload_refresh,
-                                       self.settings.workload_drift)
+        self.stage = PlacementStage(self.settings, self.bus.backend.member_id)
+        self.clusters, self.leadership, self.traces = self.stage.clusters, self.stage.leadership, self.stage.traces
         self.caught_up: set[str] = set()
         self.wake = asyncio.Event()
         self.decisions = 0
-        self.clock = time.time
+        self.journal_seq: dict[str, int] = {}  # cluster -> journal events published
+        self.clock = wall_clock
         self.reported: dict[tuple[str, str], TenantUsage] = {}  # (cluster, tenant) -> last tenant.usage
         self.scheduling = SchedulingMetrics(self.metrics.registry, lambda: self.clusters, lambda: self.active)
-        self.traces = PodTraces()
 
     # -- wiring ---------------------------------------------------------------
     def subscriptions(self) -> list[Subscription]:
@@ -66,7 +59,7 @@ class PlacementService(Service):
 
     def loops(self):
         return [*[self._follower(name) for name in FOLLOWED], self.schedule_loop, self.bind_timeouts,
-                self.watch_stale_nodes, self.report_tenants]
+                self.watch_stale_nodes, self.report_tenants, self.publish_journal]
 
     async def _ignore(self, envelope: Any, delivery: Delivery) -> None: ...
 
@@ -85,35 +78,25 @@ class PlacementService(Service):
         follow.__name__ = f"follow_{name.replace('.', '_')}"
         return follow
 
-    def cluster(self, name: str) -> ClusterCache:
-        if name not in self.clusters:
-            s = self.settings
-            self.clusters[name] = ClusterCache(name, s.permit_timeout_s, s.node_stale_after_s, self.learner.observe,
-                                               (s.retry_backoff_s, s.retry_backoff_max_s))
-        return self.clusters[name]
+    def cluster(self, name: str):
+        return self.stage.cluster(name)
+
+    @property
+    def learner(self):
+        return self.stage.learner
 
     @property
     def active(self) -> set[str]:
-        return self.leadership.active
+        return self.stage.active
 
     # -- events (every replica) -------------------------------------------------
     async def apply(self, envelope: Any) -> None:
-        cache, p, now = self.cluster(envelope.cluster), envelope.payload, self.clock()
         self.scheduling.observe(envelope, counting="bind.result" in self.caught_up)
-        self.traces.read(envelope)
-        if not isinstance(p, PlacementDecisions):
-            if cache.apply(p, now):
-                self.wake.set()
-            return
-        me = self.bus.backend.member_id
-        for decision in p.items:
-            admitted = cache.apply_decision(decision, me, now)
-            if decision.outcome == "fence":
-                self.leadership.fence_read(envelope.cluster, decision, admitted, me)
-                self.wake.set()
+        if self.stage.read(envelope, self.clock()):
+            self.wake.set()
 
     async def on_leadership(self, gained: frozenset[int], lost: frozenset[int]) -> None:
-        self.leadership.assigned(bool(gained), bool(lost), self.clock())
+        self.stage.elected(bool(gained), bool(lost), self.clock())
         if gained:
             await self._claim()
             # A claim may have to wait for the takeover to settle: have the loop
@@ -123,11 +106,8 @@ class PlacementService(Service):
     async def _claim(self) -> None:
         if "placement.decision" not in self.caught_up:
             return
-        clusters = {*self.clusters, *(self.settings.handled_clusters() or ())}
-        fences = {name: cache.fence for name, cache in self.clusters.items()}
-        for cluster, epoch in self.leadership.claims(clusters, fences, self.clock()):
-            await self.bus.publish(PlacementDecisions.of(fence_decision(epoch, self.bus.backend.member_id)),
-                                   cluster=cluster)
+        for cluster, fence in self.stage.claim(self.clock()):
+            await self.bus.publish(fence, cluster=cluster)
 
     def held_back(self, cluster: str, key: str) -> bool:
         """Whether the queued pod `key` is held back behind a waiting pod of its type: no
@@ -156,10 +136,7 @@ class PlacementService(Service):
 
     async def schedule_cluster(self, name: str) -> None:
         attempts, strategy = self.scheduling.attempts, self.learner.strategy
-        decisions = cycle(self.clusters[name], strategy, self.clock(),
-                          attempted=lambda code: attempts.labels(name, code).inc(),
-                          repeat_s=self.settings.pending_repeat_s, traced=partial(self.traces.fields, name))
-        for taken in in_events(decisions, self.settings.publish_window):
+        for taken in self.stage.decide(name, self.clock(), attempted=lambda code: attempts.labels(name, code).inc()):
             self.decisions += (placed := sum(d.outcome == "placed" for d in taken))
             self.scheduling.decisions.labels(name, strategy.name).inc(placed)
             await self.publish(PlacementDecisions(items=taken), cluster=name,
@@ -171,19 +148,15 @@ class PlacementService(Service):
         timeout = self.settings.bind_timeout_s
         while True:
             await asyncio.sleep(min(1.0, timeout / 4))
-            now = self.clock()
-            for cache in list(self.clusters.values()):
-                for key in cache.expired_binds(now, timeout):
-                    self.log.warning("no bind result for %s within %.0fs: rolling back", key, timeout)
-                    cache.rollback(key, now)
-                    self.wake.set()
+            for _, key in self.stage.expire_binds(self.clock()):
+                self.log.warning("no bind result for %s within %.0fs: rolling back", key, timeout)
+                self.wake.set()
 
     async def watch_stale_nodes(self) -> None:
         while True:
             await asyncio.sleep(self.settings.node_stale_check_s)
-            for cache in list(self.clusters.values()):
-                if cache.check_stale(self.clock())[1]:
-                    self.wake.set()
+            if self.stage.check_stale(self.clock()):
+                self.wake.set()
 
     async def report_tenants(self) -> None:
         """The leader publishes what each tenant holds when it changed."""
@@ -197,3 +170,20 @@ class PlacementService(Service):
                     if not same_usage(self.reported.get((name, usage.tenant)), usage):
                         await self.publish(usage, cluster=name)
                         self.reported[(name, usage.tenant)] = usage
+
+    async def publish_journal(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.journal_s)
+            await self.flush_journal()
+
+    async def flush_journal(self) -> None:
+        """Publish the steps taken since the last flush, per cluster."""
+        for cluster, steps in self.stage.drain_journal().items():
+            for part in journal_parts(steps):
+                seq = self.journal_seq.get(cluster, 0)
+                await self.bus.publish(PlacementJournal(member=self.stage.member, seq=seq, steps=part),
+                                       cluster=cluster)
+                self.journal_seq[cluster] = seq + 1
+
+    async def on_stop(self) -> None:
+        await self.flush_journal()

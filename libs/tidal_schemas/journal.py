@@ -1,0 +1,45 @@
+"""What a placement replica read and did, in the order it did it: its
+journal, so a replay can run the same steps at the same times and reach the
+same decisions (docs/replay.md).
+
+A step is `(op, t, a, b)`: `t` is the replica's clock when it took the step.
+
+| op | a | b | the step |
+|---|---|---|---|
+| `read` | stream | event id | an input applied |
+| `held` | stream | the event, JSON | an input from a state stream, which keeps only each key's last event: carried whole |
+| `elected` | `gained` / `lost` / `gained+lost` | | the leader partition moved |
+| `claim` | | | fences due were written |
+| `cycle` | | | a scheduling cycle started |
+| `took` | decisions | | the cycle's next event was taken (then published) |
+| `ended` | | | the cycle ran to its end |
+| `binds` | | | binds past their timeout rolled back |
+| `stale` | | | nodes checked for stale samples |
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .common import Name
+from .envelope import Payload, register
+
+StepOp = Literal["read", "held", "elected", "claim", "cycle", "took", "ended", "binds", "stale"]
+Step = tuple[StepOp, float, str, str]
+
+
+@register
+class PlacementJournal(Payload):
+    """A run of one placement replica's steps for one cluster; `seq` counts
+    the replica's journal events from 0, so a gap is seen."""
+
+    TYPE = "placement.journal"
+
+    member: Name = Field(description="the replica (its bus member id), as decisions name their leader")
+    seq: int = Field(ge=0)
+    steps: list[Step] = Field(default_factory=list)
+
+    def event_key(self) -> str:
+        return self.member
