@@ -19,6 +19,7 @@ from fake_kube_api import FakeKubeApi
 from tidal_bridge.service import BridgeService
 from tidal_bridge.settings import BridgeSettings
 from tidal_bus import Bus, StartAt
+from tidal_clock import Clock, ReplayClock
 from tidal_schemas import (GpuShare, NodeAction, NodeAllocatable, NodeAllocatables, NodeStatus, PlacementDecision,
                            PlacementDecisions, Resources, make_envelope)
 
@@ -35,15 +36,18 @@ def settings(nats, namespace, fake, cluster="c1", **overrides) -> BridgeSettings
 
 
 @contextlib.asynccontextmanager
-async def running(*configs: BridgeSettings):
-    """Run a bridge per settings until the block ends. Each gets its own bus
-    connection with a short NATS drain timeout: a group subscription of the
-    bus sometimes fails to close (see the report), and this bounds the wait."""
+async def running(*configs: BridgeSettings, clock: Clock | None = None):
+    """Run a bridge per settings (on `clock`, if given) until the block ends.
+    Each gets its own bus connection with a short NATS drain timeout: a group
+    subscription of the bus sometimes fails to close (see the report), and
+    this bounds the wait."""
     buses = [Bus.from_url(c.bus_url, namespace=c.namespace, cluster=c.cluster, source="bridge",
                           connect_options={"drain_timeout": 2}, **bus_options(c.bus_url)) for c in configs]
     for bus in buses:
         await bus.backend.connect()
     services = tuple(BridgeService(c, bus=bus) for c, bus in zip(configs, buses))
+    for service in services if clock is not None else ():
+        service.clock = clock
     tasks = [asyncio.create_task(s.run()) for s in services]
     try:
         await wait_until(lambda: all(s.ready()[0] for s in services) or any(t.done() for t in tasks), 20, "ready")
@@ -504,6 +508,20 @@ async def test_a_stale_action_is_not_carried_out(nats_server, namespace, fake, b
     assert result.payload.status == "skipped" and re.fullmatch(r"stale: issued 72[0-5]\ds ago \(limit 600s\)",
                                                                 result.payload.reason), result.payload.reason
     assert fake.evictions == []
+
+
+async def test_an_actions_age_is_read_on_the_bridges_clock(nats_server, namespace, fake, bus):
+    # the machine's clock is years from 2030: only the injected one makes these 700 s and 50 s old
+    issued = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    results = Stream(bus, "action.result")
+    async with running(settings(nats_server, namespace, fake), clock=ReplayClock(issued.timestamp() + 700)):
+        for action_id, at in (("t-old", issued), ("t-new", issued + timedelta(seconds=650))):
+            await bus.publish_envelope(make_envelope(act(action_id, "taint"), cluster="c1", source="oversell",
+                                                     time=at))
+        events = await results.wait(lambda es: len(es) == 2, "both results")
+    assert [(e.payload.action_id, e.payload.status, e.payload.reason) for e in events] == [
+        ("t-old", "skipped", "stale: issued 700s ago (limit 600s)"),
+        ("t-new", "done", "taint tidal.dev/overloaded:NoSchedule added")]
 
 
 async def test_an_eviction_held_by_a_budget_is_retried_later_without_holding_others(

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import OrderedDict
-from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime
+
+from tidal_clock import Clock, now_utc, wall_clock, wall_clock_ns
 from tidal_schemas import PlacementDecision
 
 from .errors import BridgeError, KubeStatusError
@@ -47,7 +47,7 @@ COUNTS_KEPT = 4096  # events remembered (client-go's LRU size); a message forgot
 
 class PodStatusReporter:
     def __init__(self, kube: Kube, *, gpu_resource: str = "nvidia.com/gpu", budget: EventBudget | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Clock = wall_clock) -> None:
         self.kube = kube
         self.gpu_resource = gpu_resource
         self.budget = budget or EventBudget()
@@ -109,7 +109,7 @@ class PodStatusReporter:
         if key in self._bound:
             return
         message = decision_message(decision, gpu_resource or self.gpu_resource)
-        now = datetime.fromtimestamp(self.clock(), timezone.utc).replace(microsecond=0)  # as metav1.Time keeps it
+        now = now_utc(self.clock).replace(microsecond=0)  # as metav1.Time keeps it
         if self._messages.get(key) != message:
             first = key not in self._messages
             try:
@@ -145,7 +145,7 @@ class PodStatusReporter:
                         self._remember(key, name, count)  # counted on the same object next time
                         raise
                     # 404: expired (events live an hour): a new object
-            name = f"{decision.name[:200]}.{time.time_ns():x}"
+            name = f"{decision.name[:200]}.{wall_clock_ns():x}"
             await self.kube.create_event(ns, pod_event(ref, reason=FAILED_SCHEDULING, message=message, now=now,
                                                        name=name))
             self._remember(key, name, 1)
@@ -168,9 +168,9 @@ class PodStatusReporter:
 
 
 async def create_pod_event(kube: Kube, pod: dict, reason: str, message: str, kind: str = "Warning", *,
-                           log: logging.Logger = log) -> bool:
-    """Create a Kubernetes Event on the pod; True when it exists now."""
-    body = pod_event(pod, reason=reason, message=message, kind=kind, now=datetime.now(timezone.utc))
+                           log: logging.Logger = log, clock: Clock = wall_clock) -> bool:
+    """Create a Kubernetes Event on the pod, at `clock`'s time; True when it exists now."""
+    body = pod_event(pod, reason=reason, message=message, kind=kind, now=now_utc(clock))
     try:
         await kube.create_event(body["metadata"]["namespace"], body)
     except KubeStatusError as exc:

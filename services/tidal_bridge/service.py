@@ -45,12 +45,12 @@ by a PodDisruptionBudget (429, retried with growing delays, then reported
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
 from functools import partial
 from typing import Any
 
 from tidal_bus import Delivery, RetryPolicy, StartAt, defer
 from tidal_bus.tracing import processing
+from tidal_clock import Clock, now_utc, wall_clock
 from tidal_schemas.fence import DecisionFence
 from tidal_runtime import Service, Subscription
 from tidal_schemas import ActionResult, BindResult, Envelope, PlacementDecision, PodLifecycle, derived_id
@@ -81,6 +81,7 @@ class BridgeService(Service):
     def __init__(self, settings: BridgeSettings | None = None, *, bus=None, kube: Kube | None = None) -> None:
         super().__init__(settings, bus=bus)
         self.fence = DecisionFence()
+        self.clock: Clock = wall_clock  # how old an action is, when pod events happened
         self.kube = kube
         self._owns_kube = kube is None
         self.pods: Reflector | None = None
@@ -138,7 +139,7 @@ class BridgeService(Service):
         self.api_retry = RetryPolicy(s.api_attempts, s.api_retry_s, s.api_retry_max_s)
         self.actuator = Actuator(self.kube, conflict_attempts=s.conflict_attempts)
         self.pod_status = PodStatusReporter(self.kube, gpu_resource=s.gpu_resource,
-                                            budget=EventBudget(s.event_burst, s.event_refill_s))
+                                            budget=EventBudget(s.event_burst, s.event_refill_s), clock=self.clock)
         if self.tenants is not None:
             self.tenants.connect(self.kube, s)
         for consumer in self.consumers:
@@ -188,7 +189,7 @@ class BridgeService(Service):
             if problem and problem not in self._reported.get(pod.uid, ()):
                 if reason == DECISION_UNREADABLE:
                     self.log.warning("pod %s: %s", pod.event_key(), problem)
-                if await create_pod_event(self.kube, obj, reason, problem, log=self.log):
+                if await create_pod_event(self.kube, obj, reason, problem, log=self.log, clock=self.clock):
                     self._reported.setdefault(pod.uid, set()).add(problem)
 
     # -- bus -> Kubernetes --------------------------------------------------------
@@ -231,7 +232,7 @@ class BridgeService(Service):
             if outcome.ok and outcome.pod is not None and not outcome.reason:
                 await create_pod_event(self.kube, outcome.pod, SCHEDULED, f"Successfully assigned {decision.namespace}/"
                                        f"{decision.name} to {decision.node} (decision {decision.decision_id})",
-                                       "Normal", log=self.log)
+                                       "Normal", log=self.log, clock=self.clock)
             return outcome.ok and not kubelet_admitted(outcome.pod or {})
 
     async def _explain(self, decision: PlacementDecision) -> None:
@@ -263,7 +264,7 @@ class BridgeService(Service):
             await self._act(envelope, delivery, self.actuator.evict, self.settings.evict_attempts)
 
     async def _act(self, envelope: Envelope[Any], delivery: Delivery, run, limit: int) -> None:
-        action, age = envelope.payload, (datetime.now(timezone.utc) - envelope.time).total_seconds()
+        action, age = envelope.payload, (now_utc(self.clock) - envelope.time).total_seconds()
         outcome = await carry_out(run, action, age, self.settings.max_event_age_s, delivery.attempt, limit)
         await self.publish(ActionResult(action_id=action.action_id, node=action.node, kind=action.kind,
                                         pod=action.pod, status=outcome.status, reason=outcome.reason),

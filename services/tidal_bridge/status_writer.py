@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
+
+from tidal_clock import elapsed
 
 from .errors import BridgeError, KubeStatusError
 from .kube import Kube
@@ -38,7 +39,7 @@ def merged(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
 class StatusWriter:
     """Pending status patches by (plural, name), written by `run()`."""
 
-    def __init__(self, kube: Kube, interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, kube: Kube, interval_s: float, clock: Callable[[], float] = elapsed) -> None:
         self.kube, self.interval_s, self.clock = kube, interval_s, clock
         self.pending: dict[tuple[str, str], dict[str, Any]] = {}
         self.create: dict[tuple[str, str], dict[str, Any]] = {}

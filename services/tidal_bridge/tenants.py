@@ -21,10 +21,11 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from tidal_bus import Delivery, EventTooLarge, StartAt
+from tidal_clock import now_utc
 from tidal_schemas import Envelope, SchemaError, TenantConfig, TenantUsage, UserScore, derived_id
 from tidal_schemas.tenancy import (API_VERSION, Condition, FairShareSpec, FairShareStatus, TenantDocumentError,
                                    TenantStatus, fair_share_name, gpu_summary, tenant_config, tenant_deletion)
@@ -104,7 +105,7 @@ class TenantBridge:
             return
         if self.published.get(name) == (uid, generation):
             return  # a status write: the spec is what was published
-        now = datetime.now(timezone.utc)
+        now = now_utc(self.service.clock)
         conditions = (change.object.get("status") or {}).get("conditions")
         try:
             config = tenant_config(change.object)
