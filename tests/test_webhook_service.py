@@ -11,12 +11,15 @@ import base64
 import json
 import os
 import ssl
+from datetime import datetime, timezone
 
 import aiohttp
 import pytest
 
 from conftest import make_bus, start_service, stop_service, wait_until
 from tidal_cli.webhook_tls import make_webhook_tls
+from tidal_clock import ReplayClock, wall_clock
+from tidal_schemas import make_envelope
 from tidal_simulator.kube_api import ApiError, KubeApiServer, node_object
 from tidal_webhook import WebhookService, WebhookSettings
 from webhook_parts import granted, kubelet_node, status_review, webhook_configuration
@@ -84,6 +87,28 @@ async def test_kubelet_status_updates_get_the_newest_oversold_figure_clamped(bus
                              what="the live figure")
             code, answer = await _review(service, made.ca_pem, status_review(kubelet_node("n1")))
             assert {op["path"]: op["value"] for op in _ops(answer)}["/status/allocatable/cpu"] == "9"
+        finally:
+            await stop_service(service, task)
+
+
+async def test_a_figures_age_is_read_on_the_services_clock(nats_server, namespace, tls):
+    made, cert, key = tls
+    stamped = datetime(2030, 1, 1, tzinfo=timezone.utc)  # ahead of the machine's clock: fresh by it
+    async with make_bus(nats_server.url, namespace, source="oversell") as bus:
+        await bus.publish_envelope(make_envelope(granted(("n1", 10000, 32768)), cluster="c1", source="oversell",
+                                                 time=stamped))
+        service = WebhookService(_settings(nats_server.url, namespace, cert, key))
+        service.clock = clock = ReplayClock(wall_clock())  # now, so the read from 300 s ago finds the figure
+        task = await start_service(service)
+        try:
+            await wait_until(lambda: "n1" in service.figures.held, what="n1's figure")
+            clock.advance_to(stamped.timestamp() + 299)
+            code, answer = await _review(service, made.ca_pem, status_review(kubelet_node("n1")))
+            assert {op["path"]: op["value"] for op in _ops(answer)}["/status/allocatable/cpu"] == "10"
+            clock.advance_to(stamped.timestamp() + 301)  # past max_age_s (300)
+            code, answer = await _review(service, made.ca_pem, status_review(kubelet_node("n1")))
+            assert _ops(answer) == [] and answer["response"]["status"]["message"] == (
+                "the oversold allocatable of node n1 is from 2030-01-01T00:00:00+00:00, older than 300s: unchanged")
         finally:
             await stop_service(service, task)
 

@@ -15,13 +15,14 @@ import asyncio
 import logging
 import socket
 import ssl
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import Counter, Gauge
 
 from tidal_bus import StartAt
+from tidal_clock import Clock, now_utc, wall_clock
 from tidal_runtime import Service
 
 from .answer import answer
@@ -40,6 +41,7 @@ class WebhookService(Service):
         super().__init__(settings, **kwargs)
         self.settings: WebhookSettings
         self.figures = NewestAllocatable(self.settings.cluster, self.settings.max_age_s)
+        self.clock: Clock = wall_clock  # how old a figure is, and so from when the figures are read
         self.caught_up = asyncio.Event()
         registry = self.metrics.registry
         self.reviews = Counter("tidal_webhook_reviews_total", "AdmissionReviews answered, by outcome "
@@ -98,7 +100,7 @@ class WebhookService(Service):
 
     # -- the figures --------------------------------------------------------------
     async def follow_allocatable(self) -> None:
-        began = datetime.now(timezone.utc)
+        began = now_utc(self.clock)
         last_stored: datetime | None = None
         async for raw, event in self.bus.read(STREAM, StartAt.at_time(began - self.figures.max_age)):
             self._take(event)
@@ -130,7 +132,7 @@ class WebhookService(Service):
             raise
         try:
             if self.caught_up.is_set():
-                granted, why_not = self.figures.lookup(found.name, datetime.now(timezone.utc))
+                granted, why_not = self.figures.lookup(found.name, now_utc(self.clock))
             else:
                 granted, why_not = None, f"still reading {STREAM}"
             result = answer(found, granted, why_not, max_factor=self.settings.max_factor,
