@@ -7,10 +7,10 @@ it decides anything, so a restart never strands a frozen pod."""
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
 from typing import Any
 
 from tidal_bus import Delivery
+from tidal_clock import Clock, now_utc, wall_clock
 from tidal_policy.action_memory import plan_retries
 from tidal_schemas import ActionResult, CpuAssignment, Envelope, NodeAction, NodeMetrics, NodeTopology, derived_id
 
@@ -46,6 +46,7 @@ class RemediationService(Service):
         self.assignments_read = False  # caught up with cpu.assignment
         self.actions = node_actions_counter(self.metrics.registry)
         self.inventories = InventoryGate(self.settings.topology_wait_s)
+        self.clock: Clock = wall_clock  # when an unanswered action is due again
 
     def subscriptions(self) -> list[Subscription]:
         return [Subscription("node.topology", self.on_topology),
@@ -123,7 +124,7 @@ class RemediationService(Service):
         await self.memory_ready.wait()
         while True:
             await asyncio.sleep(self.settings.retry_check_s)
-            now = datetime.now(timezone.utc)
+            now = now_utc(self.clock)
             for cluster, memory in list(self.memory.items()):
                 plan = plan_retries(memory.actions, now, self.policy.action_timeout_s, self.policy.max_retries)
                 for action in plan.resend:
