@@ -3,7 +3,8 @@ Kubernetes API server, every service and the real bridge as processes of an
 embedded stack; the bridge is the only publisher of pod lifecycle events
 and bind results, the auditor and the node agents' audits find nothing
 (how long it takes is the demo's to report, not a test's). And the scenario `make demo`
-simulates next meets every expectation it states (else `make demo` fails)."""
+simulates next meets every expectation it states (else `make demo` fails),
+and its recording replays exactly."""
 
 from __future__ import annotations
 
@@ -36,3 +37,8 @@ def test_the_demo_scenario_meets_every_expectation(tmp_path, capsys):
     checked = [line.strip() for line in out.splitlines() if line.strip().startswith(("[ok]", "[FAIL]"))]
     assert len(checked) == 5 and all(line.startswith("[ok]") for line in checked), checked
     assert "invariant violations: 0" in out
+    # the recording replayed with its own settings: every placement decision is the recorded one
+    code = cli.main(["replay", "--recording", str(tmp_path / "simulate"), "--namespace", "sim", "--cluster", "sim",
+                     "--from", "earliest"])
+    out = capsys.readouterr().out
+    assert code == 0 and "every decision equal to the recording" in out, out[-3000:]

@@ -24,11 +24,14 @@ from tidal_cli import replay_cmd, simulate_cmd
 from tidal_placement.service import PlacementService
 from tidal_placement.settings import PlacementSettings
 from tidal_simulator.topology_builder import make_topology
-from tidal_schemas import GpuAsk, NodeAction, NodeScore, NodeScores, make_envelope
+from tidal_placement import event_digest
+from tidal_schemas import GpuAsk, NodeAction, NodeScore, NodeScores, encode, make_envelope
 from tidal_schemas.placement import GpuShare
 from tidal_schemas.streams import STREAMS, partition_for, stream
 from tidal_simulator.replay_compare import Placed, compare, summarise
 from tidal_simulator.replay_plan import Point, Recorded, Window, build_plan, resolve_window
+from tidal_simulator.replay_exact import read_recording, replay_recording
+from tidal_simulator.replay_run import LiveStreams
 from tidal_simulator.run import simulate
 
 SMALL = ROOT / "examples" / "openb_small"
@@ -242,7 +245,49 @@ async def run_replay(url: str, namespace: str, *overrides: str):
                                           "--from", "earliest", "--quiet", "1",
                                           *[x for o in overrides for x in ("--set", o)]])
     start, end = replay_cmd.parse_point(args.start, T0), replay_cmd.parse_point(args.end, T0)
-    return await replay_cmd._replay(args, start, end, replay_cmd.parse_overrides(args.overrides))
+    exact, result = await replay_cmd._replay(args, start, end, replay_cmd.parse_overrides(args.overrides))
+    assert exact.equal, exact.describe()  # every what-if starts from a recording its journal reproduces
+    return result
+
+
+async def recorded(url: str, namespace: str):
+    async with make_bus(url, namespace) as bus:
+        return await read_recording(LiveStreams(bus), "sim")
+
+
+async def test_the_unchanged_replay_reproduces_every_decision_from_the_journal(nats_server, recorded_run):
+    namespace, report = recorded_run
+    before = await stream_ends(nats_server.url, namespace)
+    args = cli.build_parser().parse_args(["replay", "--bus", nats_server.url, "--namespace", namespace,
+                                          "--cluster", "sim", "--from", "earliest"])
+    exact, result = await replay_cmd._replay(args, None, None, {})
+    assert result is None  # no --set: no sandbox
+    assert exact.equal and exact.members == 1 and exact.decisions >= report["pods"]["running"] > 0
+    assert "every decision equal to the recording" in exact.describe()
+    assert await stream_ends(nats_server.url, namespace) == before
+
+
+async def test_an_altered_input_is_named_as_the_first_divergence(nats_server, recorded_run):
+    namespace, _ = recorded_run
+    recording = await recorded(nats_server.url, namespace)
+    assert replay_recording(recording, "sim", namespace).equal
+    # the inventory of the node the first pod was placed on, altered in the recording: the replay names it
+    node = next(d.node for e in recording.log for d in e.payload.items if d.outcome == "placed")
+    keys = [k for k, (e, _) in recording.inputs.items() if k[0] == "node.topology" and e.key == node]
+    for key in keys:
+        envelope, _ = recording.inputs[key]
+        topo = envelope.payload
+        altered = envelope.model_copy(update={"payload": topo.model_copy(update={"gpus": []})})
+        recording.inputs[key] = (altered, event_digest(encode(altered)))
+    verdict = replay_recording(recording, "sim", namespace)
+    assert not verdict.equal
+    [line] = verdict.divergences
+    assert "input node.topology " in line and f"({node}) is not the event the replica read" in line
+    # without the digest the journal noted, the decisions it changes are named instead
+    recording.journal = [j.model_copy(update={"steps": [(op, t, a, b.split(" ")[0] if op == "read" else b)
+                                                         for op, t, a, b in j.steps]}) for j in recording.journal]
+    [line] = replay_recording(recording, "sim", namespace).divergences
+    assert "decision" in line and "differs" in line and "recorded" in line and "replayed" in line
 
 
 async def test_replaying_the_same_policy_reproduces_the_recording(nats_server, recorded_run):

@@ -167,14 +167,15 @@ class Bus:
         return Consumer(self, stream(stream_name), group, handler, start=start or StartAt.earliest(), **options)
 
     async def catch_up_then_follow(
-        self, stream_name: str, on_event, on_caught_up, *, linger_s: float = 0.0, main_lane_only: bool = False
+        self, stream_name: str, on_event, on_caught_up, *, linger_s: float = 0.0, main_lane_only: bool = False,
+        with_raw: bool = False
     ) -> None:
         """Read a stream from its start without a group: hand every event to
         `on_event`, call `on_caught_up` once the backlog present at the start
         is done, then keep following (in batches that linger `linger_s`, see
         `Backend.subscribe`; without the stream's side lane if
         `main_lane_only`). For state every replica needs whole (e.g. the
-        table of running pods)."""
+        table of running pods). `with_raw`: `on_event(event, raw message)`."""
         last: dict[int, int] = {}
         seen = SeenIds()  # a retried publish may have stored an event twice (StreamSpec.written_by_nodes)
 
@@ -188,7 +189,7 @@ class Bus:
             span = handler_span(self.source, "", event, raw.trace, record=live)
             try:
                 with span.current():
-                    await on_event(event)
+                    await (on_event(event, raw) if with_raw else on_event(event))
             except BaseException as exc:
                 span.end("failed", exc)
                 raise

@@ -6,7 +6,7 @@ A step is `(op, t, a, b)`: `t` is the replica's clock when it took the step.
 
 | op | a | b | the step |
 |---|---|---|---|
-| `read` | stream | event id | an input applied |
+| `read` | stream | event id, then a space and the CRC-32 of its bytes when known | an input applied |
 | `held` | stream | the event, JSON | an input from a state stream, which keeps only each key's last event: carried whole |
 | `elected` | `gained` / `lost` / `gained+lost` | | the leader partition moved |
 | `claim` | | | fences due were written |
@@ -19,7 +19,7 @@ A step is `(op, t, a, b)`: `t` is the replica's clock when it took the step.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -40,6 +40,8 @@ class PlacementJournal(Payload):
     member: Name = Field(description="the replica (its bus member id), as decisions name their leader")
     seq: int = Field(ge=0)
     steps: list[Step] = Field(default_factory=list)
+    settings: dict[str, Any] = Field(default_factory=dict, description="the settings its decisions depend on "
+                                     "(on the first event, seq 0): what an unchanged replay runs with")
 
     def event_key(self) -> str:
         return self.member

@@ -1,6 +1,9 @@
-"""`tidal replay`: re-run the recorded node and pod events of a window
-through placement with other settings, in a sandbox namespace, and show how
-its decisions differ from the recorded ones."""
+"""`tidal replay`: first the exact replay — each placement replica's journal
+run again with its own settings, every decision checked equal to the
+recording or the first divergence named (exit 1) — then, with `--set`, the
+recorded node and pod events of a window re-run through placement with
+other settings in a sandbox namespace, and how its decisions differ from
+the recorded ones."""
 
 from __future__ import annotations
 
@@ -8,12 +11,13 @@ import argparse
 import asyncio
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from tidal_bus.api import parse_time
+from tidal_clock import now_utc
 
 from .errors import CliError
 from .options import add_bus_options, bus_for, bus_options, count, seconds, seconds_or_zero, write_file
@@ -98,20 +102,24 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     from tidal_simulator.replay_report import describe
 
-    now = datetime.now(timezone.utc)
+    now = now_utc()
     start, end = parse_point(args.start, now), parse_point(args.end, now)
     overrides = parse_overrides(args.overrides)
     if args.decision_timeout <= 0 or args.quiet < 0 or args.batch_window < 0:
         raise CliError("--decision-timeout must be > 0, --quiet and --batch-window >= 0")
     if args.recording is not None:
-        result = _replay_recording(args, start, end, overrides)
+        exact, result = _replay_recording(args, start, end, overrides)
     else:
-        result = asyncio.run(_replay(args, start, end, overrides))
-    print(describe(result, show=args.show))
+        exact, result = asyncio.run(_replay(args, start, end, overrides))
+    print(exact.describe())
+    if result is not None:
+        print()
+        print(describe(result, show=args.show))
     if args.report:
-        write_file(args.report, json.dumps(result.to_json(), indent=2, default=str), "--report")
+        report = {"exact": exact.to_json(), **(result.to_json() if result is not None else {})}
+        write_file(args.report, json.dumps(report, indent=2, default=str), "--report")
         print(f"report: {args.report}")
-    return 0
+    return 0 if exact.equal else 1
 
 
 def _replay_recording(args: argparse.Namespace, start, end, overrides: dict[str, str]):
@@ -135,8 +143,13 @@ async def _replay(args: argparse.Namespace, start, end, overrides: dict[str, str
     from tidal_simulator.replay_report import ReplayResult
     from tidal_simulator.replay_run import LiveStreams, read_recorded, run_sandbox, sandbox_namespace
 
+    from tidal_simulator.replay_exact import replay_exactly
+
     options = bus_options(args)
     async with bus_for(args, source="replay") as live_bus:
+        exact = await replay_exactly(LiveStreams(live_bus), args.cluster, args.namespace)
+        if not overrides:  # the unchanged replay is the journal's, exact: no sandbox to run
+            return exact, None
         inputs, decisions = await read_recorded(LiveStreams(live_bus), args.cluster)
     try:
         window = resolve_window(start, end, inputs)
@@ -157,6 +170,6 @@ async def _replay(args: argparse.Namespace, start, end, overrides: dict[str, str
                                 decision_timeout_s=args.decision_timeout, quiet_s=args.quiet,
                                 keep=args.keep_sandbox, progress=lambda line: print(line, file=sys.stderr),
                                 batch_window_s=args.batch_window)
-    return ReplayResult(cluster=args.cluster, namespace=args.namespace, sandbox=sandbox_ns,
+    return exact, ReplayResult(cluster=args.cluster, namespace=args.namespace, sandbox=sandbox_ns,
                         sandbox_kept=args.keep_sandbox, window=window, overrides=overrides,
                         comparison=compare(plan, outcome.placed, outcome.why))

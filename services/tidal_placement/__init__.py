@@ -28,7 +28,12 @@ PUBLIC = {
     "tenant_usage": "tenancy:tenant_usage",
     "PlacementService": "service:PlacementService",
     "PlacementSettings": "settings:PlacementSettings",
-    "scheduling_cycle": "cycle:cycle",  # not `cycle`: the module of that name would shadow it
+    "scheduling_cycle": "cycle:cycle",
+    "event_digest": "stage:digest",
+    "gather_journals": "replay:gather",
+    "replay_journal": "replay:replay_member",
+    "first_difference": "replay:first_difference",
+    "recorded_outputs": "replay:recorded_outputs",  # not `cycle`: the module of that name would shadow it
 }
 __all__ = sorted(PUBLIC)
 __getattr__ = lazy_exports(__name__, PUBLIC)

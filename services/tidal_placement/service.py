@@ -25,7 +25,7 @@ from tidal_runtime import Service, Subscription
 
 from .metrics import SchedulingMetrics
 from .settings import PlacementSettings
-from .stage import PlacementStage, journal_parts
+from .stage import PlacementStage, decision_settings, digest, journal_parts
 from .tenant_report import same_usage, tenant_reports
 
 FOLLOWED = ("node.topology", "node.allocatable", "node.status", "score.node", "score.user", "tenant.config",
@@ -65,16 +65,16 @@ class PlacementService(Service):
 
     def _follower(self, name: str):
         async def follow() -> None:
-            async def on_event(envelope: Any) -> None:
+            async def on_event(envelope: Any, raw: Any) -> None:
                 clusters = self.settings.handled_clusters()
                 if clusters is None or envelope.cluster in clusters:
-                    await self.apply(envelope)
+                    await self.apply(envelope, digest(raw.data))
 
             async def done() -> None:
                 self.caught_up.add(name)
                 self.wake.set()
 
-            await self.bus.catch_up_then_follow(name, on_event, done)
+            await self.bus.catch_up_then_follow(name, on_event, done, with_raw=True)
         follow.__name__ = f"follow_{name.replace('.', '_')}"
         return follow
 
@@ -90,9 +90,9 @@ class PlacementService(Service):
         return self.stage.active
 
     # -- events (every replica) -------------------------------------------------
-    async def apply(self, envelope: Any) -> None:
+    async def apply(self, envelope: Any, read_digest: str = "") -> None:
         self.scheduling.observe(envelope, counting="bind.result" in self.caught_up)
-        if self.stage.read(envelope, self.clock()):
+        if self.stage.read(envelope, self.clock(), read_digest):
             self.wake.set()
 
     async def on_leadership(self, gained: frozenset[int], lost: frozenset[int]) -> None:
@@ -181,8 +181,9 @@ class PlacementService(Service):
         for cluster, steps in self.stage.drain_journal().items():
             for part in journal_parts(steps):
                 seq = self.journal_seq.get(cluster, 0)
-                await self.bus.publish(PlacementJournal(member=self.stage.member, seq=seq, steps=part),
-                                       cluster=cluster)
+                first = decision_settings(self.settings) if seq == 0 else {}
+                await self.bus.publish(PlacementJournal(member=self.stage.member, seq=seq, steps=part,
+                                                        settings=first), cluster=cluster)
                 self.journal_seq[cluster] = seq + 1
 
     async def on_stop(self) -> None:

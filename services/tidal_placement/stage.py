@@ -15,6 +15,7 @@ clock, publishes what `decide` and `claim` return and the journal.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -29,6 +30,7 @@ from .leadership import Leadership
 from .learning import StrategyLearner
 from .pod_traces import PodTraces
 from .settings import PlacementSettings
+from tidal_runtime.settings import ServiceSettings
 
 
 class PlacementStage:
@@ -69,13 +71,15 @@ class PlacementStage:
         return taken
 
     # -- the steps --------------------------------------------------------------
-    def read(self, envelope: Any, now: float) -> bool:
-        """Apply one input; whether the scheduling cycle should run again."""
+    def read(self, envelope: Any, now: float, read_digest: str = "") -> bool:
+        """Apply one input; whether the scheduling cycle should run again.
+        `read_digest` (`digest` of the bytes read) lets a replay tell that
+        it reads the same event, not only one of the same id."""
         stream = envelope.type
         if STREAMS[stream].keep_last_per_key:  # only each key's last survives in the stream: carry it whole
             self._step(envelope.cluster, "held", now, stream, encode(envelope).decode())
         else:
-            self._step(envelope.cluster, "read", now, stream, envelope.id)
+            self._step(envelope.cluster, "read", now, stream, f"{envelope.id} {read_digest}".rstrip())
         cache, p = self.cluster(envelope.cluster), envelope.payload
         self.traces.read(envelope)
         if not isinstance(p, PlacementDecisions):
@@ -131,6 +135,17 @@ class PlacementStage:
             self._step(name, "stale", now)
             changed |= bool(cache.check_stale(now)[1])
         return changed
+
+
+def decision_settings(settings: PlacementSettings) -> dict[str, Any]:
+    """Placement's own settings (not the bus's, the port's or the log's): what its decisions depend on."""
+    own = set(PlacementSettings.model_fields) - set(ServiceSettings.model_fields)
+    return settings.model_dump(include=own, mode="json")
+
+
+def digest(data: bytes) -> str:
+    """What a journal notes of the bytes of an event it read (CRC-32, hex)."""
+    return f"{zlib.crc32(data):08x}"
 
 
 JOURNAL_EVENT_BYTES = 256 << 10  # well inside a broker's message limit (NATS: 1 MiB by default)

@@ -1,0 +1,103 @@
+"""The unchanged replay: every placement replica's journal of a cluster run
+again (tidal_placement's `replay_journal`) against the recording, with the
+settings the replica ran with, and the verdict: equal, or the first
+divergence (tidal_placement.replay's module docstring).
+
+Reads the live streams only (`LiveStreams`); publishes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidal_placement import (PlacementSettings, event_digest, first_difference, gather_journals, recorded_outputs,
+                             replay_journal)
+from tidal_schemas import SchemaError
+
+from .replay_run import LiveStreams
+
+# What placement follows (tidal_placement.service.FOLLOWED), less the state
+# streams, whose events the journal carries whole.
+READ_STREAMS = ("node.topology", "node.allocatable", "score.node", "score.user", "node.action", "pod.lifecycle",
+                "bind.result", "placement.decision", "cpu.assignment")
+
+
+@dataclass
+class ExactReplay:
+    cluster: str
+    members: int = 0
+    steps: int = 0
+    decision_events: int = 0
+    decisions: int = 0
+    divergences: list[str] = field(default_factory=list)  # the first per replica, one line each
+    unreplayable: list[str] = field(default_factory=list)  # replicas whose journal is incomplete, and why
+
+    @property
+    def equal(self) -> bool:
+        return self.members > 0 and not self.divergences and not self.unreplayable
+
+    def describe(self) -> str:
+        if not self.members and not self.unreplayable:
+            return (f"exact replay of cluster {self.cluster}: no placement journal recorded (placement before "
+                    "this version journals nothing)")
+        head = (f"exact replay of cluster {self.cluster}: {self.members} placement replica(s), {self.steps} "
+                f"journal steps, {self.decision_events} decision events ({self.decisions} decisions)")
+        if self.equal:
+            return f"{head}: every decision equal to the recording"
+        lines = [f"{head}: NOT equal to the recording"]
+        lines += [f"  first divergence: {d}" for d in self.divergences]
+        lines += [f"  not replayed: {u}" for u in self.unreplayable]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "members": self.members, "steps": self.steps, "equal": self.equal,
+                "decision_events": self.decision_events, "decisions": self.decisions,
+                "divergences": self.divergences, "unreplayable": self.unreplayable}
+
+
+@dataclass
+class Recording:
+    """What an exact replay of one cluster reads: placement's journal, its
+    inputs by (stream, event id) with the digest of their bytes, and the
+    decision log."""
+
+    journal: list[Any] = field(default_factory=list)
+    inputs: dict[tuple[str, str], tuple[Any, str]] = field(default_factory=dict)
+    log: list[Any] = field(default_factory=list)
+
+
+async def read_recording(live: LiveStreams, cluster: str) -> Recording:
+    recording = Recording()
+    recording.journal = [e.payload async for _, e in live.read("placement.journal")
+                         if not isinstance(e, SchemaError) and e.cluster == cluster]
+    for stream in READ_STREAMS:
+        async for raw, event in live.read(stream):
+            if isinstance(event, SchemaError) or event.cluster != cluster:
+                continue
+            recording.inputs.setdefault((stream, event.id), (event, event_digest(raw.data)))
+            if stream == "placement.decision":
+                recording.log.append(event)
+    return recording
+
+
+def replay_recording(recording: Recording, cluster: str, namespace: str) -> ExactReplay:
+    """Replay each placement replica of `cluster` from its journal."""
+    journals = gather_journals(recording.journal)
+    result = ExactReplay(cluster, unreplayable=[f"replica {m}: {why}" for m, why in journals.problems.items()])
+    for member, steps in journals.steps.items():
+        settings = PlacementSettings(**journals.settings[member], cluster=cluster, namespace=namespace)
+        run = replay_journal(member, steps, settings, cluster, recording.inputs)
+        recorded = recorded_outputs(recording.log, member)
+        result.members += 1
+        result.steps += len(steps)
+        result.decision_events += len(recorded)
+        result.decisions += sum(len(items) for items in recorded)
+        divergence = run.divergence or first_difference(member, steps, run, recorded)
+        if divergence is not None:
+            result.divergences.append(divergence.describe())
+    return result
+
+
+async def replay_exactly(live: LiveStreams, cluster: str, namespace: str) -> ExactReplay:
+    return replay_recording(await read_recording(live, cluster), cluster, namespace)
