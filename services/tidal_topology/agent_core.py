@@ -22,10 +22,10 @@ service (`service.py`) and every simulated node run the same code.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from tidal_clock import Clock, wall_clock
 from tidal_schemas import ActionResult, BindResult, NodeAction, NodeTopology, PlacementDecision, PodLifecycle
 from tidal_schemas.fence import DecisionFence
 
@@ -55,7 +55,7 @@ def _decided_at(cause: Any) -> float | None:
 class AgentCore:
     def __init__(self, *, topology: NodeTopology, fs: CgroupTree, state: checkpoint.CpuState | None = None,
                  memory_nodes: frozenset[int], exclusive_cpus: bool, state_file, publish: Publish,
-                 clock: Callable[[], float] = time.time, on_audit: Callable[[dict[str, int]], None] = lambda c: None,
+                 clock: Clock = wall_clock, on_audit: Callable[[dict[str, int]], None] = lambda c: None,
                  log: logging.Logger | None = None, devices: DeviceFeed | None = None) -> None:
         self.devices = devices
         self.node, self.topology, self.fs, self.exclusive_cpus = topology.node, topology, fs, exclusive_cpus

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from tidal_clock import elapsed
+
 from .cgroup_paths import CgroupVersion, check_parent, check_uid, find_pod_dir, inside, list_pod_dirs, parent_dir
 from .cpuset import format_cpuset, parse_cpuset
 
@@ -187,7 +189,7 @@ def _set_frozen(fs: CgroupFs, uid: str, frozen: bool, timeout_s: float) -> Outco
     verb = "frozen" if frozen else "thawed"
     control, value = (("freezer.state", "FROZEN" if frozen else "THAWED") if fs.version == "v1"
                       else ("cgroup.freeze", "1" if frozen else "0"))
-    deadline = time.monotonic() + timeout_s
+    deadline = elapsed() + timeout_s
     try:
         is_frozen, said = _frozen(fs, pod_dir)
         if is_frozen == frozen:
@@ -199,7 +201,7 @@ def _set_frozen(fs: CgroupFs, uid: str, frozen: bool, timeout_s: float) -> Outco
             is_frozen, said = _frozen(fs, pod_dir)
             if is_frozen == frozen:
                 return Outcome("done", verb)
-            if time.monotonic() >= deadline:
+            if elapsed() >= deadline:
                 return Outcome("failed", f"not {verb} after {timeout_s:g}s: {said}{_parent_hint(fs, pod_dir)}")
             time.sleep(_POLL_S)
     except OSError as exc:

@@ -14,11 +14,11 @@ import contextlib
 import functools
 import logging
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 
+from tidal_clock import Clock, wall_clock
 from tidal_kubelet_api import grpc, pb2, pb2_grpc, HEALTHY, KUBELET_SOCKET, UNHEALTHY, VERSION
 from tidal_schemas import BindResult, Gpu, PlacementDecision, PodLifecycle
 
@@ -73,7 +73,7 @@ class GpuDevicePlugin:
 
     def __init__(self, node: str, gpus: Sequence[Gpu], *, plugin_dir: Path, resource: str = RESOURCE,
                  socket_name: str | None = None, log: logging.Logger | None = None, wait_s: float = 10.0,
-                 watch_s: float = 0.5, clock: Callable[[], float] = time.time) -> None:
+                 watch_s: float = 0.5, clock: Clock = wall_clock) -> None:
         self.node, self.resource, self.wait_s, self.watch_s, self.clock = node, resource, wait_s, watch_s, clock
         self.gpus: dict[str, Gpu] = {g.id: g for g in gpus}
         self.health: dict[str, bool] = {g.id: g.healthy for g in gpus}

@@ -15,6 +15,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tidal_clock import Clock, wall_clock
+
 from .device_plugin import GpuDevicePlugin
 from .gpus import GpuDiscovery, Source, read_inventory_file
 from .settings import TopologySettings
@@ -72,12 +74,13 @@ def _answers(nvml: Any, uuid: str) -> bool:
 
 
 def device_plugin_for(settings: TopologySettings, found: GpuDiscovery,
-                      log: logging.Logger | None = None) -> GpuDevicePlugin | None:
+                      log: logging.Logger | None = None, clock: Clock = wall_clock) -> GpuDevicePlugin | None:
     """The plugin the settings ask for (`device_plugin`; None: on when the node has GPUs), or None."""
     wanted = settings.device_plugin if settings.device_plugin is not None else bool(found.gpus)
     if not wanted:
         return None
-    return GpuDevicePlugin(settings.node_name, found.gpus, plugin_dir=Path(settings.device_plugin_dir), log=log)
+    return GpuDevicePlugin(settings.node_name, found.gpus, plugin_dir=Path(settings.device_plugin_dir), log=log,
+                           clock=clock)
 
 
 async def serve_gpu_devices(plugin: GpuDevicePlugin, source: Source, inventory_file: str | Path | None,

@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from prometheus_client import Gauge
 
 from tidal_bus import Delivery
 from tidal_bus.tracing import processing
+from tidal_clock import Clock, now_utc, wall_clock
 from tidal_schemas import BindResult, Envelope, NodeAction, PlacementDecisions, PodLifecycle
 
 from tidal_runtime import Service, Subscription
@@ -50,6 +49,7 @@ class TopologyService(Service):
         super().__init__(settings, **kwargs)
         s: TopologySettings = self.settings  # type: ignore[assignment]
         self.node = s.node_name
+        self.clock: Clock = wall_clock  # a sample's time, bind timeouts, when the node is audited again
         machine = read_topology(s.sysfs_root, s.parse_override(s.numa_override) or None)
         found = discover_gpus(s.gpu_inventory_file)
         if found.error:
@@ -67,11 +67,12 @@ class TopologyService(Service):
         self.audit_gauge = Gauge("tidal_node_audit_violations", "Violations the last node audit found, by kind "
                                  "(see tidal_topology.audit): each must be 0", ["service", "kind"],
                                  registry=self.metrics.registry)
-        self.gpu_plugin = device_plugin_for(s, found, log=self.log)
+        # the core and the plugin read the time through self.clock: a clock set later is theirs too
+        self.gpu_plugin = device_plugin_for(s, found, log=self.log, clock=lambda: self.clock())
         self.core = AgentCore(
             topology=self.topology, fs=self.cgroups, state=self._load_checkpoint(),
             memory_nodes=frozenset(memory_nodes(Path(s.sysfs_root))), exclusive_cpus=s.exclusive_cpus,
-            state_file=s.state_file, publish=self.publish,
+            state_file=s.state_file, publish=self.publish, clock=lambda: self.clock(),
             on_audit=lambda found: [self.audit_gauge.labels(self.name, k).set(n) for k, n in found.items()],
             log=self.log, devices=self.gpu_plugin)
         self.pods, self.cpus = self.core.pods, self.core.cpus
@@ -164,15 +165,15 @@ class TopologyService(Service):
         (`cgroup_watch`: inotify, with a scan every `rescan_s` as the safety
         net); the node is audited every `audit_interval_s` besides after
         every change."""
-        last_audit = time.monotonic()
+        last_audit = self.clock()
 
         async def rescan() -> None:
             nonlocal last_audit
             if not self.cpus.live:
                 return
             await self.cpus.rescan()
-            if time.monotonic() - last_audit >= self.settings.audit_interval_s:
-                last_audit = time.monotonic()
+            if self.clock() - last_audit >= self.settings.audit_interval_s:
+                last_audit = self.clock()
                 async with self.cpus.lock:
                     await self.cpus.audit()
 
@@ -213,7 +214,7 @@ class TopologyService(Service):
     def _metrics(self, stat, stat_now, counters, counters_now, by_uid: dict[str, PodLifecycle]):
         memory = read_meminfo(self.settings.procfs_root)
         return build_metrics(
-            self.topology, at=datetime.now(timezone.utc), interval_s=self.settings.interval_s,
+            self.topology, at=now_utc(self.clock), interval_s=self.settings.interval_s,
             cpu_util=cpu_utilisation(stat, stat_now), memory_used_mib=memory.used_mib,
             memory_total_mib=memory.total_mib, pod_samples=pod_usage(counters, counters_now),
             pods_by_uid=by_uid,

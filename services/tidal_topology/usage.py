@@ -8,10 +8,11 @@ a cgroup root.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from tidal_clock import elapsed_ns
 
 from .cgroup_paths import CgroupVersion, list_pod_dirs, parent_dir
 
@@ -156,7 +157,7 @@ def read_pod_counters(
     cgroup_root: str | Path,
     parent: str = "kubepods",
     version: CgroupVersion = "v1",
-    clock: Callable[[], int] = time.monotonic_ns,
+    clock: Callable[[], int] = elapsed_ns,
     cpu_controller: str = "cpuacct",
 ) -> PodCounters:
     """Every pod's cumulative CPU (ns) and current memory (bytes) under the
