@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from datetime import datetime, timezone
 from typing import Any
 
 from prometheus_client import Gauge
 from tidal_bus import Delivery
+from tidal_clock import Clock, wall_clock
 from tidal_schemas import (Envelope, NodeMetrics, NodeScore, NodeScores, PodLifecycle, Resources, UserScore,
                            derived_id)
 from tidal_schemas.streams import partition_for, stream
@@ -66,7 +66,7 @@ class ScoringService(Service):
         self.pods_caught_up = asyncio.Event()
         self.node_scores = OutputBatches(NodeScores, self.publish, linger_s=self.settings.output_linger_s,
                                           flush_at=self.settings.output_window)
-        self.clock = time.time
+        self.clock: Clock = wall_clock
         self.fair_share = Gauge("tidal_fair_share_score", "Fair-share score of a user for a resource type (lower: "
                                 "placed first), as last published by this replica", ["cluster", "user", "resource_type"],
                                 registry=self.metrics.registry)
