@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tidal_schemas import (
     ActionResult, BindResult, CpuAssignment, DeadLetter, NodeAction, NodeAllocatable, NodeAllocatables, NodeMetrics, NodeScore, NodeScores,
-    NodeStatus, NodeTopology, PlacementDecision, PlacementDecisions, PlacementJournal, PodLifecycle, SchemaError, TenantConfig, TenantUsage,
+    NodeStatus, NodeTopology, PlacementDecision, PlacementDecisions, StageJournal, PodLifecycle, SchemaError, TenantConfig, TenantUsage,
     UserScore, decode, decode_obj,
     encode, event_types, make_envelope,
 )
@@ -64,7 +64,7 @@ SAMPLES = {
         fair_share_score=0.1, epoch=1, leader="a", trace="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
         PlacementDecision(decision_id="e", namespace="ns", name="q", outcome="pending", reason="0/1 nodes fit",
                           filtered={"cpu": 1}, nodes=1)),
-    "placement.journal": PlacementJournal(member="a1b2c3", seq=0, steps=[
+    "stage.journal": StageJournal(stage="placement", member="a1b2c3", seq=0, steps=[
         ("read", 1.5, "pod.lifecycle", "e1"), ("held", 1.5, "tenant.config", "{}"), ("cycle", 2.0, "", ""),
         ("took", 2.0, "1", ""), ("ended", 2.0, "", "")]),
     "bind.result": BindResult(decision_id="d", namespace="ns", name="p", node="n1", ok=False, reason="gone"),

@@ -57,7 +57,7 @@ ACCESS: dict[str, Access] = {
         consumes=(("node.metrics", _GROUP), ("score.user", _GROUP)),
         reads=("pod.lifecycle",)),
     "placement": Access(
-        publishes=("placement.decision", "placement.journal", "tenant.usage"),
+        publishes=("placement.decision", "stage.journal", "tenant.usage"),
         consumes=(("tenant.config", _GROUP + "-leader"),),
         reads=("node.topology", "node.allocatable", "node.status", "score.node", "score.user", "tenant.config",
                "node.action", "pod.lifecycle", "bind.result", "placement.decision", "cpu.assignment")),

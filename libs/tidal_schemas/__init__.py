@@ -16,7 +16,7 @@ from .envelope import (
 from .errors import SchemaError
 from .node import (Cpu, Gpu, NodeAllocatable, NodeAllocatables, NodeMetrics, NodeStatus, NodeTopology, NumaNode,
                    PodUsage)
-from .journal import PlacementJournal
+from .journal import StageJournal
 from .placement import BindResult, GpuShare, NodeCandidate, PlacementDecision, PlacementDecisions
 from .pod import HOLDING_PHASES, GpuAsk, GpuBinding, GpuGroup, PodLifecycle, TenantConfig, requested
 from .resource_type import CPU_TYPE, GPU_TYPE, resource_type
@@ -29,7 +29,7 @@ __all__ = [
     "HOLDING_PHASES", "GpuAsk", "GpuBinding", "GpuGroup", "GpuShare", "NodeAction", "NodeAllocatable",
     "NodeAllocatables", "NodeCandidate", "NodeMetrics", "NodeScore", "NodeScores", "NodeStatus", "NodeTopology",
     "NumaNode",
-    "Payload", "PeakEstimate", "PlacementDecision", "PlacementDecisions", "PlacementJournal", "PodLifecycle", "PodUsage", "Resources",
+    "Payload", "PeakEstimate", "PlacementDecision", "PlacementDecisions", "StageJournal", "PodLifecycle", "PodUsage", "Resources",
     "SchemaError", "TenantConfig", "TenantUsage", "UserScore", "decode", "decode_obj", "derived_id",
     "encode", "event_types", "make_envelope", "payload_model", "pod_key", "requested", "resource_type",
 ]

@@ -1,8 +1,9 @@
-"""What a placement replica read and did, in the order it did it: its
+"""What a stage's replica read and did, in the order it did it: its
 journal, so a replay can run the same steps at the same times and reach the
 same decisions (docs/replay.md).
 
 A step is `(op, t, a, b)`: `t` is the replica's clock when it took the step.
+Placement's steps:
 
 | op | a | b | the step |
 |---|---|---|---|
@@ -19,24 +20,24 @@ A step is `(op, t, a, b)`: `t` is the replica's clock when it took the step.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
 from .common import Name
 from .envelope import Payload, register
 
-StepOp = Literal["read", "held", "elected", "claim", "cycle", "took", "ended", "binds", "stale"]
-Step = tuple[StepOp, float, str, str]
+Step = tuple[str, float, str, str]
 
 
 @register
-class PlacementJournal(Payload):
-    """A run of one placement replica's steps for one cluster; `seq` counts
-    the replica's journal events from 0, so a gap is seen."""
+class StageJournal(Payload):
+    """A run of one replica's steps for one cluster; `seq` counts the
+    replica's journal events from 0, so a gap is seen."""
 
-    TYPE = "placement.journal"
+    TYPE = "stage.journal"
 
+    stage: Name = Field(description="the service whose steps these are")
     member: Name = Field(description="the replica (its bus member id), as decisions name their leader")
     seq: int = Field(ge=0)
     steps: list[Step] = Field(default_factory=list)
@@ -44,4 +45,4 @@ class PlacementJournal(Payload):
                                      "(on the first event, seq 0): what an unchanged replay runs with")
 
     def event_key(self) -> str:
-        return self.member
+        return f"{self.stage}/{self.member}"

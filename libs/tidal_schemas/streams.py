@@ -79,8 +79,8 @@ _CATALOGUE = [
     # agrees on which leader's decisions count (see tidal_schemas.fence).
     StreamSpec("placement.decision", partitions=1, producers=("placement",),
                consumers=("bridge", "simulator", "topology")),
-    # What each placement replica read and did, in order: what a replay re-runs (journal.py).
-    StreamSpec("placement.journal", producers=("placement",), consumers=("cli",)),
+    # What each stage replica read and did, in order: what an exact replay re-runs (journal.py).
+    StreamSpec("stage.journal", producers=("placement",), consumers=("cli",)),
     StreamSpec("bind.result", producers=("bridge", "simulator"), consumers=("placement", "topology")),
     StreamSpec("node.allocatable", producers=("oversell",),
                consumers=("placement", "simulator", "webhook")),

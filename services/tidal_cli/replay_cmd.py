@@ -148,8 +148,6 @@ async def _replay(args: argparse.Namespace, start, end, overrides: dict[str, str
     options = bus_options(args)
     async with bus_for(args, source="replay") as live_bus:
         exact = await replay_exactly(LiveStreams(live_bus), args.cluster, args.namespace)
-        if not overrides:  # the unchanged replay is the journal's, exact: no sandbox to run
-            return exact, None
         inputs, decisions = await read_recorded(LiveStreams(live_bus), args.cluster)
     try:
         window = resolve_window(start, end, inputs)
@@ -162,6 +160,8 @@ async def _replay(args: argparse.Namespace, start, end, overrides: dict[str, str
                 if pods else "no pod events")
         raise CliError(f"no pod arrived in the window in cluster {args.cluster!r} of namespace "
                        f"{args.namespace!r} ({seen})")
+    if not overrides:  # the unchanged replay is the journal's, exact: no sandbox to run
+        return exact, None
     recorded_reasons(decisions, plan, window)
     sandbox_ns = sandbox_namespace(args.namespace)
     print(f"replaying {len(plan.arrivals)} pods of cluster {args.cluster} in sandbox namespace {sandbox_ns}",

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidal_schemas import Envelope, PlacementDecision, PlacementJournal
+from tidal_schemas import Envelope, PlacementDecision, StageJournal
 
 from .settings import PlacementSettings
 from .stage import PlacementStage, held_envelope
@@ -63,10 +63,10 @@ class Journals:
     problems: dict[str, str] = field(default_factory=dict)  # member -> why its journal cannot be replayed
 
 
-def gather(events: Iterable[PlacementJournal]) -> Journals:
+def gather(events: Iterable[StageJournal]) -> Journals:
     """Each replica's steps, its journal events in `seq` order; a replica
     whose journal does not start at 0 or skips an event is a problem."""
-    by_member: dict[str, dict[int, PlacementJournal]] = {}
+    by_member: dict[str, dict[int, StageJournal]] = {}
     for event in events:
         by_member.setdefault(event.member, {}).setdefault(event.seq, event)
     journals = Journals()

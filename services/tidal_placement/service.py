@@ -3,7 +3,7 @@
 partition of `tenant.config` fences the decision log (leadership.py) and runs the scheduling cycle for the
 clusters it leads, publishing its decisions `publish_window` to an event, each in its pod's trace (read
 back from the log as published: `reads_back`). Each is assumed at once, confirmed by a good bind result,
-forgotten on a failed bind or timeout. Every step the stage takes is published to `placement.journal`.
+forgotten on a failed bind or timeout. Every step the stage takes is published to `stage.journal`.
 
 One clock, injectable (`clock`, wall seconds), for permits, bind timeouts,
 takeovers and staleness."""
@@ -19,7 +19,7 @@ from typing import Any
 from tidal_bus import Delivery
 from tidal_bus.trace_context import carried_by
 from tidal_clock import wall_clock
-from tidal_schemas import PlacementDecisions, PlacementJournal, TenantUsage
+from tidal_schemas import PlacementDecisions, StageJournal, TenantUsage
 
 from tidal_runtime import Service, Subscription
 
@@ -35,7 +35,7 @@ FOLLOWED = ("node.topology", "node.allocatable", "node.status", "score.node", "s
 class PlacementService(Service):
     name = "placement"
     settings_class = PlacementSettings
-    produces = ("placement.decision", "placement.journal", "tenant.usage")
+    produces = ("placement.decision", "stage.journal", "tenant.usage")
     reads_back = ("placement.decision",)
 
     def __init__(self, settings: PlacementSettings | None = None, **kwargs: Any) -> None:
@@ -182,7 +182,7 @@ class PlacementService(Service):
             for part in journal_parts(steps):
                 seq = self.journal_seq.get(cluster, 0)
                 first = decision_settings(self.settings) if seq == 0 else {}
-                await self.bus.publish(PlacementJournal(member=self.stage.member, seq=seq, steps=part,
+                await self.bus.publish(StageJournal(stage=self.name, member=self.stage.member, seq=seq, steps=part,
                                                         settings=first), cluster=cluster)
                 self.journal_seq[cluster] = seq + 1
 

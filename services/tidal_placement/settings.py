@@ -39,7 +39,7 @@ class PlacementSettings(ServiceSettings):
     tenant_report_s: float = Field(2.0, gt=0, description="how often what each tenant holds is compared with "
                                    "the last tenant.usage, and published when it changed")
     journal_s: float = Field(1.0, gt=0, description="how often the steps taken are published to "
-                             "placement.journal (what `tidal replay` re-runs; also on stop)")
+                             "stage.journal (what `tidal replay` re-runs; also on stop)")
 
     @field_validator("gpu_strategy")
     @classmethod

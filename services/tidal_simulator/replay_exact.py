@@ -69,8 +69,8 @@ class Recording:
 
 async def read_recording(live: LiveStreams, cluster: str) -> Recording:
     recording = Recording()
-    recording.journal = [e.payload async for _, e in live.read("placement.journal")
-                         if not isinstance(e, SchemaError) and e.cluster == cluster]
+    recording.journal = [e.payload async for _, e in live.read("stage.journal")
+                         if not isinstance(e, SchemaError) and e.cluster == cluster and e.payload.stage == "placement"]
     for stream in READ_STREAMS:
         async for raw, event in live.read(stream):
             if isinstance(event, SchemaError) or event.cluster != cluster:
