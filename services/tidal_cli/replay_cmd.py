@@ -20,7 +20,7 @@ from tidal_bus.api import parse_time
 from tidal_clock import now_utc
 
 from .errors import CliError
-from .options import add_bus_options, bus_for, bus_options, count, seconds, seconds_or_zero, write_file
+from .options import add_bus_options, bus_for, count, write_file
 
 SETTABLE = {"placement"}
 NOT_SETTABLE = {"bus_url", "namespace", "cluster", "clusters", "all_clusters", "http_host", "http_port", "http_fd", "log_level"}
@@ -28,10 +28,12 @@ NOT_SETTABLE = {"bus_url", "namespace", "cluster", "clusters", "all_clusters", "
 
 def add(subparsers) -> None:
     replay = subparsers.add_parser(
-        "replay", help="what-if: re-run a recorded window through placement with other settings",
-        description="Read the recorded node and pod events of a cluster from the live streams, re-run them "
-                    "through placement with --set overrides in a sandbox namespace (nothing is published to "
-                    "the live streams), and compare its decisions with the recorded ones.")
+        "replay", help="replay a recording exactly, and what-if: with other placement settings",
+        description="Read a cluster's recorded streams (only read: nothing is published), run each placement "
+                    "replica's journal again with the settings it ran with and check every decision equal to the "
+                    "recording (exit 1 naming the first divergence otherwise); with --set, run the same journal "
+                    "with those settings, the cluster answering the replay's decisions, and compare the pods "
+                    "of the window with the unchanged run.")
     replay.add_argument("--from", dest="start", required=True, metavar="TIME|SEQ",
                         help="window start: ISO-8601 time with zone, -30m / -2h (ago), a pod.lifecycle stream "
                              "sequence number, or 'earliest'")
@@ -40,14 +42,6 @@ def add(subparsers) -> None:
                         help="a setting of the replayed placement, e.g. placement.gpu-strategy=fgd (repeatable)")
     replay.add_argument("--report", type=Path, help="write the comparison as JSON here")
     replay.add_argument("--show", type=count, default=20, help="pods that differ to list (default 20)")
-    replay.add_argument("--decision-timeout", type=seconds, default=15.0,
-                        help="seconds to wait for the sandbox's decision on each pod")
-    replay.add_argument("--quiet", type=seconds_or_zero, default=2.0,
-                        help="seconds without decisions after the last pod before the replay ends")
-    replay.add_argument("--batch-window", type=seconds_or_zero, default=0.1, metavar="SECONDS",
-                        help="pods that arrived within this many seconds of each other are released together, "
-                             "so placement's queue orders them as it did (default 0.1)")
-    replay.add_argument("--keep-sandbox", action="store_true", help="keep the sandbox streams for inspection")
     replay.add_argument("--recording", type=Path, metavar="DATA_DIR",
                         help="replay what a stopped `tidal simulate`/`tidal up` left in DATA_DIR (e.g. "
                              ".tidal/simulate): its nats-server store is served on a free port instead of --bus")
@@ -105,8 +99,6 @@ def run(args: argparse.Namespace) -> int:
     now = now_utc()
     start, end = parse_point(args.start, now), parse_point(args.end, now)
     overrides = parse_overrides(args.overrides)
-    if args.decision_timeout <= 0 or args.quiet < 0 or args.batch_window < 0:
-        raise CliError("--decision-timeout must be > 0, --quiet and --batch-window >= 0")
     if args.recording is not None:
         exact, result = _replay_recording(args, start, end, overrides)
     else:
@@ -139,16 +131,15 @@ def _replay_recording(args: argparse.Namespace, start, end, overrides: dict[str,
 
 async def _replay(args: argparse.Namespace, start, end, overrides: dict[str, str]):
     from tidal_simulator.replay_compare import compare
-    from tidal_simulator.replay_plan import build_plan, recorded_reasons, resolve_window
+    from tidal_simulator.replay_exact import read_recording, replay_recording, what_if
+    from tidal_simulator.replay_plan import RecordedOutcome, build_plan, resolve_window
     from tidal_simulator.replay_report import ReplayResult
-    from tidal_simulator.replay_run import LiveStreams, read_recorded, run_sandbox, sandbox_namespace
+    from tidal_simulator.replay_run import LiveStreams, read_recorded
 
-    from tidal_simulator.replay_exact import replay_exactly
-
-    options = bus_options(args)
     async with bus_for(args, source="replay") as live_bus:
-        exact = await replay_exactly(LiveStreams(live_bus), args.cluster, args.namespace)
-        inputs, decisions = await read_recorded(LiveStreams(live_bus), args.cluster)
+        recording = await read_recording(LiveStreams(live_bus), args.cluster)
+        inputs = await read_recorded(LiveStreams(live_bus), args.cluster)
+    exact = replay_recording(recording, args.cluster, args.namespace)
     try:
         window = resolve_window(start, end, inputs)
     except ValueError as exc:
@@ -160,16 +151,16 @@ async def _replay(args: argparse.Namespace, start, end, overrides: dict[str, str
                 if pods else "no pod events")
         raise CliError(f"no pod arrived in the window in cluster {args.cluster!r} of namespace "
                        f"{args.namespace!r} ({seen})")
-    if not overrides:  # the unchanged replay is the journal's, exact: no sandbox to run
+    if not overrides or not exact.equal:  # a what-if means something only against a baseline that holds
         return exact, None
-    recorded_reasons(decisions, plan, window)
-    sandbox_ns = sandbox_namespace(args.namespace)
-    print(f"replaying {len(plan.arrivals)} pods of cluster {args.cluster} in sandbox namespace {sandbox_ns}",
-          file=sys.stderr, flush=True)
-    outcome = await run_sandbox(args.bus, sandbox_ns, args.cluster, plan, overrides, bus_options=options,
-                                decision_timeout_s=args.decision_timeout, quiet_s=args.quiet,
-                                keep=args.keep_sandbox, progress=lambda line: print(line, file=sys.stderr),
-                                batch_window_s=args.batch_window)
-    return exact, ReplayResult(cluster=args.cluster, namespace=args.namespace, sandbox=sandbox_ns,
-                        sandbox_kept=args.keep_sandbox, window=window, overrides=overrides,
-                        comparison=compare(plan, outcome.placed, outcome.why))
+    changes = ", ".join(f"placement.{k.replace('_', '-')}={v}" for k, v in overrides.items())
+    print(f"replaying {len(plan.arrivals)} pods of cluster {args.cluster} with {changes}", file=sys.stderr, flush=True)
+    # Both sides the same way: the last decision of each pod in the unchanged run and in the changed one.
+    baseline, changed = (what_if(recording, args.cluster, args.namespace, o) for o in ({}, overrides))
+    for key in plan.arrivals:
+        placed = baseline.placed.get(key)
+        plan.recorded[key] = (RecordedOutcome(placed.node, placed.gpus) if placed is not None
+                              else RecordedOutcome(None, reason=baseline.why.get(key, "no decision")))
+    return exact, ReplayResult(cluster=args.cluster, namespace=args.namespace, window=window, overrides=overrides,
+                               comparison=compare(plan, changed.placed, changed.why),
+                               invented=len(changed.invented), dropped=changed.dropped)

@@ -33,7 +33,8 @@ PUBLIC = {
     "gather_journals": "replay:gather",
     "replay_journal": "replay:replay_member",
     "first_difference": "replay:first_difference",
-    "recorded_outputs": "replay:recorded_outputs",  # not `cycle`: the module of that name would shadow it
+    "recorded_outputs": "replay:recorded_outputs",
+    "ReplayAnswers": "replay_answers:Answers",  # not `cycle`: the module of that name would shadow it
 }
 __all__ = sorted(PUBLIC)
 __getattr__ = lazy_exports(__name__, PUBLIC)

@@ -22,6 +22,7 @@ from typing import Any
 
 from tidal_schemas import Envelope, PlacementDecision, StageJournal
 
+from .replay_answers import Answers
 from .settings import PlacementSettings
 from .stage import PlacementStage, held_envelope
 
@@ -47,11 +48,14 @@ class MemberReplay:
     steps: int = 0
     outputs: list[list[PlacementDecision]] = field(default_factory=list)
     output_steps: list[int] = field(default_factory=list)  # the journal step each output came from
+    answers: Answers | None = None
     divergence: Divergence | None = None
 
     def add(self, step: int, outputs: list[list[PlacementDecision]]) -> None:
         self.outputs += outputs
         self.output_steps += [step] * len(outputs)
+        for batch in outputs if self.answers is not None else ():
+            self.answers.took(batch)
 
 
 @dataclass
@@ -82,11 +86,13 @@ def gather(events: Iterable[StageJournal]) -> Journals:
 
 
 def replay_member(member: str, steps: list[tuple[str, float, str, str]], settings: PlacementSettings,
-                  cluster: str, inputs: Mapping[tuple[str, str], tuple[Envelope[Any], str]]) -> MemberReplay:
+                  cluster: str, inputs: Mapping[tuple[str, str], tuple[Envelope[Any], str]],
+                  answers: Answers | None = None) -> MemberReplay:
     """Run `steps` on a fresh stage; its outputs (fences and decisions, in
     the order they were published), or the first input it could not read
-    as the replica did."""
-    stage, run, decisions = PlacementStage(settings, member), MemberReplay(member), None
+    as the replica did. With `answers` (a what-if), what answers the
+    replica's decisions is the answer to the replay's (replay_answers.py)."""
+    stage, run, decisions = PlacementStage(settings, member), MemberReplay(member, answers=answers), None
     for index, (op, t, a, b) in enumerate(steps):
         run.steps = index + 1
         if op == "read":
@@ -101,7 +107,8 @@ def replay_member(member: str, steps: list[tuple[str, float, str, str]], setting
                 run.divergence = Divergence(member, index, t, f"input {a} {event_id} ({envelope.key}) is not the "
                                             f"event the replica read: its bytes changed (CRC-32 {have}, read {noted})")
                 return run
-            stage.read(envelope, t)
+            for read in answers.answer(envelope) if answers is not None else (envelope,):
+                stage.read(read, t)
         elif op == "held":
             stage.read(held_envelope(b), t)
         elif op == "elected":

@@ -1,7 +1,10 @@
 """The unchanged replay: every placement replica's journal of a cluster run
 again (tidal_placement's `replay_journal`) against the recording, with the
 settings the replica ran with, and the verdict: equal, or the first
-divergence (tidal_placement.replay's module docstring).
+divergence (tidal_placement.replay's module docstring). And the what-if:
+the same journal with some settings changed, the world answering the
+replay's decisions (tidal_placement.replay_answers), and where each pod
+ended up.
 
 Reads the live streams only (`LiveStreams`); publishes nothing.
 """
@@ -11,10 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidal_placement import (PlacementSettings, event_digest, first_difference, gather_journals, recorded_outputs,
-                             replay_journal)
+from tidal_placement import (PlacementSettings, ReplayAnswers, event_digest, first_difference, gather_journals,
+                             recorded_outputs, replay_journal)
 from tidal_schemas import SchemaError
 
+from .replay_compare import Placed
 from .replay_run import LiveStreams
 
 # What placement follows (tidal_placement.service.FOLLOWED), less the state
@@ -101,3 +105,34 @@ def replay_recording(recording: Recording, cluster: str, namespace: str) -> Exac
 
 async def replay_exactly(live: LiveStreams, cluster: str, namespace: str) -> ExactReplay:
     return replay_recording(await read_recording(live, cluster), cluster, namespace)
+
+
+@dataclass
+class WhatIf:
+    placed: dict[str, Placed] = field(default_factory=dict)  # pod -> where the changed run placed it last
+    why: dict[str, str] = field(default_factory=dict)  # pod -> why the changed run left it pending
+    invented: set[str] = field(default_factory=set)  # pods bound on answers the recording does not hold
+    dropped: int = 0  # recorded answers to decisions the changed run did not take
+
+
+def what_if(recording: Recording, cluster: str, namespace: str, overrides: dict[str, Any]) -> WhatIf:
+    """Each replica's journal replayed with `overrides` over its own settings."""
+    journals = gather_journals(recording.journal)
+    result = WhatIf()
+    for member, steps in journals.steps.items():
+        settings = PlacementSettings(**{**journals.settings[member], **overrides}, cluster=cluster,
+                                     namespace=namespace)
+        answers = ReplayAnswers(member, recorded_outputs(recording.log, member))
+        run = replay_journal(member, steps, settings, cluster, recording.inputs, answers)
+        for batch in run.outputs:
+            for d in batch:
+                key = d.event_key()
+                if d.outcome == "placed" and d.node:
+                    result.placed[key] = Placed(d.node, tuple((g.gpu, g.milli) for g in d.gpus))
+                    result.why.pop(key, None)
+                elif d.outcome == "pending":
+                    result.placed.pop(key, None)
+                    result.why[key] = d.reason or "pending"
+        result.invented |= answers.invented
+        result.dropped += answers.dropped
+    return result

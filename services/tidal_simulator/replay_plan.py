@@ -20,11 +20,10 @@ from datetime import datetime
 from typing import Any
 
 from tidal_schemas import (
-    HOLDING_PHASES, STOP_SCHEDULING_TAINT, Envelope, NodeAction, NodeTopology, PlacementDecisions, PodLifecycle,
+    HOLDING_PHASES, STOP_SCHEDULING_TAINT, Envelope, NodeAction, NodeTopology, PodLifecycle,
     TenantConfig, UserScore, derived_id,
 )
 from tidal_schemas.node_batch import NodeBatch
-from tidal_schemas.fence import DecisionFence
 
 # Placement's inputs, as the replay feeds them (the decision log is read apart).
 INPUT_STREAMS = ("node.topology", "node.allocatable", "node.action", "tenant.config", "score.user",
@@ -195,21 +194,6 @@ def _pod_in_window(plan: ReplayPlan, r: Recorded, decided_by_replay: set[str]) -
         plan.recorded[key] = RecordedOutcome(pod.node, tuple((g.gpu, g.milli) for g in pod.gpus))
         return
     plan.timeline.append(r)  # bound by someone else: part of the world
-
-
-def recorded_reasons(decisions: Iterable[Recorded], plan: ReplayPlan, window: Window) -> None:
-    """Fill in why the recorded run left a pod unbound, from the decisions
-    that count (fenced) in the window."""
-    fence = DecisionFence()
-    for r in decisions:
-        if not isinstance(r.envelope.payload, PlacementDecisions):
-            continue
-        for d in r.envelope.payload.items:
-            if not fence.admit(d) or d.outcome != "pending" or window.before(r.time) or window.after(r.time):
-                continue
-            outcome = plan.recorded.get(d.event_key())
-            if outcome is not None and outcome.node is None:
-                plan.recorded[d.event_key()] = RecordedOutcome(None, reason=d.reason or "pending")
 
 
 @dataclass(frozen=True)
