@@ -18,7 +18,7 @@ from tidal_placement.cache import ClusterCache
 from tidal_placement.cluster_state import Allocation, ClusterState
 from tidal_placement.cycle import cycle
 from tidal_placement.decide import PodRequest, decide
-from tidal_placement.gpu_joint import JointStrategy, WindowPlan, Trial, per_pod
+from tidal_placement.gpu_joint import JointStrategy, WindowPlan, Trial, measure, per_pod
 from tidal_placement.gpu_strategies import make_strategy
 from tidal_placement.gpu_workload import Shape, TargetWorkload
 from tidal_placement.pod_request import Placement
@@ -180,3 +180,44 @@ def test_the_bound_sees_what_no_placement_can_do():
             TracePod("ok", 4000, 1024, 1, 500)]
     bound = allocation_bound(nodes, pods)
     assert bound.gpu_milli == pytest.approx(500.0) and bound.alloc_pct == pytest.approx(25.0)
+
+
+def test_another_solvers_answer_is_measured_through_the_cache_and_refused_whole_when_infeasible():
+    state = cluster([(8, 1), (8, 1)])
+    requests = [PodRequest(f"p{i}", 1000, gpu_count=1, gpu_milli=1000) for i in range(2)]
+    before = figures(state)
+    one_gpu = lambda node: Placement(True, node=node, row=state.rows[node],  # noqa: E731
+                                     allocation=Allocation.of(node, 1000, 0, {}, {state.gpu_id(state.rows[node], 0): 1000}))
+    frag = FragModel(WORKLOAD)
+    # both on n0's one GPU: the cache refuses the second, so the answer is refused whole
+    assert measure(state, requests, (0, 1), {0: one_gpu("n0"), 1: one_gpu("n0")}, frag) is None
+    assert figures(state) == before
+    trial = measure(state, requests, (0, 1), {0: one_gpu("n0"), 1: one_gpu("n1")}, frag)
+    assert trial is not None and trial.gpu_milli == 2000 and set(trial.placed) == {0, 1}
+    assert figures(state) == before  # measured, then undone
+
+
+@settings(max_examples=25, deadline=None)
+@given(nodes_st, pods_st)
+def test_the_cpsat_window_is_never_worse_than_the_joint_search_and_its_answer_fits(nodes, pods):
+    pytest.importorskip("ortools")
+    from tidal_placement.gpu_joint_cpsat import with_cpsat
+
+    state = cluster(nodes)
+    joint = make_strategy("joint", WORKLOAD)
+    solver = with_cpsat(joint, k=3, seconds=0.05)
+    requests = [PodRequest(f"p{i}", cpu, gpu_count=count, gpu_milli=milli if count else 1000)
+                for i, (count, milli, cpu) in enumerate(pods)]
+    before = figures(state)
+    decider = lambda: lambda j: decide(state, requests[j], joint.base)  # noqa: E731
+    warm = joint.plan(state, requests, decider)
+    plan = solver.plan(state, requests, decider)
+    assert figures(state) == before
+    required = frozenset(plan.queue.placed)
+    assert plan.chosen.key(required) <= warm.chosen.key(required)
+    again = solver.plan(state, requests, decider)  # deterministic: the same answer twice
+    allocations = lambda p: {i: c.allocation for i, c in p.chosen.placed.items()}  # noqa: E731
+    assert allocations(again) == allocations(plan)
+    for i in plan.order:
+        if i in plan.chosen.placed:
+            assert state.assume(requests[i].key, plan.chosen.placed[i].allocation).ok

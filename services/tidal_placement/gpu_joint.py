@@ -26,7 +26,10 @@ Cost: one per-pod decision per pod and order tried (`orders`), plus one
 per placed pod for the sweep and the fragmentation of the rows touched.
 The window (64 pods by default: on openb a wider window wins more, README
 "Beyond one pod at a time") is a work bound, not a time budget, so the
-same inputs give the same decisions on any machine.
+same inputs give the same decisions on any machine. `cpu_guard` keeps
+the queue order alone while less of the cluster's CPU is free than of
+its GPU (where fragmentation, which sees CPU only through each shape's
+fit, spends CPU later pods need); `measure` checks another solver's answer.
 """
 
 from __future__ import annotations
@@ -37,8 +40,11 @@ from dataclasses import dataclass
 from .cluster_state import ClusterState
 from .gpu_candidates import Candidates, GpuStrategy, Scored
 from .gpu_frag import FragModel
+from .gpu_joint_taken import Taken, Trial, measure
 from .gpu_workload import Shape, TargetWorkload, by_model
 from .pod_request import PodRequest, Placement
+
+__all__ = ["JointStrategy", "Trial", "WindowPlan", "measure", "new", "per_pod", "plan_window", "take_window"]
 
 NAME = "joint"
 
@@ -53,20 +59,6 @@ ORDERS: dict[str, Callable[[PodRequest], tuple]] = {
 }
 
 Decider = Callable[[int], Placement]  # decides window item i on the cache as it is now
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One order tried: what it placed (window index → placement) and its figures."""
-
-    order: tuple[int, ...]
-    placed: dict[int, Placement]
-    gpu_milli: int
-    frag_added: float
-
-    def key(self, required: frozenset[int]) -> tuple:
-        """Lower is better (module docstring); `required`: the pods the queue order placed."""
-        return (not required <= self.placed.keys(), -self.gpu_milli, round(self.frag_added, 6))
 
 
 @dataclass(frozen=True)
@@ -111,54 +103,10 @@ def plan_window(state: ClusterState, requests: Sequence[PodRequest], new_decider
     return WindowPlan(best, queue, len(seen))
 
 
-class _Taken:
-    """Window pods held on the cache during a trial, with the fragmentation
-    of every row they touched before the window (to measure what it added)."""
-
-    def __init__(self, state: ClusterState, requests: Sequence[PodRequest], frag: FragModel) -> None:
-        self.state, self.requests, self.frag = state, requests, frag
-        self.models = tuple(state.models)
-        self.before: dict[int, float] = {}
-        self.placed: dict[int, Placement] = {}
-
-    def take(self, i: int, placement: Placement) -> bool:
-        if not placement.ok or placement.allocation is None:
-            return False
-        row = self.state.rows[placement.allocation.node]
-        if row not in self.before:
-            self.before[row] = self.frag_at(row)
-        if not self.state.assume(self.requests[i].key, placement.allocation).ok:
-            return False
-        self.placed[i] = placement
-        return True
-
-    def drop(self, i: int) -> Placement:
-        self.state.release(self.requests[i].key)
-        return self.placed.pop(i)
-
-    def frag_at(self, row: int) -> float:
-        s = slice(row, row + 1)
-        return float(self.frag.node_frag(self.state.cpu_free[s], self.state.gpu_free[s], self.state.gpu_model[s],
-                                         self.models)[0])
-
-    def added(self) -> float:
-        return sum(self.frag_at(row) - f for row, f in self.before.items())
-
-    def trial(self, order: tuple[int, ...]) -> Trial:
-        # the placed pods first: taken together they fit, whatever comes after them
-        first = tuple(i for i in order if i in self.placed) + tuple(i for i in order if i not in self.placed)
-        gpu = sum(self.requests[i].gpu_count * self.requests[i].gpu_milli for i in self.placed)
-        return Trial(first, dict(self.placed), gpu, self.added())
-
-    def undo(self) -> None:
-        for i in list(self.placed):
-            self.drop(i)
-
-
 def _trial(state: ClusterState, requests: Sequence[PodRequest], order: tuple[int, ...], decide_one: Decider,
            frag: FragModel) -> Trial:
     """Decide `order` pod by pod on `state`, measure, undo."""
-    taken = _Taken(state, requests, frag)
+    taken = Taken(state, requests, frag)
     try:
         for i in order:
             taken.take(i, decide_one(i))
@@ -173,7 +121,7 @@ def _refine(state: ClusterState, requests: Sequence[PodRequest], start: Trial, d
     decided again with the rest of its window in place; the move is kept
     when the window adds less fragmentation, else undone. Then pods left
     out are tried once on the result."""
-    taken = _Taken(state, requests, frag)
+    taken = Taken(state, requests, frag)
     try:
         for i in start.order:
             if i in start.placed:
@@ -214,6 +162,7 @@ class JointStrategy:
     orders: tuple[str, ...] = tuple(ORDERS)
     keep_placed: bool = True
     sweeps: int = 1
+    cpu_guard: bool = False  # decide in the queue order alone while CPU is scarcer than GPU
     name: str = NAME
 
     @property
@@ -225,7 +174,17 @@ class JointStrategy:
 
     def plan(self, state: ClusterState, requests: Sequence[PodRequest],
              new_decider: Callable[[], Decider]) -> WindowPlan:
+        if self.cpu_guard and cpu_scarcer(state):
+            return plan_window(state, requests, new_decider, self.frag, (), self.keep_placed, 0)
         return plan_window(state, requests, new_decider, self.frag, self.orders, self.keep_placed, self.sweeps)
+
+
+def cpu_scarcer(state: ClusterState) -> bool:
+    """Whether a smaller share of the cluster's CPU is free than of its GPU."""
+    n = state.size
+    cpu = float(state.cpu_free[:n].sum()) / max(float(state.cpu_alloc[:n].sum()), 1.0)
+    gpu = float(state.gpu_free[:n][state.gpu_valid[:n]].sum()) / max(1000.0 * state.gpu_valid[:n].sum(), 1.0)
+    return cpu < gpu
 
 
 def take_window(state: ClusterState, requests: Sequence[PodRequest], strategy: GpuStrategy | None,
@@ -252,10 +211,11 @@ def per_pod(strategy: GpuStrategy | None) -> GpuStrategy | None:
 
 
 def new(workload: TargetWorkload | None = None, *, base: str = "fgd-cpu", window: int = 64,
-        orders: str = "gpu+constrained+cpu", keep_placed: bool = True, sweeps: int = 1,
-        **base_options) -> JointStrategy:
+        orders: str = "gpu+constrained+cpu", keep_placed: bool = True, sweeps: int = 1, cpu_guard: bool = False,
+        solver: str = "local", **base_options) -> JointStrategy:
     """Factory for the registry: the per-pod `base` strategy (options passed
-    on), a window of `window` pods, the orders to try joined by `+`."""
+    on), a window of `window` pods, the orders to try joined by `+`;
+    `solver="cpsat"` adds a CP-SAT pass (`gpu_joint_cpsat`)."""
     from .gpu_strategies import make_strategy  # the registry imports this module
 
     if workload is None:
@@ -268,7 +228,13 @@ def new(workload: TargetWorkload | None = None, *, base: str = "fgd-cpu", window
         raise ValueError(f"joint orders {unknown}: known {', '.join(ORDERS)}")
     if base == NAME:
         raise ValueError("joint cannot be its own base strategy")
+    if solver not in ("local", "cpsat"):
+        raise ValueError(f"joint solver {solver!r}: known local, cpsat")
     frag = FragModel(by_model(workload), no_access_is_fragment=False)
-    return JointStrategy(make_strategy(base, workload, **base_options), frag, int(window), names, bool(keep_placed),
-                         int(sweeps))
+    joint = JointStrategy(make_strategy(base, workload, **base_options), frag, int(window), names, bool(keep_placed),
+                          int(sweeps), bool(cpu_guard))
+    if solver == "cpsat":
+        from .gpu_joint_cpsat import with_cpsat
+        return with_cpsat(joint)
+    return joint
 
