@@ -29,10 +29,12 @@ to measure what one rule is worth within the same run.
 `joint` decides the arrivals in windows (`joint:window=64`): each window
 once its last pod has arrived, so its pods are decided knowing the next
 ones — a protocol change (decisions per window, not per arrival) that the
-summary names beside its figures. `--bound` adds, per seed, the linear
-upper bound on the GPU allocation any placement of the pods arrived at
-100 % could reach (`openb_bound`), and a seed-by-seed table of every
-strategy against the first one and the bound.
+summary names beside its figures. `--bound` adds, per seed, the upper
+bound on the GPU allocation at 100 % arrived that any run of the
+protocol could reach (`openb_bound.level_bound`), and a seed-by-seed
+table of every strategy against the first one and the bound.
+`joint:solver=cpsat` adds a CP-SAT pass over each window (needs
+OR-Tools); a joint strategy's plan time per window is printed.
 
 Run: .venv/bin/python bench/placement_openb.py [--seeds 10] [--strategies best-fit fgd fgd-cpu] [--jobs 2]
      .venv/bin/python bench/placement_openb.py --variants [cpu300 spec35 …] --seeds 5
@@ -59,7 +61,7 @@ from tidal_placement import GPU_STRATEGIES, JointStrategy, make_strategy
 from tidal_placement import typical_workload
 from tidal_simulator.openb import read_nodes, read_pods
 from tidal_simulator.openb_variants import BY_NAME, VARIANTS, generate
-from tidal_simulator.openb_bound import allocation_bound
+from tidal_simulator.openb_bound import level_bound
 from tidal_simulator.openb_replay import alloc_curve, arrival_sequence, frag_curve, frag_ratio_curve, replay
 
 DATA = OPENB
@@ -100,19 +102,14 @@ def inputs(seed: int, data_dir: str, trace: str, nodes_file: str, ratio: float, 
 
 
 def bound_one(args: tuple) -> dict:
-    """The allocation bound at 100 % arrived for one seed: of the pods
-    arrived by the last log line at that level (the bound of every line
-    at the level, as it only grows with the pods arrived)."""
+    """The bound on the allocation at 100 % arrived for one seed
+    (`openb_bound.level_bound`: over the lines that figure averages)."""
     _, seed, data_dir, trace, nodes_file, ratio, _, variant = args
     nodes, _, sequence, capacity = inputs(seed, data_dir, trace, nodes_file, ratio, variant)
-    arrived, last = 0, 0
-    for i, pod in enumerate(sequence):
-        arrived += pod.gpu_total
-        if round(100.0 * arrived / capacity) <= 100:
-            last = i + 1
     started = time.perf_counter()
-    bound = allocation_bound(nodes, sequence[:last])
-    return {"strategy": BOUND, "seed": seed, "trace": trace, "variant": variant, "pods": last,
+    bound = level_bound(nodes, sequence, 100)
+    return {"strategy": BOUND, "seed": seed, "trace": trace, "variant": variant, "pods": bound.pods,
+            "forced": bound.forced, "last_line_pct": round(bound.last_line_pct, 2),
             "alloc_pct": {100: round(bound.alloc_pct, 2)}, "wall_s": round(time.perf_counter() - started, 2)}
 
 
@@ -125,6 +122,15 @@ def run_one(args: tuple) -> dict:
     nodes, pods, sequence, capacity = inputs(seed, data_dir, trace, nodes_file, ratio, variant)
     workload = typical_workload([p.shape for p in pods])
     strategy = make_strategy(strategy_name, workload, **{**OPTIONS.get(strategy_name, {}), **options})
+    times: list[float] = []  # a joint strategy's wall time per window planned
+    if isinstance(strategy, JointStrategy):
+        def timed(*plan_args, plan=strategy.plan):
+            begun = time.perf_counter()
+            try:
+                return plan(*plan_args)
+            finally:
+                times.append(time.perf_counter() - begun)
+        strategy.plan = timed
     ties = np.random.default_rng([seed, 7])
     rank, rng = (ties.permutation(len(nodes)), None) if tie == "order" else (None, ties)
     started = time.perf_counter()
@@ -132,7 +138,8 @@ def run_one(args: tuple) -> dict:
     window = strategy.window if isinstance(strategy, JointStrategy) else 1
     return {"strategy": label, "seed": seed, "trace": trace, "variant": variant, "pods": len(sequence),
             "window": window, "placed": int(log.placed.sum()), "alloc_pct": alloc_curve(log), "frag_pct": frag_curve(log),
-            "frag_of_idle_pct": frag_ratio_curve(log), "wall_s": round(time.perf_counter() - started, 2)}
+            "frag_of_idle_pct": frag_ratio_curve(log), "wall_s": round(time.perf_counter() - started, 2),
+            "plan_ms": [round(1000 * t, 1) for t in times], **({"cpsat": strategy.stats} if hasattr(strategy, "stats") else {})}
 
 
 def published(data_dir: Path, trace: str) -> dict[tuple[str, str, int], float]:
@@ -160,12 +167,23 @@ def summary(results: list[dict], reference: dict, wall: float) -> str:
                      f"{f'[{min(hundred):.2f}, {max(hundred):.2f}]':>16} {at(130):>10.2f} "
                      f"{at(100, 'frag_pct'):>9.2f} {(f'{ref:.2f}' if ref else '-'):>14} "
                      f"{statistics.mean(r['wall_s'] for r in runs):>6.1f}")
+    lines += plan_times(results)
     others = sorted({p for p, m, lvl in reference if m == "alloc_ratio_pct"})
     if others:
         lines.append("published medians @100 %: " + ", ".join(
             f"{p} {reference[(p, 'alloc_ratio_pct', 100)]:.2f}" for p in others))
     lines.append(f"total wall time {wall:.1f} s")
     return "\n".join(lines)
+
+
+def plan_times(results: list[dict]) -> list[str]:
+    """Per joint strategy: its wall time per window planned, p50 and p99 over every seed's windows."""
+    out = []
+    for name in dict.fromkeys(r["strategy"] for r in results if r.get("plan_ms")):
+        ms = [t for r in results if r["strategy"] == name for t in r["plan_ms"]]
+        out.append(f"{name}: plan per window p50 {np.percentile(ms, 50):.0f} ms, p99 {np.percentile(ms, 99):.0f} ms"
+                   f" ({len(ms)} windows)")
+    return out
 
 
 def variant_summary(results: list[dict], wall: float) -> str:
@@ -184,6 +202,7 @@ def variant_summary(results: list[dict], wall: float) -> str:
         row = {n: median(v, n) for n in names}
         lines.append(f"{v:<10}" + "".join(f"{row[n]:>{width[n]}.2f}" for n in names)
                      + "".join(f"{row[n] - row['fgd']:>+{width[n] + 4}.2f}" for n in margins))
+    lines += plan_times(results)
     lines.append(f"total wall time {wall:.1f} s")
     return "\n".join(lines)
 
