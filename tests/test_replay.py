@@ -24,7 +24,7 @@ from tidal_cli import replay_cmd, simulate_cmd
 from tidal_placement.service import PlacementService
 from tidal_placement.settings import PlacementSettings
 from tidal_simulator.topology_builder import make_topology
-from tidal_placement import event_digest
+from tidal_runtime.journal import digest
 from tidal_schemas import GpuAsk, NodeAction, NodeScore, NodeScores, encode, make_envelope
 from tidal_schemas.placement import GpuShare
 from tidal_schemas.streams import STREAMS, partition_for, stream
@@ -277,7 +277,7 @@ async def test_an_altered_input_is_named_as_the_first_divergence(nats_server, re
         envelope, _ = recording.inputs[key]
         topo = envelope.payload
         altered = envelope.model_copy(update={"payload": topo.model_copy(update={"gpus": []})})
-        recording.inputs[key] = (altered, event_digest(encode(altered)))
+        recording.inputs[key] = (altered, digest(encode(altered)))
     verdict = replay_recording(recording, "sim", namespace)
     assert not verdict.equal
     [line] = verdict.divergences

@@ -19,11 +19,12 @@ from typing import Any, ClassVar
 
 from tidal_bus import Bus, Consumer, Delivery, Handler, StartAt
 from tidal_bus.membership import cancel_until_done, raise_if_cancelling
-from tidal_schemas import Envelope, Payload
+from tidal_schemas import Envelope, Payload, StageJournal
 
 from .collector import collect_oldest_only_when_asked, collect_periodically
 from .heap import pad_heap_top
 from .http import HealthServer
+from .journal import Journal, journal_parts
 from .logs import configure_logging
 from .metrics import ServiceMetrics
 from .settings import ServiceSettings
@@ -74,6 +75,8 @@ class Service:
         self.http: HealthServer | None = None
         self._stop_requested = asyncio.Event()
         self._started = asyncio.Event()
+        self.journal: Journal | None = None  # a stage that keeps one has it published (journal.py)
+        self._journal_seq: dict[str, int] = {}  # cluster -> journal events published
 
     # -- what subclasses declare ------------------------------------------------
     def subscriptions(self) -> list[Subscription]:
@@ -156,15 +159,40 @@ class Service:
             async with asyncio.TaskGroup() as group:
                 consumer_tasks = [group.create_task(c.run(), name=f"{self.name}:{c.spec.name}")
                                   for c in self.consumers]
+                loops = [*self.loops(), self._measure_lag, *([self._publish_journal] if self.journal else [])]
                 loop_tasks = [group.create_task(loop(), name=f"{self.name}:{getattr(loop, '__name__', 'loop')}")
-                              for loop in [*self.loops(), self._measure_lag]]
+                              for loop in loops]
                 group.create_task(self._drain_on_stop(consumer_tasks, loop_tasks), name=f"{self.name}:drain")
             await self.on_stop()
+            await self.flush_journal()
         finally:
             if self.http is not None:
                 await self.http.stop()
             if self._owns_bus:
                 await self.bus.backend.close()
+
+    def journal_settings(self) -> dict[str, Any]:
+        """What the first journal event carries: the service's own settings
+        (not the bus's, the port's or the log's), which its decisions depend on."""
+        own = set(type(self.settings).model_fields) - set(ServiceSettings.model_fields)
+        return self.settings.model_dump(include=own, mode="json")
+
+    async def _publish_journal(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.journal_s)
+            await self.flush_journal()
+
+    async def flush_journal(self) -> None:
+        """Publish the steps taken since the last flush, per cluster."""
+        if self.journal is None:
+            return
+        for cluster, steps in self.journal.drain().items():
+            for part in journal_parts(steps):
+                seq = self._journal_seq.get(cluster, 0)
+                await self.bus.publish(StageJournal(stage=self.name, member=self.bus.backend.member_id, seq=seq,
+                                                    steps=part, settings=self.journal_settings() if seq == 0 else {}),
+                                       cluster=cluster)
+                self._journal_seq[cluster] = seq + 1
 
     async def _measure_lag(self) -> None:
         """Every `lag_interval_s`, each consumer's lag per partition, from the

@@ -41,6 +41,9 @@ class ServiceSettings(BaseSettings):
     )
     all_clusters: bool = Field(False, description="handle events of every cluster on the bus")
     drain_timeout_s: float = Field(20.0, gt=0)
+    journal_s: float = Field(1.0, gt=0, description="a stage that journals its steps (placement, oversell, "
+                             "remediation): how often they are published to stage.journal, what `tidal replay` "
+                             "re-runs (also on stop)")
     output_window: int = Field(64, ge=1, description="a stage publishing per event (a score per sample…): events "
                                "handled before their outputs are waited for, acked in order once stored "
                                "(tidal_bus.output_window; 1: one at a time)")

@@ -29,7 +29,6 @@ PUBLIC = {
     "PlacementService": "service:PlacementService",
     "PlacementSettings": "settings:PlacementSettings",
     "scheduling_cycle": "cycle:cycle",
-    "event_digest": "stage:digest",
     "gather_journals": "replay:gather",
     "replay_journal": "replay:replay_member",
     "first_difference": "replay:first_difference",

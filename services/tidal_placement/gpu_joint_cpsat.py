@@ -5,25 +5,29 @@ Tidal needs ≥ 7.35 (its generated device-plugin messages), so `pip install
 ortools` beside Tidal to use it (it ran so with protobuf 7.36).
 
 For a window, the joint strategy's own plan (`plan_window`) is the warm
-start. Walking the warm start's order on the scheduler cache, each pod
-gets as options its warm-start placement and the per-pod strategy's `k`
-best other nodes (decided on the cache as the warm start sees it at that
-pod, each node excluded in turn), each option with its fragmentation
-delta on that state. Then, boolean x[i, o] per option:
+start. On the cache as the warm start leaves it, each pod gets options:
+a pod it placed, staying (option 0) or moving to one of the per-pod
+strategy's `k` best other nodes; a pod it left out, being added to one of
+them. Each option's Δ is the fragmentation it adds on the node it leaves
+and the node it reaches, the rest as the warm start has it. Boolean
+x[i, o] per option:
 
-    Σ_o x[i, o] ≤ 1   (= 1 for a pod the queue order places: `keep_placed`)
-    Σ x · cpu ≤ CPU free, Σ x · memory ≤ memory free      per node
-    Σ x · milli ≤ milli free                               per GPU device
-    maximise  W · Σ x · milli-GPU − Σ x · round(Δfrag)
+    Σ_o x[i, o] = 1 for a pod the warm start placed, ≤ 1 for the others
+    Σ of the moves touching node n ≤ 1               for every node n
+    maximise  W · Σ x · milli-GPU added − Σ x · round(Δ)
 
-with W = 1 + Σ_i max_o |Δfrag| (so GPU placed comes first, then
-fragmentation), the warm start as the hint, one worker, a fixed seed and
-a deterministic time limit (the same answer on any machine). The deltas
-are measured one pod at a time, so for the warm start they add up to its
-true fragmentation and for other answers they approximate it; the answer
-is therefore measured again through `gpu_joint.measure` (the cache's
-`assume`, refused whole if any pod does not fit) and kept only when it
-beats the warm start by `Trial.key`, the joint strategy's own comparison.
+with W = 1 + Σ_i max_o |Δ| (GPU placed first, then fragmentation), the
+warm start (every x[i, 0]) as the hint, one worker, a fixed seed and a
+deterministic time limit (the same answer on any machine). As no two
+chosen moves touch one node, each node's change is one move's, computed on
+the node as it is: the objective is the answer's true fragmentation, and
+every move fits alone, so the answer fits — which `gpu_joint.measure`
+checks anyway (the cache's `assume`; refused whole if any pod does not
+fit). It is kept only when it beats the warm start by `Trial.key`, the
+joint strategy's own comparison. (A first model — per-pod deltas summed,
+capacity per node and device, several moves to one node — was wrong about
+its own answers: on openb seed 0 every answer it preferred measured worse
+than the warm start.)
 """
 
 from __future__ import annotations

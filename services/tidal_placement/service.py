@@ -19,13 +19,14 @@ from typing import Any
 from tidal_bus import Delivery
 from tidal_bus.trace_context import carried_by
 from tidal_clock import wall_clock
-from tidal_schemas import PlacementDecisions, StageJournal, TenantUsage
+from tidal_schemas import PlacementDecisions, TenantUsage
 
 from tidal_runtime import Service, Subscription
+from tidal_runtime.journal import digest
 
 from .metrics import SchedulingMetrics
 from .settings import PlacementSettings
-from .stage import PlacementStage, decision_settings, digest, journal_parts
+from .stage import PlacementStage
 from .tenant_report import same_usage, tenant_reports
 
 FOLLOWED = ("node.topology", "node.allocatable", "node.status", "score.node", "score.user", "tenant.config",
@@ -43,10 +44,10 @@ class PlacementService(Service):
         self.settings: PlacementSettings
         self.stage = PlacementStage(self.settings, self.bus.backend.member_id)
         self.clusters, self.leadership, self.traces = self.stage.clusters, self.stage.leadership, self.stage.traces
+        self.journal = self.stage.journal
         self.caught_up: set[str] = set()
         self.wake = asyncio.Event()
         self.decisions = 0
-        self.journal_seq: dict[str, int] = {}  # cluster -> journal events published
         self.clock = wall_clock
         self.reported: dict[tuple[str, str], TenantUsage] = {}  # (cluster, tenant) -> last tenant.usage
         self.scheduling = SchedulingMetrics(self.metrics.registry, lambda: self.clusters, lambda: self.active)
@@ -59,7 +60,7 @@ class PlacementService(Service):
 
     def loops(self):
         return [*[self._follower(name) for name in FOLLOWED], self.schedule_loop, self.bind_timeouts,
-                self.watch_stale_nodes, self.report_tenants, self.publish_journal]
+                self.watch_stale_nodes, self.report_tenants]
 
     async def _ignore(self, envelope: Any, delivery: Delivery) -> None: ...
 
@@ -170,21 +171,3 @@ class PlacementService(Service):
                     if not same_usage(self.reported.get((name, usage.tenant)), usage):
                         await self.publish(usage, cluster=name)
                         self.reported[(name, usage.tenant)] = usage
-
-    async def publish_journal(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.journal_s)
-            await self.flush_journal()
-
-    async def flush_journal(self) -> None:
-        """Publish the steps taken since the last flush, per cluster."""
-        for cluster, steps in self.stage.drain_journal().items():
-            for part in journal_parts(steps):
-                seq = self.journal_seq.get(cluster, 0)
-                first = decision_settings(self.settings) if seq == 0 else {}
-                await self.bus.publish(StageJournal(stage=self.name, member=self.stage.member, seq=seq, steps=part,
-                                                        settings=first), cluster=cluster)
-                self.journal_seq[cluster] = seq + 1
-
-    async def on_stop(self) -> None:
-        await self.flush_journal()

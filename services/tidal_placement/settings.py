@@ -38,8 +38,6 @@ class PlacementSettings(ServiceSettings):
     node_stale_check_s: float = Field(5.0, gt=0, description="how often nodes are checked for staleness")
     tenant_report_s: float = Field(2.0, gt=0, description="how often what each tenant holds is compared with "
                                    "the last tenant.usage, and published when it changed")
-    journal_s: float = Field(1.0, gt=0, description="how often the steps taken are published to "
-                             "stage.journal (what `tidal replay` re-runs; also on stop)")
 
     @field_validator("gpu_strategy")
     @classmethod

@@ -15,14 +15,11 @@ clock, publishes what `decide` and `claim` return and the journal.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tidal_schemas import PlacementDecision, PlacementDecisions, decode, encode
+from tidal_schemas import PlacementDecision, PlacementDecisions, decode
 from tidal_schemas.fence import fence_decision
-from tidal_schemas.journal import Step
-from tidal_schemas.streams import STREAMS
 
 from .cache import ClusterCache
 from .cycle import cycle, in_events
@@ -30,7 +27,7 @@ from .leadership import Leadership
 from .learning import StrategyLearner
 from .pod_traces import PodTraces
 from .settings import PlacementSettings
-from tidal_runtime.settings import ServiceSettings
+from tidal_runtime.journal import Journal
 
 
 class PlacementStage:
@@ -41,7 +38,7 @@ class PlacementStage:
         self.leadership = Leadership(settings.takeover_settle_s)
         self.learner = StrategyLearner(settings.gpu_strategy, settings.workload_refresh, settings.workload_drift)
         self.traces = PodTraces()
-        self.journal: dict[str, list[Step]] = {}  # cluster -> steps not yet published
+        self.journal = Journal()
 
     def cluster(self, name: str) -> ClusterCache:
         if name not in self.clusters:
@@ -54,8 +51,8 @@ class PlacementStage:
     def active(self) -> set[str]:
         return self.leadership.active
 
-    def _step(self, cluster: str, op: str, now: float, a: str = "", b: str = "") -> None:
-        self.journal.setdefault(cluster, []).append((op, now, a, b))
+    def _step(self, cluster: str, op: str, now: float, a: str = "") -> None:
+        self.journal.step(cluster, op, now, a)
 
     def _step_everywhere(self, op: str, now: float, a: str = "") -> None:
         for name in self.known():
@@ -65,21 +62,12 @@ class PlacementStage:
         """Every cluster this replica keeps or is configured for."""
         return sorted({*self.clusters, *(self.settings.handled_clusters() or ())})
 
-    def drain_journal(self) -> dict[str, list[Step]]:
-        """The steps taken since the last drain, per cluster."""
-        taken, self.journal = self.journal, {}
-        return taken
-
     # -- the steps --------------------------------------------------------------
     def read(self, envelope: Any, now: float, read_digest: str = "") -> bool:
         """Apply one input; whether the scheduling cycle should run again.
         `read_digest` (`digest` of the bytes read) lets a replay tell that
         it reads the same event, not only one of the same id."""
-        stream = envelope.type
-        if STREAMS[stream].keep_last_per_key:  # only each key's last survives in the stream: carry it whole
-            self._step(envelope.cluster, "held", now, stream, encode(envelope).decode())
-        else:
-            self._step(envelope.cluster, "read", now, stream, f"{envelope.id} {read_digest}".rstrip())
+        self.journal.read(envelope, now, read_digest)
         cache, p = self.cluster(envelope.cluster), envelope.payload
         self.traces.read(envelope)
         if not isinstance(p, PlacementDecisions):
@@ -135,33 +123,6 @@ class PlacementStage:
             self._step(name, "stale", now)
             changed |= bool(cache.check_stale(now)[1])
         return changed
-
-
-def decision_settings(settings: PlacementSettings) -> dict[str, Any]:
-    """Placement's own settings (not the bus's, the port's or the log's): what its decisions depend on."""
-    own = set(PlacementSettings.model_fields) - set(ServiceSettings.model_fields)
-    return settings.model_dump(include=own, mode="json")
-
-
-def digest(data: bytes) -> str:
-    """What a journal notes of the bytes of an event it read (CRC-32, hex)."""
-    return f"{zlib.crc32(data):08x}"
-
-
-JOURNAL_EVENT_BYTES = 256 << 10  # well inside a broker's message limit (NATS: 1 MiB by default)
-
-
-def journal_parts(steps: list[Step]) -> Iterator[list[Step]]:
-    """`steps` cut into runs of about JOURNAL_EVENT_BYTES encoded."""
-    part, size = [], 0
-    for step in steps:
-        part.append(step)
-        size += 48 + len(step[2]) + len(step[3])
-        if size >= JOURNAL_EVENT_BYTES:
-            yield part
-            part, size = [], 0
-    if part:
-        yield part
 
 
 def held_envelope(text: str) -> Any:

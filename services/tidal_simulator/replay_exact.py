@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidal_placement import (PlacementSettings, ReplayAnswers, event_digest, first_difference, gather_journals,
+from tidal_placement import (PlacementSettings, ReplayAnswers, first_difference, gather_journals,
                              recorded_outputs, replay_journal)
+from tidal_runtime.journal import digest
 from tidal_schemas import SchemaError
 
 from .replay_compare import Placed
@@ -79,7 +80,7 @@ async def read_recording(live: LiveStreams, cluster: str) -> Recording:
         async for raw, event in live.read(stream):
             if isinstance(event, SchemaError) or event.cluster != cluster:
                 continue
-            recording.inputs.setdefault((stream, event.id), (event, event_digest(raw.data)))
+            recording.inputs.setdefault((stream, event.id), (event, digest(raw.data)))
             if stream == "placement.decision":
                 recording.log.append(event)
     return recording

@@ -1,0 +1,57 @@
+"""A replica's journal: the steps it took, per cluster, in order, waiting to
+be published on `stage.journal` (tidal_schemas.journal). A service that
+keeps one (`Service.journal`) has it published every `journal_s` and on
+stop, in events of about JOURNAL_EVENT_BYTES."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+from tidal_schemas import encode
+from tidal_schemas.journal import Step
+from tidal_schemas.streams import STREAMS
+
+JOURNAL_EVENT_BYTES = 256 << 10  # well inside a broker's message limit (NATS: 1 MiB by default)
+
+
+def digest(data: bytes) -> str:
+    """What a journal notes of the bytes of an event it read (CRC-32, hex)."""
+    return f"{zlib.crc32(data):08x}"
+
+
+class Journal:
+    def __init__(self) -> None:
+        self.steps: dict[str, list[Step]] = {}  # cluster -> steps not yet published
+
+    def step(self, cluster: str, op: str, now: float, a: str = "", b: str = "") -> None:
+        self.steps.setdefault(cluster, []).append((op, now, a, b))
+
+    def read(self, envelope: Any, now: float, read_digest: str = "", op: str = "read") -> None:
+        """An input applied: its stream and id (and `digest` of its bytes when
+        known), or, from a state stream that keeps only each key's last
+        event, the event whole (op `held`)."""
+        stream = envelope.type
+        if STREAMS[stream].keep_last_per_key:
+            self.step(envelope.cluster, "held", now, stream, encode(envelope).decode())
+        else:
+            self.step(envelope.cluster, op, now, stream, f"{envelope.id} {read_digest}".rstrip())
+
+    def drain(self) -> dict[str, list[Step]]:
+        """The steps taken since the last drain, per cluster."""
+        taken, self.steps = self.steps, {}
+        return taken
+
+
+def journal_parts(steps: list[Step]) -> Iterator[list[Step]]:
+    """`steps` cut into runs of about JOURNAL_EVENT_BYTES encoded."""
+    part, size = [], 0
+    for step in steps:
+        part.append(step)
+        size += 48 + len(step[2]) + len(step[3])
+        if size >= JOURNAL_EVENT_BYTES:
+            yield part
+            part, size = [], 0
+    if part:
+        yield part
