@@ -15,11 +15,11 @@ import argparse
 import asyncio
 import shutil
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 from tidal_bus import Bus, StartAt
+from tidal_clock import elapsed
 from tidal_schemas import PlacementDecision, SchemaError
 from tidal_schemas.fence import DecisionFence
 from tidal_schemas.streams import STREAMS
@@ -50,7 +50,7 @@ def add(subparsers) -> None:
 def run_demo(args: argparse.Namespace) -> int:
     from tidal_simulator.bridge import stack_bridge
 
-    started = time.monotonic()
+    started = elapsed()
     shutil.rmtree(args.data_dir, ignore_errors=True)
     services = [s for s in SERVICES if s in available()]
     if "placement" not in services:
@@ -72,7 +72,7 @@ def run_demo(args: argparse.Namespace) -> int:
         stack.check_alive()
     _print_decisions(decisions)
     _print_summary(counts, invalid, sources, expected, ["simulator", "bridge", *services],
-                   time.monotonic() - started)
+                   elapsed() - started)
     print(f"invariant violations: {result.violations}")
     for line in result.report["invariants"]["lines"][:10]:
         print(f"  {line}")
@@ -110,13 +110,13 @@ async def _simulate_and_watch(stack: Stack, plan, bridge, expected: set[str], ti
 
     from .simulate_cmd import _metrics_warmup
 
-    deadline = time.monotonic() + timeout
+    deadline = elapsed() + timeout
     result = await asyncio.wait_for(simulate(plan, warmup=_metrics_warmup(stack, len(plan.workload.nodes)),
                                              progress=lambda line: None, bridge=bridge), timeout)
     async with Bus.from_url(stack.bus_url, namespace=stack.namespace, cluster=stack.cluster, source="demo") as bus:
         while True:  # the scoring periods run on the wall clock: wait for their rounds too
             counts, invalid, sources = await _count(bus)
-            if all(counts.get(s) for s in expected) or time.monotonic() > deadline:
+            if all(counts.get(s) for s in expected) or elapsed() > deadline:
                 return result, counts, invalid, sources, await _decisions(bus)
             await asyncio.sleep(0.5)
 

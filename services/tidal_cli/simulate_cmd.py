@@ -19,12 +19,12 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 import urllib.request
 import uuid
 from pathlib import Path
 
 from tidal_bus.auth import redact_url
+from tidal_clock import elapsed
 
 from .errors import CliError
 from .simulate_workload import read_workload
@@ -83,13 +83,13 @@ def run(args: argparse.Namespace) -> int:
             make_dir(path.parent, option)
     from tidal_simulator.run import simulate
 
-    started = time.monotonic()
+    started = elapsed()
     if args.bus:
         result = asyncio.run(simulate(plan, warmup=_grace(args.warmup)))
     else:
         result = _run_embedded(args, plan, simulate)
     _write(args, result)
-    print(summary(result.report, time.monotonic() - started))
+    print(summary(result.report, elapsed() - started))
     if result.violations:
         print(f"tidal: {result.violations} invariant violation(s); `tidal audit` lists them", file=sys.stderr)
         return 1
@@ -241,12 +241,12 @@ def _metrics_warmup(stack, nodes: int, timeout: float = 120.0):
         return float(found.group(1)) if found else None
 
     async def warmup(sim) -> None:
-        deadline, seen_any = time.monotonic() + timeout, time.monotonic() + 1.0
-        while placement is not None and time.monotonic() < deadline:
+        deadline, seen_any = elapsed() + timeout, elapsed() + 1.0
+        while placement is not None and elapsed() < deadline:
             count = await asyncio.to_thread(handled)
             if count is not None and count >= nodes:
                 break
-            if count is None and time.monotonic() > seen_any:
+            if count is None and elapsed() > seen_any:
                 # placement reads the streams without a consumer group: give it time per node
                 await asyncio.sleep(1.0 + 0.002 * nodes)
                 break

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tidal_bus.auth import redact_url
 from tidal_bus.embedded import EmbeddedNats, _die_with_parent
+from tidal_clock import elapsed
 
 from .errors import CliError
 from .options import make_dir
@@ -127,12 +128,12 @@ class Stack:
         return RunningService(name, process, listener, log_path, own)
 
     def wait_ready(self, timeout: float = 60.0, services: list[RunningService] | None = None) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = elapsed() + timeout
         pending = list(self.services if services is None else services)
         while pending:
             self.check_alive()
             pending = [s for s in pending if not s.ready()]
-            if pending and time.monotonic() > deadline:
+            if pending and elapsed() > deadline:
                 raise CliError(f"not ready after {timeout:.0f}s: {', '.join(s.name for s in pending)} "
                                f"(see {pending[0].log_path})", exit_code=1)
             time.sleep(0.1)
@@ -166,7 +167,7 @@ class Stack:
         """Start crashed processes again (the embedded nats-server too) with
         exponential back-off, saying so in a line each time; True when
         something changed (an exit seen or a process started)."""
-        now = time.monotonic() if now is None else now
+        now = elapsed() if now is None else now
         changed = False
         processes: list[tuple[str, int | None]] = [(s.name, s.process.poll()) for s in self.services]
         if self.nats is not None:
@@ -244,10 +245,10 @@ class Stack:
         for service in self.services:
             if service.process.poll() is None:
                 service.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
+        deadline = elapsed() + timeout
         for service in self.services:
             try:
-                service.process.wait(max(deadline - time.monotonic(), 0.1))
+                service.process.wait(max(deadline - elapsed(), 0.1))
             except subprocess.TimeoutExpired:
                 service.process.kill()
                 service.process.wait()

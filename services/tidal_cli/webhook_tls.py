@@ -14,13 +14,15 @@ from __future__ import annotations
 import base64
 import ipaddress
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from tidal_clock import now_utc
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ def make_webhook_tls(dns_names: list[str], ip_addresses: list[str] = (), *, days
     """A new CA and a serving certificate it signs for `dns_names` and `ip_addresses`, valid `days`."""
     if not dns_names and not ip_addresses:
         raise ValueError("a serving certificate needs at least one DNS name or IP address")
-    now = datetime.now(timezone.utc) - timedelta(minutes=5)  # clocks a little behind still accept it
+    now = now_utc() - timedelta(minutes=5)  # clocks a little behind still accept it
     until = now + timedelta(days=days)
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ca_name)])
