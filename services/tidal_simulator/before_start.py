@@ -6,9 +6,9 @@ a busy node does."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 from tidal_bus import StartAt
+from tidal_clock import elapsed
 from tidal_schemas import PlacementDecision, SchemaError
 from tidal_schemas.decision_codec import write_decision
 
@@ -54,12 +54,12 @@ async def caught_up(sim, timeout_s: float = 60.0) -> bool:
     adopts their CPUs before any new decision; False (and a warning) after
     `timeout_s`."""
     placed = [(s.node, s.key) for s in sim.workload.pods if s.node is not None]
-    deadline = time.monotonic() + timeout_s
+    deadline = elapsed() + timeout_s
     while True:
         missing = [key for node, key in placed if not sim.agents.knows(node, key)]
         if not missing:
             return True
-        if time.monotonic() > deadline:
+        if elapsed() > deadline:
             sim.log.warning("the node agents have not read of %d pod(s) running since the start, e.g. %s",
                             len(missing), missing[0])
             return False

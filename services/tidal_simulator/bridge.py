@@ -10,8 +10,9 @@ import asyncio
 import logging
 import signal
 import subprocess
-import time
 from collections.abc import Awaitable, Callable
+
+from tidal_clock import elapsed
 
 Stopper = Callable[[], Awaitable[None]]
 BridgeStarter = Callable[[object], Awaitable[Stopper]]
@@ -30,12 +31,12 @@ async def in_process_bridge(sim) -> Stopper:
         kubeconfig=sim.kubeconfig, log_level=s.log_level, backoff_initial_s=0.05, backoff_max_s=1.0,
         api_retry_s=0.05, bind_retry_s=0.01, drain_timeout_s=2))
     task = asyncio.create_task(bridge.run(), name="bridge")
-    deadline = time.monotonic() + READY_TIMEOUT_S
+    deadline = elapsed() + READY_TIMEOUT_S
     while not bridge.ready()[0]:
         if task.done():
             task.result()
             raise RuntimeError("the bridge stopped before it was ready")
-        if time.monotonic() > deadline:
+        if elapsed() > deadline:
             raise RuntimeError(f"the bridge is not ready after {READY_TIMEOUT_S:.0f} s: {bridge.ready()[1]}")
         await asyncio.sleep(0.02)
 

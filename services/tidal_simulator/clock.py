@@ -4,14 +4,15 @@ goes. Real time: scenario time is wall time since the start."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
+
+from tidal_clock import elapsed
 
 
 class SimClock:
     def __init__(self, start: datetime, tick_s: float, real_time: bool = False,
-                 wall: Callable[[], float] = time.monotonic) -> None:
+                 wall: Callable[[], float] = elapsed) -> None:
         if tick_s <= 0:
             raise ValueError(f"tick_s must be > 0, got {tick_s}")
         self.start = start

@@ -18,10 +18,10 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from tidal_clock import elapsed
 from tidal_kubelet_api import pb2
 from tidal_schemas import NodeTopology
 
@@ -72,9 +72,9 @@ class NodeDevices:
             self.on_plugin(node, plugin)
             await plugin.start()
             self.plugins[node] = plugin
-        deadline = time.monotonic() + timeout_s
+        deadline = elapsed() + timeout_s
         while missing := [n for n, m in self.managers.items() if not m.counts(GPU_RESOURCE)[0]]:
-            if time.monotonic() > deadline:
+            if elapsed() > deadline:
                 raise RuntimeError(f"the device plugins of {len(missing)} node(s) did not register and list their "
                                    f"devices in {timeout_s:.0f} s, e.g. {missing[0]}")
             await asyncio.sleep(0.02)

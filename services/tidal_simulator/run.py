@@ -13,16 +13,16 @@ from __future__ import annotations
 import asyncio
 import shutil
 from collections import Counter
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from tidal_audit import AdmissionFailure, ContainerDevices, at_the_node, audit
 from tidal_audit import read_streams
 from tidal_bus import StartAt
+from tidal_clock import elapsed, now_utc
 from tidal_schemas import SchemaError, UserScore
 
 from .bridge import BridgeStarter, in_process_bridge
@@ -70,7 +70,7 @@ async def simulate(plan: RunPlan, *, warmup: Callable[[SimulatorService], Awaita
                    progress: Callable[[str], None] = stderr_progress,
                    bridge: BridgeStarter = in_process_bridge) -> RunResult:
     """Run `plan` (see the module docstring)."""
-    started, started_utc = time.monotonic(), datetime.now(timezone.utc)
+    started, started_utc = elapsed(), now_utc()
     sim = SimulatorService(plan.settings, workload=plan.workload)
     task = asyncio.create_task(sim.run(), name="simulator")
     stop_bridge = None
@@ -88,13 +88,13 @@ async def simulate(plan: RunPlan, *, warmup: Callable[[SimulatorService], Awaita
         if warmup is not None:
             await warmup(sim)
         attach_ledger(sim, plan.shapes)
-        release_started = time.monotonic()
+        release_started = elapsed()
         if plan.arrive_only:
             await run_arrive_only(sim, list(plan.order), batch=plan.settings.batch,
                                   progress_every=plan.progress_every, progress=progress)
         else:
             await run_timed(sim, progress_every=plan.progress_every, progress=progress)
-        release_wall = time.monotonic() - release_started
+        release_wall = elapsed() - release_started
         if stop_bridge is not None:  # the run has settled: the audit reads a finished cluster
             await sim.settled()
             await stop_bridge()
@@ -106,7 +106,7 @@ async def simulate(plan: RunPlan, *, warmup: Callable[[SimulatorService], Awaita
         scores = await fair_share_scores(sim, started_utc)
         keys = list(sim.model.pods)
         verdicts = check(plan.workload.expectations, sim.record.timeline, keys)
-        report = build_report(plan.workload, sim.record, sim.model, wall_s=time.monotonic() - started,
+        report = build_report(plan.workload, sim.record, sim.model, wall_s=elapsed() - started,
                               release_wall_s=release_wall, verdicts=verdicts, fair_share=scores,
                               extra={**plan.extra, "bind_failure_rate": plan.settings.bind_failure_rate,
                                      "seed": plan.settings.seed, "clock": plan.settings.clock,

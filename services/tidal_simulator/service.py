@@ -29,14 +29,14 @@ futures tell it when a pod is running or was decided pending.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
 
 from tidal_bus import Delivery, StartAt
+from tidal_clock import elapsed, now_utc
 from tidal_schemas import (
     ActionResult, BindResult, Envelope, NodeAction, NodeAllocatables, NodeMetrics, Payload,
     PlacementDecisions, PodLifecycle, make_envelope,
@@ -77,7 +77,7 @@ class SimulatorService(Service):
         self.agents = NodeAgents((n.topology for n in workload.nodes), self.model.cgroups,
                                  lambda payload, cause=None, delivery=None, discriminator="":
                                  self.emit(payload, cause=cause, discriminator=discriminator))
-        self.clock = SimClock(s.start or datetime.now(timezone.utc).replace(microsecond=0),
+        self.clock = SimClock(s.start or now_utc().replace(microsecond=0),
                               s.tick_s or workload.tick_s, real_time=s.clock == "real-time")
         self.bind_rng = np.random.default_rng([s.seed, 1])
         self.usage_rng = np.random.default_rng([s.seed, 2])
@@ -96,8 +96,8 @@ class SimulatorService(Service):
         self.kubeconfig = s.kubeconfig_path()
         self.schedule = SampleSchedule(list(self.model.nodes), self.settings.metrics_heartbeat_s)
         self._awaiting_allocatable: set[str] = set()
-        self._last_input = time.monotonic()
-        self.started_at = datetime.now(timezone.utc) - timedelta(seconds=1)
+        self._last_input = elapsed()
+        self.started_at = now_utc() - timedelta(seconds=1)
 
     # -- wiring -----------------------------------------------------------------
     def subscriptions(self) -> list[Subscription]:
@@ -184,7 +184,7 @@ class SimulatorService(Service):
             if pod is None or (decision.uid and decision.uid != pod.request.uid):
                 continue  # not a pod of this simulation
             self._touch()
-            self.record.decision(self.clock.t_s, key, decision, time.monotonic())
+            self.record.decision(self.clock.t_s, key, decision, elapsed())
             if decision.outcome == "pending":
                 self.settle(key, "pending")
 
@@ -230,7 +230,7 @@ class SimulatorService(Service):
         "running" or "pending" once it is settled."""
         future = asyncio.get_running_loop().create_future()
         self.waiters[key] = future
-        self.record.released_at[key] = time.monotonic()
+        self.record.released_at[key] = elapsed()
         self._touch()
         self.model.arrive(key, self.clock.now())
         self.api.create_pod(pod_manifest(self.model.pods[key].request, self.clock.now()))
@@ -270,13 +270,13 @@ class SimulatorService(Service):
         and, when expected, oversell answered every sample; False at
         `settle_max_s` (or `timeout`)."""
         s = self.settings
-        deadline = time.monotonic() + (timeout if timeout is not None else s.settle_max_s)
+        deadline = elapsed() + (timeout if timeout is not None else s.settle_max_s)
         quiet_s = s.settle_quiet_s if quiet_s is None else quiet_s
         while True:
-            quiet = time.monotonic() - self._last_input >= quiet_s
+            quiet = elapsed() - self._last_input >= quiet_s
             if quiet and not self._awaiting_allocatable and self.kubelets.idle.is_set():
                 return True
-            if time.monotonic() > deadline:
+            if elapsed() > deadline:
                 self._awaiting_allocatable.clear()  # an unanswered sample is not waited for twice
                 return False
             await asyncio.sleep(min(max(s.settle_quiet_s / 2, 0.005), 0.05))
@@ -295,4 +295,4 @@ class SimulatorService(Service):
             future.set_result(how)
 
     def _touch(self) -> None:
-        self._last_input = time.monotonic()
+        self._last_input = elapsed()

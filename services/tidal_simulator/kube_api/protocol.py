@@ -12,6 +12,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tidal_clock import now_utc
+
 MERGE_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 FIELDS = {"pods": {"metadata.name", "metadata.namespace", "spec.nodeName", "spec.schedulerName", "status.phase"},
           "nodes": {"metadata.name", "spec.unschedulable"}}
@@ -25,7 +27,7 @@ def stamp(when: datetime) -> str:
 
 
 def now_stamp() -> str:
-    return stamp(datetime.now(timezone.utc))
+    return stamp(now_utc())
 
 
 def status_body(code: int, reason: str, message: str, **details: Any) -> dict[str, Any]:

@@ -11,8 +11,10 @@ KERNEL-VERSION CONTAINER-RUNTIME (after | only with -o wide: priority 1).
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
+
+from tidal_clock import now_utc
 
 VERSION = {"major": "1", "minor": "30", "gitVersion": "v1.30.0-tidal-simulator", "platform": "linux/amd64"}
 RESOURCES = [  # (name, kind, namespaced, verbs)
@@ -111,7 +113,7 @@ def custom_table(columns: list[dict[str, Any]], items: list[dict[str, Any]], res
                  include_object: str = "Metadata") -> dict[str, Any]:
     """Custom resources as a Table: NAME, then the CRD's additionalPrinterColumns
     (a `date` column shown as an age, as apiextensions-apiserver does)."""
-    now = datetime.now(timezone.utc)
+    now = now_utc()
     definitions = [_column("Name", format="name")] + [
         {"name": c["name"], "type": c.get("type", "string"), "format": c.get("format", ""),
          "description": c.get("description", ""), "priority": c.get("priority", 0)} for c in columns]
@@ -169,7 +171,7 @@ def table(resource: str, items: list[dict[str, Any]], resource_version: str, inc
     resource without a printer (the caller answers with the plain list)."""
     if resource not in CELLS:
         return None
-    now = datetime.now(timezone.utc)
+    now = now_utc()
     rows = []
     for item in items:
         obj = item if include_object == "Object" else {
