@@ -8,9 +8,14 @@ and its recording replays exactly."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
-from conftest import patience
+from conftest import make_bus, patience
+from tidal_bus.embedded import EmbeddedNats
+from tidal_schemas import NodeAction
+from tidal_simulator.replay_exact import ExactReplay, read_recording, replay_acting_stages
+from tidal_simulator.replay_run import LiveStreams
 from tidal_cli import main as cli
 
 
@@ -41,4 +46,28 @@ def test_the_demo_scenario_meets_every_expectation(tmp_path, capsys):
     code = cli.main(["replay", "--recording", str(tmp_path / "simulate"), "--namespace", "sim", "--cluster", "sim",
                      "--from", "earliest"])
     out = capsys.readouterr().out
-    assert code == 0 and "every decision equal to the recording" in out, out[-3000:]
+    assert code == 0 and "every decision and action equal to the recording" in out, out[-3000:]
+    assert "oversell: " in out and "remediation: " in out
+    asyncio.run(_an_altered_sample_is_a_divergence(tmp_path / "simulate" / "nats"))
+
+
+async def _an_altered_sample_is_a_divergence(store: Path) -> None:
+    """The samples of the node remediation first froze a pod on, emptied of
+    pods: the replayed actions and allocatables of that node differ."""
+    server = EmbeddedNats(store).start()
+    try:
+        async with make_bus(server.url, "sim") as bus:
+            recording = await read_recording(LiveStreams(bus), "sim")
+    finally:
+        server.stop()
+    freeze = next(e.payload for e in recording.acting_log
+                  if isinstance(e.payload, NodeAction) and e.payload.kind == "freeze")
+    for key, (envelope, crc) in list(recording.inputs.items()):
+        if key[0] == "node.metrics" and envelope.payload.node == freeze.node:
+            emptied = envelope.payload.model_copy(update={"pods": []})
+            recording.inputs[key] = (envelope.model_copy(update={"payload": emptied}), crc)
+    verdict = ExactReplay("sim")
+    await replay_acting_stages(recording, "sim", verdict)
+    assert not verdict.equal
+    assert any(stage in d and f"node {freeze.node}" in d for d in verdict.divergences
+               for stage in ("oversell", "remediation")), verdict.divergences

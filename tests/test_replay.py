@@ -262,7 +262,7 @@ async def test_the_unchanged_replay_reproduces_every_decision_from_the_journal(n
     exact, result = await replay_cmd._replay(args, None, None, {})
     assert result is None  # no --set: no sandbox
     assert exact.equal and exact.members == 1 and exact.decisions >= report["pods"]["running"] > 0
-    assert "every decision equal to the recording" in exact.describe()
+    assert "every decision and action equal to the recording" in exact.describe()
     assert await stream_ends(nats_server.url, namespace) == before
 
 
@@ -323,7 +323,7 @@ def test_the_command_prints_both_runs_and_writes_the_report(nats_server, recorde
                           "--set", "placement.gpu-strategy=fgd", "--show", "3", "--report", str(out)],
                          capture_output=True, text=True, timeout=patience(180))
     assert run.returncode == 0, run.stderr
-    assert "every decision equal to the recording" in run.stdout  # the baseline holds
+    assert "every decision and action equal to the recording" in run.stdout  # the baseline holds
     assert "GPU allocation %" in run.stdout and "baseline" in run.stdout and "changed" in run.stdout
     report = json.loads(out.read_text())
     assert report["exact"]["equal"] and report["arrivals"] == 40 and report["differs"] == len(report["moved"]) + len(

@@ -131,7 +131,7 @@ def _replay_recording(args: argparse.Namespace, start, end, overrides: dict[str,
 
 async def _replay(args: argparse.Namespace, start, end, overrides: dict[str, str]):
     from tidal_simulator.replay_compare import compare
-    from tidal_simulator.replay_exact import read_recording, replay_recording, what_if
+    from tidal_simulator.replay_exact import read_recording, replay_acting_stages, replay_recording, what_if
     from tidal_simulator.replay_plan import RecordedOutcome, build_plan, resolve_window
     from tidal_simulator.replay_report import ReplayResult
     from tidal_simulator.replay_run import LiveStreams, read_recorded
@@ -140,6 +140,7 @@ async def _replay(args: argparse.Namespace, start, end, overrides: dict[str, str
         recording = await read_recording(LiveStreams(live_bus), args.cluster)
         inputs = await read_recorded(LiveStreams(live_bus), args.cluster)
     exact = replay_recording(recording, args.cluster, args.namespace)
+    await replay_acting_stages(recording, args.cluster, exact)
     try:
         window = resolve_window(start, end, inputs)
     except ValueError as exc:

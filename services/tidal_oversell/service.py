@@ -12,6 +12,7 @@ import asyncio
 from typing import Any
 
 from tidal_bus import Delivery
+from tidal_clock import Clock, wall_clock
 from tidal_schemas import (
     ActionResult, Envelope, NodeAction, NodeAllocatables, NodeMetrics, NodeScores, NodeTopology, PodLifecycle,
     Resources, derived_id,
@@ -20,6 +21,7 @@ from tidal_schemas import (
 from tidal_policy.action_memory import SENT_AT
 from tidal_runtime import InventoryGate, OutputBatches, Service, Subscription
 from tidal_runtime.action_log import follow_action_log
+from tidal_runtime.journal import Journal
 
 from .eviction import candidate_from, plan_evictions
 from .node_state import ActionLog, NodeView, inventory
@@ -48,6 +50,8 @@ class OversellService(Service):
         self.allocatables = OutputBatches(NodeAllocatables, self.publish, linger_s=self.settings.output_linger_s,
                                           flush_at=self.settings.output_window)
         self.inventories = InventoryGate(self.settings.topology_wait_s)
+        self.journal = Journal()  # every step that changes what it knows, in order: what a replay re-runs
+        self.clock: Clock = wall_clock  # the journal's; decisions take the sample's own time
 
     def subscriptions(self) -> list[Subscription]:
         return [Subscription("node.topology", self.on_topology), Subscription("score.node", self.on_score),
@@ -60,10 +64,12 @@ class OversellService(Service):
         return self.views.setdefault((cluster, node), NodeView())
 
     async def on_topology(self, envelope: Envelope[NodeTopology], delivery: Delivery) -> None:
+        self.journal.read(envelope, self.clock())
         self._view(envelope.cluster, envelope.payload.node).topology = inventory(envelope.payload)
         self.inventories.arrived((envelope.cluster, envelope.payload.node))
 
     async def on_score(self, envelope: Envelope[NodeScores], delivery: Delivery) -> None:
+        self.journal.read(envelope, self.clock())
         for score in envelope.payload.items:
             view = self._view(envelope.cluster, score.node)
             if not score.older_than(view.peak_sampled_at):  # else keep the newer peak
@@ -71,11 +77,7 @@ class OversellService(Service):
 
     async def follow_pods(self) -> None:
         async def on_event(envelope: Envelope[Any]) -> None:
-            pod = envelope.payload
-            if isinstance(pod, PodLifecycle):
-                self.pods.apply(envelope.cluster, pod)
-                if pod.phase == "deleted":
-                    self.log_of_actions.pod_gone(envelope.cluster, pod)
+            self.apply_pod(envelope)
 
         async def done() -> None:
             return None
@@ -84,15 +86,25 @@ class OversellService(Service):
         await self.bus.catch_up_then_follow("pod.lifecycle", on_event, done, linger_s=self.settings.input_linger_s,
                                             main_lane_only=True)
 
-    async def follow_action_log(self) -> None:
-        def apply(envelope: Envelope[Any]) -> None:
-            payload = envelope.payload
-            if isinstance(payload, NodeAction) and payload.requested_by == self.name:
-                self.log_of_actions.record(envelope.cluster, payload, envelope.time)
-            elif isinstance(payload, ActionResult):
-                self.log_of_actions.result(envelope.cluster, payload)
+    def apply_pod(self, envelope: Envelope[Any]) -> None:
+        pod = envelope.payload
+        if isinstance(pod, PodLifecycle):
+            self.journal.read(envelope, self.clock())
+            self.pods.apply(envelope.cluster, pod)
+            if pod.phase == "deleted":
+                self.log_of_actions.pod_gone(envelope.cluster, pod)
 
-        await follow_action_log(self.bus, apply, self.action_log_ready.set)
+    async def follow_action_log(self) -> None:
+        await follow_action_log(self.bus, self.apply_log, self.action_log_ready.set)
+
+    def apply_log(self, envelope: Envelope[Any]) -> None:
+        payload = envelope.payload
+        if isinstance(payload, NodeAction) and payload.requested_by == self.name:
+            self.journal.read(envelope, self.clock())
+            self.log_of_actions.record(envelope.cluster, payload, envelope.time)
+        elif isinstance(payload, ActionResult):
+            self.journal.read(envelope, self.clock())
+            self.log_of_actions.result(envelope.cluster, payload)
 
     def _granted_by_node(self):
         for (cluster, node), granted in list(self.granted.items()):
@@ -110,21 +122,30 @@ class OversellService(Service):
                 return
             await self.inventories.admit((cluster, metrics.node), lambda: view.topology is not None,
                                          f"node {cluster}/{metrics.node}")
-        pods = self.pods_on(cluster, metrics.node)
-        allocatable = self._allocatable(view, pods, metrics).model_copy(update={"sample": envelope.id})
-        view.factors = dict(allocatable.factors)
-        self.granted[(cluster, metrics.node)] = allocatable.allocatable
+        self.journal.read(envelope, self.clock(), op="grant/replayed" if delivery.replaying else "grant")
+        allocatable, pods = self.grant(envelope)
         if not self.replaying(delivery, NodeAllocatables.TYPE):
             await self.allocatables.add(allocatable, key=metrics.node, cause=envelope)
         if not delivery.replaying:
             await self.action_log_ready.wait()
-            await self._act(envelope, view.topology, pods)
+            self.journal.read(envelope, self.clock(), op="act")
+            await self.act(envelope, view.topology, pods)
+
+    def grant(self, envelope: Envelope[NodeMetrics]):
+        """The node's oversold allocatable from this sample, and the pods it counted."""
+        metrics, cluster = envelope.payload, envelope.cluster
+        view = self.views[(cluster, metrics.node)]
+        pods = self.pods_on(cluster, metrics.node)
+        allocatable = self._allocatable(view, pods, metrics).model_copy(update={"sample": envelope.id})
+        view.factors = dict(allocatable.factors)
+        self.granted[(cluster, metrics.node)] = allocatable.allocatable
+        return allocatable, pods
 
     def _allocatable(self, view: NodeView, pods: list[HeldPod], metrics: NodeMetrics):
         policy = OVERSELL_POLICIES[self.settings.policy_for(view.topology.pool)]
         return policy(view, pods, metrics, self.settings)
 
-    async def _act(self, envelope: Envelope[NodeMetrics], topology: NodeTopology, pods: list[HeldPod]) -> None:
+    async def act(self, envelope: Envelope[NodeMetrics], topology: NodeTopology, pods: list[HeldPod]) -> None:
         metrics, cluster, s = envelope.payload, envelope.cluster, self.settings
         now, node, basis = metrics.sampled_at, metrics.node, float(topology.capacity.memory_mib)
         if basis <= 0:

@@ -16,6 +16,7 @@ from tidal_schemas import ActionResult, CpuAssignment, Envelope, NodeAction, Nod
 
 from tidal_runtime import InventoryGate, Service, Subscription
 from tidal_runtime.action_log import follow_action_log
+from tidal_runtime.journal import Journal
 from tidal_runtime.metrics import node_actions_counter
 
 from .events import actions_to_events
@@ -47,6 +48,7 @@ class RemediationService(Service):
         self.actions = node_actions_counter(self.metrics.registry)
         self.inventories = InventoryGate(self.settings.topology_wait_s)
         self.clock: Clock = wall_clock  # when an unanswered action is due again
+        self.journal = Journal()  # every step that changes what it knows, in order: what a replay re-runs
 
     def subscriptions(self) -> list[Subscription]:
         return [Subscription("node.topology", self.on_topology),
@@ -63,6 +65,7 @@ class RemediationService(Service):
         return clusters is None or cluster in clusters
 
     async def on_topology(self, envelope: Envelope[NodeTopology], delivery: Delivery) -> None:
+        self.journal.read(envelope, self.clock())
         self.layouts[(envelope.cluster, envelope.payload.node)] = layout_of(envelope.payload)
         self.inventories.arrived((envelope.cluster, envelope.payload.node))
 
@@ -72,8 +75,10 @@ class RemediationService(Service):
         if not self._handles(envelope.cluster):
             return
         if isinstance(payload, NodeAction) and payload.requested_by == self.name:
+            self.journal.read(envelope, self.clock())
             self._memory(envelope.cluster).record_action(payload)
         elif isinstance(payload, ActionResult):
+            self.journal.read(envelope, self.clock())
             line = self._memory(envelope.cluster).record_result(payload)
             if line and self.memory_ready.is_set():
                 self.log.info("%s", line)
@@ -87,15 +92,19 @@ class RemediationService(Service):
 
     async def follow_assignments(self) -> None:
         async def on_event(envelope: Envelope[Any]) -> None:
-            a = envelope.payload
-            if isinstance(a, CpuAssignment):
-                pods = self.exclusive.setdefault((envelope.cluster, a.node), set())
-                (pods.discard if a.released else pods.add)(a.pod)
+            self.apply_assignment(envelope)
 
         async def done() -> None:
-            self.assignments_read = True
+            self.assignments_read = True  # the journal's `decide` steps say it
 
         await self.bus.catch_up_then_follow("cpu.assignment", on_event, done)
+
+    def apply_assignment(self, envelope: Envelope[Any]) -> None:
+        a = envelope.payload
+        if isinstance(a, CpuAssignment):
+            self.journal.read(envelope, self.clock())
+            pods = self.exclusive.setdefault((envelope.cluster, a.node), set())
+            (pods.discard if a.released else pods.add)(a.pod)
 
     # -- deciding -------------------------------------------------------------
     async def on_metrics(self, envelope: Envelope[NodeMetrics], delivery: Delivery) -> None:
@@ -105,8 +114,14 @@ class RemediationService(Service):
         key = (cluster, metrics.node)
         if key not in self.layouts:
             await self.inventories.admit(key, lambda: key in self.layouts, f"node {cluster}/{metrics.node}")
-        layout = self.layouts[key]
         await self.memory_ready.wait()
+        self.journal.read(envelope, self.clock(), op="decide" if self.assignments_read else "decide/unassigned")
+        await self.decide(envelope)
+
+    async def decide(self, envelope: Envelope[NodeMetrics]) -> None:
+        """One round for the sampled node: its actions, published."""
+        metrics, cluster = envelope.payload, envelope.cluster
+        layout = self.layouts[(cluster, metrics.node)]
         memory = self._memory(cluster)
         exclusive = told_exclusive(self.exclusive.get((cluster, metrics.node)), layout, self.assignments_read)
         state = node_state_from(metrics, layout, exclusive)
@@ -124,17 +139,22 @@ class RemediationService(Service):
         await self.memory_ready.wait()
         while True:
             await asyncio.sleep(self.settings.retry_check_s)
-            now = now_utc(self.clock)
-            for cluster, memory in list(self.memory.items()):
-                plan = plan_retries(memory.actions, now, self.policy.action_timeout_s, self.policy.max_retries)
-                for action in plan.resend:
-                    memory.record_action(action)
-                    attempt = int(action.measured.get("attempt", 2))
-                    self.log.warning("action %s (%s %s) unanswered: sending again, attempt %d",
-                                     action.action_id, action.kind, action.pod, attempt)
-                    await self.publish(action, cluster=cluster, event_id=derived_id(
-                        action.action_id, "node.action", action.node, f"attempt-{attempt}"))
-                for result in plan.give_up:
-                    self.log.error("giving up action %s: %s", result.action_id, result.reason)
-                    memory.record_result(result)
-                    await self.publish(result, cluster=cluster)
+            await self.retry(self.clock())
+
+    async def retry(self, t: float) -> None:
+        """Send again what is unanswered past its timeout; give up past the retries."""
+        now = now_utc(lambda: t)
+        for cluster, memory in list(self.memory.items()):
+            self.journal.step(cluster, "retry", t)
+            plan = plan_retries(memory.actions, now, self.policy.action_timeout_s, self.policy.max_retries)
+            for action in plan.resend:
+                memory.record_action(action)
+                attempt = int(action.measured.get("attempt", 2))
+                self.log.warning("action %s (%s %s) unanswered: sending again, attempt %d",
+                                 action.action_id, action.kind, action.pod, attempt)
+                await self.publish(action, cluster=cluster, event_id=derived_id(
+                    action.action_id, "node.action", action.node, f"attempt-{attempt}"))
+            for result in plan.give_up:
+                self.log.error("giving up action %s: %s", result.action_id, result.reason)
+                memory.record_result(result)
+                await self.publish(result, cluster=cluster)

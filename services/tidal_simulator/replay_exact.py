@@ -19,13 +19,15 @@ from tidal_placement import (PlacementSettings, ReplayAnswers, first_difference,
 from tidal_runtime.journal import digest
 from tidal_schemas import SchemaError
 
+from .replay_actions import first_action_difference, recorded_actions, replay_acting
 from .replay_compare import Placed
 from .replay_run import LiveStreams
 
 # What placement follows (tidal_placement.service.FOLLOWED), less the state
 # streams, whose events the journal carries whole.
 READ_STREAMS = ("node.topology", "node.allocatable", "score.node", "score.user", "node.action", "pod.lifecycle",
-                "bind.result", "placement.decision", "cpu.assignment")
+                "bind.result", "placement.decision", "cpu.assignment", "node.metrics", "action.result")
+ACTING = ("oversell", "remediation")  # the stages whose actions are replayed beside placement's decisions
 
 
 @dataclass
@@ -35,6 +37,7 @@ class ExactReplay:
     steps: int = 0
     decision_events: int = 0
     decisions: int = 0
+    actions: dict[str, int] = field(default_factory=dict)  # acting stage -> outputs replayed and checked
     divergences: list[str] = field(default_factory=list)  # the first per replica, one line each
     unreplayable: list[str] = field(default_factory=list)  # replicas whose journal is incomplete, and why
 
@@ -46,10 +49,12 @@ class ExactReplay:
         if not self.members and not self.unreplayable:
             return (f"exact replay of cluster {self.cluster}: no placement journal recorded (placement before "
                     "this version journals nothing)")
-        head = (f"exact replay of cluster {self.cluster}: {self.members} placement replica(s), {self.steps} "
+        head = (f"exact replay of cluster {self.cluster}: {self.members} stage replica(s), {self.steps} "
                 f"journal steps, {self.decision_events} decision events ({self.decisions} decisions)")
+        if self.actions:
+            head += "; " + ", ".join(f"{stage}: {n} actions and allocatables" for stage, n in self.actions.items())
         if self.equal:
-            return f"{head}: every decision equal to the recording"
+            return f"{head}: every decision and action equal to the recording"
         lines = [f"{head}: NOT equal to the recording"]
         lines += [f"  first divergence: {d}" for d in self.divergences]
         lines += [f"  not replayed: {u}" for u in self.unreplayable]
@@ -57,7 +62,7 @@ class ExactReplay:
 
     def to_json(self) -> dict[str, Any]:
         return {"cluster": self.cluster, "members": self.members, "steps": self.steps, "equal": self.equal,
-                "decision_events": self.decision_events, "decisions": self.decisions,
+                "decision_events": self.decision_events, "decisions": self.decisions, "actions": self.actions,
                 "divergences": self.divergences, "unreplayable": self.unreplayable}
 
 
@@ -70,12 +75,16 @@ class Recording:
     journal: list[Any] = field(default_factory=list)
     inputs: dict[tuple[str, str], tuple[Any, str]] = field(default_factory=dict)
     log: list[Any] = field(default_factory=list)
+    acting_journal: list[Any] = field(default_factory=list)  # oversell's and remediation's
+    acting_log: list[Any] = field(default_factory=list)  # node.action, action.result, node.allocatable
 
 
 async def read_recording(live: LiveStreams, cluster: str) -> Recording:
     recording = Recording()
-    recording.journal = [e.payload async for _, e in live.read("stage.journal")
-                         if not isinstance(e, SchemaError) and e.cluster == cluster and e.payload.stage == "placement"]
+    journal = [e.payload async for _, e in live.read("stage.journal")
+               if not isinstance(e, SchemaError) and e.cluster == cluster]
+    recording.journal = [j for j in journal if j.stage == "placement"]
+    recording.acting_journal = [j for j in journal if j.stage in ACTING]
     for stream in READ_STREAMS:
         async for raw, event in live.read(stream):
             if isinstance(event, SchemaError) or event.cluster != cluster:
@@ -83,6 +92,8 @@ async def read_recording(live: LiveStreams, cluster: str) -> Recording:
             recording.inputs.setdefault((stream, event.id), (event, digest(raw.data)))
             if stream == "placement.decision":
                 recording.log.append(event)
+            elif stream in ("node.action", "action.result", "node.allocatable"):
+                recording.acting_log.append(event)
     return recording
 
 
@@ -104,8 +115,32 @@ def replay_recording(recording: Recording, cluster: str, namespace: str) -> Exac
     return result
 
 
+async def replay_acting_stages(recording: Recording, cluster: str, result: ExactReplay) -> None:
+    """Oversell's and remediation's journals replayed into `result`."""
+    for stage in ACTING:
+        journals = gather_journals(j for j in recording.acting_journal if j.stage == stage)
+        result.unreplayable += [f"{stage} replica {m}: {why}" for m, why in journals.problems.items()]
+        replayed = []
+        for member, steps in journals.steps.items():
+            run = await replay_acting(stage, member, steps, journals.settings[member], cluster, recording.inputs)
+            result.members += 1
+            result.steps += len(steps)
+            if run.problem:
+                result.divergences.append(f"{stage} replica {member}: {run.problem}")
+            replayed += run.outputs
+        if not journals.steps:
+            continue
+        recorded = recorded_actions(recording.acting_log, stage)
+        result.actions[stage] = len(recorded)
+        if (difference := first_action_difference(stage, replayed, recorded)) is not None:
+            result.divergences.append(difference)
+
+
 async def replay_exactly(live: LiveStreams, cluster: str, namespace: str) -> ExactReplay:
-    return replay_recording(await read_recording(live, cluster), cluster, namespace)
+    recording = await read_recording(live, cluster)
+    result = replay_recording(recording, cluster, namespace)
+    await replay_acting_stages(recording, cluster, result)
+    return result
 
 
 @dataclass
