@@ -20,8 +20,9 @@ $(STAMP): pyproject.toml $(PACKAGES) | $(BIN)/python
 install: $(STAMP)
 
 # The pipeline on a sample cluster, then the simulator on the bundled demo
-# scenario (a memory spike and a NUMA hotspot) with its reports, then a
-# what-if: that recorded run replayed with the best-fit GPU strategy.
+# scenario (a memory spike and a NUMA hotspot) with its reports, then that
+# recorded run replayed exactly (every decision and action equal, or make
+# fails) and as a what-if with the best-fit GPU strategy against it.
 demo: $(STAMP)
 	$(BIN)/tidal demo
 	$(BIN)/tidal simulate --scenario examples/demo/scenario.yaml --data-dir .tidal/simulate --report .tidal/demo-report.json --html .tidal/demo-report.html
