@@ -26,7 +26,7 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/tidal demo
 	$(BIN)/tidal simulate --scenario examples/demo/scenario.yaml --data-dir .tidal/simulate --report .tidal/demo-report.json --html .tidal/demo-report.html
-	$(BIN)/tidal replay --recording .tidal/simulate --namespace sim --cluster sim --from earliest --set placement.gpu-strategy=best-fit --show 5 --report .tidal/demo-replay.json
+	$(BIN)/tidal replay --recording .tidal/simulate --namespace sim --cluster sim --from earliest --set placement.gpu-strategy=best-fit --show 5 --report .tidal/demo-replay.json --html .tidal/demo-replay.html
 
 # The HTML report test renders in Debian's headless Chromium; install it when we
 # can (root with apt). Without it that one test skips and says why.

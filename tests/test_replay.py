@@ -296,7 +296,7 @@ async def test_replaying_the_same_policy_reproduces_the_recording(nats_server, r
     c = result.comparison
     assert c.arrivals == 40 and c.recorded.placed == report["pods"]["running"]
     assert c.differs == 0 and c.same == c.recorded.placed
-    assert c.replay == c.recorded and result.invented == 0 and result.dropped == 0
+    assert c.replay == c.recorded and not result.invented and result.dropped == 0 and not result.explain
     assert await stream_ends(nats_server.url, namespace) == before  # the live streams were only read
 
 
@@ -312,6 +312,11 @@ async def test_replaying_fgd_shows_what_would_have_changed(nats_server, recorded
     assert c.replay.placed == c.same + len(c.moved) + len(c.only_replay)
     assert 0 < c.replay.gpu_allocation_pct <= 100 and c.replay.frag_milli >= 0
     assert result.to_json()["overrides"] == {"placement.gpu-strategy": "fgd"}
+    # every pod that differs with both runs' decision, as `tidal explain` shows it
+    moved, was, now = c.moved[0] if c.moved else (None, None, None)
+    assert set(result.explain) == {pod for pod, *_ in (*c.moved, *c.only_recorded, *c.only_replay)}
+    if moved:
+        assert f"on {was}" in result.explain[moved]["baseline"] and f"on {now}" in result.explain[moved]["changed"]
     assert await stream_ends(nats_server.url, namespace) == before
 
 
@@ -320,13 +325,17 @@ def test_the_command_prints_both_runs_and_writes_the_report(nats_server, recorde
     out = tmp_path / "replay.json"
     run = subprocess.run([str(Path(sys.executable).parent / "tidal"), "replay", "--bus", nats_server.url,
                           "--namespace", namespace, "--cluster", "sim", "--from", "earliest",
-                          "--set", "placement.gpu-strategy=fgd", "--show", "3", "--report", str(out)],
+                          "--set", "placement.gpu-strategy=fgd", "--show", "3", "--report", str(out),
+                          "--html", str(tmp_path / "replay.html")],
                          capture_output=True, text=True, timeout=patience(180))
     assert run.returncode == 0, run.stderr
     assert "every decision and action equal to the recording" in run.stdout  # the baseline holds
     assert "GPU allocation %" in run.stdout and "baseline" in run.stdout and "changed" in run.stdout
     report = json.loads(out.read_text())
-    assert report["exact"]["equal"] and report["arrivals"] == 40 and report["differs"] == len(report["moved"]) + len(
+    assert report["exact"]["equal"] and report["arrivals"] == 40
+    page = (tmp_path / "replay.html").read_text()
+    assert "every decision and action equal to the recording" in page and "against the unchanged run" in page
+    assert all(pod in page for pod in report["explain"]) and report["differs"] == len(report["moved"]) + len(
         report["only_recorded"]) + len(report["only_replay"])
 
 

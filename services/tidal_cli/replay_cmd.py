@@ -20,6 +20,7 @@ from tidal_bus.api import parse_time
 from tidal_clock import now_utc
 
 from .errors import CliError
+from .explain_cmd import describe as describe_decision
 from .options import add_bus_options, bus_for, count, write_file
 
 SETTABLE = {"placement"}
@@ -40,7 +41,8 @@ def add(subparsers) -> None:
     replay.add_argument("--to", dest="end", metavar="TIME|SEQ", help="window end (default: the latest event)")
     replay.add_argument("--set", dest="overrides", action="append", default=[], metavar="SERVICE.SETTING=VALUE",
                         help="a setting of the replayed placement, e.g. placement.gpu-strategy=fgd (repeatable)")
-    replay.add_argument("--report", type=Path, help="write the comparison as JSON here")
+    replay.add_argument("--report", type=Path, help="write the verdict and the comparison as JSON here")
+    replay.add_argument("--html", type=Path, help="write the verdict and the comparison as a self-contained HTML page")
     replay.add_argument("--show", type=count, default=20, help="pods that differ to list (default 20)")
     replay.add_argument("--recording", type=Path, metavar="DATA_DIR",
                         help="replay what a stopped `tidal simulate`/`tidal up` left in DATA_DIR (e.g. "
@@ -111,6 +113,11 @@ def run(args: argparse.Namespace) -> int:
         report = {"exact": exact.to_json(), **(result.to_json() if result is not None else {})}
         write_file(args.report, json.dumps(report, indent=2, default=str), "--report")
         print(f"report: {args.report}")
+    if args.html:
+        from tidal_simulator.replay_html import render_replay_html
+
+        write_file(args.html, render_replay_html(exact, result), "--html")
+        print(f"html report: {args.html}")
     return 0 if exact.equal else 1
 
 
@@ -162,6 +169,10 @@ async def _replay(args: argparse.Namespace, start, end, overrides: dict[str, str
         placed = baseline.placed.get(key)
         plan.recorded[key] = (RecordedOutcome(placed.node, placed.gpus) if placed is not None
                               else RecordedOutcome(None, reason=baseline.why.get(key, "no decision")))
+    comparison = compare(plan, changed.placed, changed.why)
+    differing = [pod for pod, *_ in (*comparison.moved, *comparison.only_recorded, *comparison.only_replay)]
+    explain = {pod: {run: describe_decision(side.last[pod]) if pod in side.last else "no decision"
+                     for run, side in (("baseline", baseline), ("changed", changed))} for pod in differing}
     return exact, ReplayResult(cluster=args.cluster, namespace=args.namespace, window=window, overrides=overrides,
-                               comparison=compare(plan, changed.placed, changed.why),
-                               invented=len(changed.invented), dropped=changed.dropped)
+                               comparison=comparison, invented=sorted(changed.invented), dropped=changed.dropped,
+                               explain=explain)

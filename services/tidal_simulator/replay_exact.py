@@ -149,6 +149,7 @@ class WhatIf:
     why: dict[str, str] = field(default_factory=dict)  # pod -> why the changed run left it pending
     invented: set[str] = field(default_factory=set)  # pods bound on answers the recording does not hold
     dropped: int = 0  # recorded answers to decisions the changed run did not take
+    last: dict[str, Any] = field(default_factory=dict)  # pod -> its last decision (what `tidal explain` shows)
 
 
 def what_if(recording: Recording, cluster: str, namespace: str, overrides: dict[str, Any]) -> WhatIf:
@@ -163,6 +164,8 @@ def what_if(recording: Recording, cluster: str, namespace: str, overrides: dict[
         for batch in run.outputs:
             for d in batch:
                 key = d.event_key()
+                if d.outcome != "fence":
+                    result.last[key] = d
                 if d.outcome == "placed" and d.node:
                     result.placed[key] = Placed(d.node, tuple((g.gpu, g.milli) for g in d.gpus))
                     result.why.pop(key, None)

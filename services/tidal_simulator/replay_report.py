@@ -17,13 +17,14 @@ class ReplayResult:
     window: Window
     overrides: dict[str, str] = field(default_factory=dict)
     comparison: Comparison = field(default_factory=lambda: Comparison(arrivals=0, same=0))
-    invented: int = 0  # pods the changed run bound on answers the recording does not hold
+    invented: list[str] = field(default_factory=list)  # pods of the changed run bound on answers not recorded
     dropped: int = 0  # recorded answers to decisions the changed run did not take
+    explain: dict[str, dict[str, str]] = field(default_factory=dict)  # pod that differs -> run -> its decision
 
     def to_json(self) -> dict:
         return {
             "cluster": self.cluster, "namespace": self.namespace, "invented": self.invented,
-            "dropped": self.dropped,
+            "dropped": self.dropped, "explain": self.explain,
             "window": {"start": self.window.start, "end": self.window.end},
             "overrides": {f"placement.{k.replace('_', '-')}": v for k, v in self.overrides.items()},
             **self.comparison.to_json(),
@@ -42,7 +43,7 @@ def describe(result: ReplayResult, show: int = 20) -> str:
              f"  changed: {settings}",
              "  baseline: the same journal with the recorded settings (equal to the recording, above); both runs "
              "read the same inputs at the same times, the cluster answering each run's own decisions",
-             f"  not recorded: {result.invented} pods of the changed run bound on answers the recording does "
+             f"  not recorded: {len(result.invented)} pods of the changed run bound on answers the recording does "
              f"not hold (bound at once); {result.dropped} recorded answers dropped", ""]
     rows = [("pods placed", "placed", "{:d}"), ("GPU allocation %", "gpu_allocation_pct", "{:.2f}"),
             ("CPU allocation %", "cpu_allocation_pct", "{:.2f}"),
