@@ -38,6 +38,10 @@ class Journal:
         else:
             self.step(envelope.cluster, op, now, stream, f"{envelope.id} {read_digest}".rstrip())
 
+    def put_back(self, cluster: str, steps: list[Step]) -> None:
+        """Steps drained but not published: ahead of any taken since."""
+        self.steps[cluster] = [*steps, *self.steps.get(cluster, [])]
+
     def drain(self) -> dict[str, list[Step]]:
         """The steps taken since the last drain, per cluster."""
         taken, self.steps = self.steps, {}

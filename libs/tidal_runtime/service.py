@@ -164,7 +164,10 @@ class Service:
                               for loop in loops]
                 group.create_task(self._drain_on_stop(consumer_tasks, loop_tasks), name=f"{self.name}:drain")
             await self.on_stop()
-            await self.flush_journal()
+            try:
+                await self.flush_journal()
+            except Exception as exc:
+                self.log.warning("stopping: the journal's last steps were not published: %r", exc)
         finally:
             if self.http is not None:
                 await self.http.stop()
@@ -180,18 +183,29 @@ class Service:
     async def _publish_journal(self) -> None:
         while True:
             await asyncio.sleep(self.settings.journal_s)
-            await self.flush_journal()
+            try:
+                await self.flush_journal()
+            except Exception as exc:  # the broker away: the steps wait for the next flush
+                raise_if_cancelling()
+                self.log.warning("journal not published (kept for the next try): %r", exc)
 
     async def flush_journal(self) -> None:
-        """Publish the steps taken since the last flush, per cluster."""
+        """Publish the steps taken since the last flush, per cluster. Steps
+        not published (the broker refused or was away) go back to the
+        journal, ahead of newer ones, and the error is raised."""
         if self.journal is None:
             return
         for cluster, steps in self.journal.drain().items():
-            for part in journal_parts(steps):
+            parts = list(journal_parts(steps))
+            for n, part in enumerate(parts):
                 seq = self._journal_seq.get(cluster, 0)
-                await self.bus.publish(StageJournal(stage=self.name, member=self.bus.backend.member_id, seq=seq,
-                                                    steps=part, settings=self.journal_settings() if seq == 0 else {}),
-                                       cluster=cluster)
+                try:
+                    await self.bus.publish(StageJournal(
+                        stage=self.name, member=self.bus.backend.member_id, seq=seq, steps=part,
+                        settings=self.journal_settings() if seq == 0 else {}), cluster=cluster)
+                except BaseException:
+                    self.journal.put_back(cluster, [step for rest in parts[n:] for step in rest])
+                    raise
                 self._journal_seq[cluster] = seq + 1
 
     async def _measure_lag(self) -> None:
