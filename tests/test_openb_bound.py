@@ -68,6 +68,10 @@ def tiny(seed: int):
                        rng.choice(["A", "B"])) for i in range(rng.choice([1, 2, 3]))]
     pods = []
     for i in range(rng.choice([4, 5, 6])):
+        if pods and rng.random() < 0.3:  # a pod of a class already seen: shares stacking, forced prefixes
+            pods.append(TracePod(f"p{i}", *[getattr(pods[-1], f) for f in ("cpu_milli", "memory_mib", "num_gpu",
+                                                                           "gpu_milli", "gpu_spec")]))
+            continue
         count = rng.choice([0, 0, 1, 1, 2])
         milli = rng.choice([250, 500, 1000]) if count == 1 else (1000 if count else 0)
         pods.append(TracePod(f"p{i}", rng.choice([1000, 2000, 3000, 6000]), rng.choice([1024, 3072, 6144]), count,
@@ -124,6 +128,14 @@ def test_pods_counted_whole_and_one_per_node_force_what_totals_do_not():
     # 15,000 of 16,000 CPU taken: g (1,500) fits nowhere; every run places 0, and so does the bound
     assert allocation_bound(nodes, sequence, forced).gpu_milli == pytest.approx(0.0)
     assert max(lines[-1] for _, lines in runs(nodes, sequence)) == 0
+
+
+def test_shares_of_one_class_stack_on_one_gpu():
+    nodes = [TraceNode("a", 8000, 65536, 1, "T4")]
+    sequence = [TracePod(f"s{i}", 1000, 1024, 1, 250) for i in range(5)]
+    # four shares of 250 fill the GPU; not one pod a GPU (a bound so made was below the truth)
+    assert allocation_bound(nodes, sequence).gpu_milli == pytest.approx(1000.0)
+    assert max(lines[-1] for _, lines in runs(nodes, sequence)) == 1000
 
 
 def test_the_level_figure_averages_the_lines_as_the_replay_does():

@@ -11,7 +11,8 @@ the milli-GPU placed subject to
 
     f_c ≤ Σ_t x[c, t] ≤ n_c                            (pods of the class)
     Σ_c x[c, t] · r_c ≤ N_t · R_t    for r = CPU, memory, milli-GPU
-    x[c, t] ≤ N_t · ⌊G_t / g_c⌋      (a g-GPU pod takes g of a node's G_t)
+    x[c, t] ≤ N_t · ⌊G_t / g_c⌋      (a g-GPU pod takes g of a node's G_t;
+                                      a share of q: N_t · G_t · ⌊1000 / q⌋)
 
 **The forced pods f_c.** The protocol skips a pod only if, when it is
 decided, no node can take it. A node that fits pod p empty cannot take it
@@ -99,6 +100,15 @@ def fits_empty(c: Klass, t: Kind) -> bool:
     return cpu <= node_cpu and mem <= node_mem and count <= gpus and not (count and models and model not in models)
 
 
+def per_node(c: Klass, gpus: int) -> int | None:
+    """The most pods of class c one node with `gpus` GPUs can hold by its
+    GPUs alone: ⌊G / g⌋ whole-GPU pods, G · ⌊1000 / q⌋ shares of q (None: no GPU asked)."""
+    _, _, milli, count, _ = c
+    if not count:
+        return None
+    return gpus * (1000 // milli) if count == 1 and milli < 1000 else gpus // count
+
+
 def allocation_bound(nodes: Sequence[TraceNode], pods: Sequence[TracePod],
                      forced: Counter | None = None) -> Bound:
     """The programme (module docstring) for `pods` on `nodes`; `forced`:
@@ -111,7 +121,7 @@ def allocation_bound(nodes: Sequence[TraceNode], pods: Sequence[TracePod],
     classes = Counter(pod_class(p) for p in pods)
     type_list, class_list = list(types), list(classes)
     capacity = 1000 * sum(n.gpus for n in nodes)
-    columns = [(c, t, type_list[t][1] // class_list[c][3] if class_list[c][3] else None)
+    columns = [(c, t, per_node(class_list[c], type_list[t][1]))
                for c in range(len(class_list)) for t in range(len(type_list))
                if fits_empty(class_list[c], type_list[t])]  # (class, type, most such pods on such a node)
     must = sum(forced.values())
