@@ -11,6 +11,8 @@ strategy, the reference the cache is tested against.
   the openb trace and every stress variant, more on most.
 - `joint`: a window of pending pods decided together, in the best of
   several orders, by a per-pod strategy (`gpu_joint`); off by default.
+  `solver=cpsat` adds a CP-SAT pass (`gpu_joint_cpsat`, OR-Tools installed
+  apart), `cpu_guard=true` the queue order alone while CPU is scarcer.
 """
 
 from __future__ import annotations
