@@ -357,3 +357,14 @@ def test_the_brokers_clock_orders_events_stamped_by_different_clocks():
     plan = build_plan([scored, played], Window(start=at(0)))
     assert [r.envelope.type for r in plan.timeline] == ["pod.lifecycle", "score.user"]
     assert plan.timeline[0].time == at(2)
+
+
+def test_a_journal_with_a_gap_is_named_not_replayed():
+    from tidal_placement import gather_journals
+    from tidal_schemas import StageJournal
+
+    events = [StageJournal(stage="placement", member="m1", seq=seq, steps=[("cycle", float(seq), "", "")])
+              for seq in (0, 2)] + [StageJournal(stage="placement", member="m2", seq=0, settings={"a": 1})]
+    journals = gather_journals(events)
+    assert journals.problems == {"m1": "journal events missing (seq 1)"}
+    assert journals.steps == {"m2": []} and journals.settings == {"m2": {"a": 1}}

@@ -38,6 +38,13 @@ def test_steps_not_published_go_back_ahead_of_newer_ones():
     assert [t for _, t, _, _ in journal.drain()["c1"]] == [1.0, 2.0]
 
 
+def test_past_the_bound_the_oldest_unpublished_steps_are_dropped_and_counted(monkeypatch):
+    monkeypatch.setattr("tidal_runtime.journal.MAX_UNPUBLISHED_STEPS", 3)
+    journal = Journal()
+    journal.put_back("c1", [("cycle", float(t), "", "") for t in range(5)])
+    assert [t for _, t, _, _ in journal.steps["c1"]] == [2.0, 3.0, 4.0] and journal.lost == {"c1": 2}
+
+
 def test_events_are_cut_near_the_size_bound_and_lose_no_step():
     steps = [("read", float(i), "score.node", "x" * 1000) for i in range(1000)]
     parts = list(journal_parts(steps))

@@ -62,11 +62,11 @@ ACCESS: dict[str, Access] = {
         reads=("node.topology", "node.allocatable", "node.status", "score.node", "score.user", "tenant.config",
                "node.action", "pod.lifecycle", "bind.result", "placement.decision", "cpu.assignment")),
     "oversell": Access(
-        publishes=("node.allocatable", "node.action"),
+        publishes=("node.allocatable", "node.action", "stage.journal"),
         consumes=(("node.topology", _GROUP), ("score.node", _GROUP), ("node.metrics", _GROUP)),
         reads=("pod.lifecycle", "node.action", "action.result")),
     "remediation": Access(
-        publishes=("node.action", "action.result"),  # results: actions it gives up on
+        publishes=("node.action", "action.result", "stage.journal"),  # results: actions it gives up on
         consumes=(("node.topology", _GROUP), ("node.metrics", _GROUP)),
         reads=("node.action", "action.result", "cpu.assignment")),
     "bridge": Access(

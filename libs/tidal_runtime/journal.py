@@ -14,6 +14,10 @@ from tidal_schemas.journal import Step
 from tidal_schemas.streams import STREAMS
 
 JOURNAL_EVENT_BYTES = 256 << 10  # well inside a broker's message limit (NATS: 1 MiB by default)
+MAX_UNPUBLISHED_STEPS = 1_000_000
+"""Steps kept per cluster while the broker takes none (about 100 MB): past
+it the oldest are dropped, and the next journal event skips a `seq`, so a
+replay names the gap instead of replaying a journal with a hole in it."""
 
 
 def digest(data: bytes) -> str:
@@ -24,6 +28,7 @@ def digest(data: bytes) -> str:
 class Journal:
     def __init__(self) -> None:
         self.steps: dict[str, list[Step]] = {}  # cluster -> steps not yet published
+        self.lost: dict[str, int] = {}  # cluster -> steps dropped since the last published event
 
     def step(self, cluster: str, op: str, now: float, a: str = "", b: str = "") -> None:
         self.steps.setdefault(cluster, []).append((op, now, a, b))
@@ -39,8 +44,13 @@ class Journal:
             self.step(envelope.cluster, op, now, stream, f"{envelope.id} {read_digest}".rstrip())
 
     def put_back(self, cluster: str, steps: list[Step]) -> None:
-        """Steps drained but not published: ahead of any taken since."""
-        self.steps[cluster] = [*steps, *self.steps.get(cluster, [])]
+        """Steps drained but not published: ahead of any taken since, the
+        oldest dropped past MAX_UNPUBLISHED_STEPS."""
+        kept = [*steps, *self.steps.get(cluster, [])]
+        if (over := len(kept) - MAX_UNPUBLISHED_STEPS) > 0:
+            self.lost[cluster] = self.lost.get(cluster, 0) + over
+            kept = kept[over:]
+        self.steps[cluster] = kept
 
     def drain(self) -> dict[str, list[Step]]:
         """The steps taken since the last drain, per cluster."""

@@ -196,6 +196,9 @@ class Service:
         if self.journal is None:
             return
         for cluster, steps in self.journal.drain().items():
+            if lost := self.journal.lost.pop(cluster, 0):  # a gap in seq says so to every replay
+                self.log.error("journal of cluster %s: %d steps dropped while the broker took none", cluster, lost)
+                self._journal_seq[cluster] = self._journal_seq.get(cluster, 0) + 1
             parts = list(journal_parts(steps))
             for n, part in enumerate(parts):
                 seq = self._journal_seq.get(cluster, 0)

@@ -80,7 +80,7 @@ _CATALOGUE = [
     StreamSpec("placement.decision", partitions=1, producers=("placement",),
                consumers=("bridge", "simulator", "topology")),
     # What each stage replica read and did, in order: what an exact replay re-runs (journal.py).
-    StreamSpec("stage.journal", producers=("placement",), consumers=("cli",)),
+    StreamSpec("stage.journal", producers=("placement", "oversell", "remediation"), consumers=("cli",)),
     StreamSpec("bind.result", producers=("bridge", "simulator"), consumers=("placement", "topology")),
     StreamSpec("node.allocatable", producers=("oversell",),
                consumers=("placement", "simulator", "webhook")),
