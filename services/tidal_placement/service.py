@@ -42,7 +42,7 @@ class PlacementService(Service):
     def __init__(self, settings: PlacementSettings | None = None, **kwargs: Any) -> None:
         super().__init__(settings, **kwargs)
         self.settings: PlacementSettings
-        self.stage = PlacementStage(self.settings, self.bus.backend.member_id)
+        self.stage = PlacementStage(self.settings, lambda: self.bus.backend.member_id)
         self.clusters, self.leadership, self.traces = self.stage.clusters, self.stage.leadership, self.stage.traces
         self.journal = self.stage.journal
         self.caught_up: set[str] = set()

@@ -31,9 +31,10 @@ from tidal_runtime.journal import Journal
 
 
 class PlacementStage:
-    def __init__(self, settings: PlacementSettings, member: str = "") -> None:
+    def __init__(self, settings: PlacementSettings, member: str | Callable[[], str] = "") -> None:
         self.settings = settings
-        self.member = member  # whose decisions are ours (the bus member id)
+        # whose decisions are ours: the bus member id, read when needed (a service's bus connects after it is made)
+        self._member = member if callable(member) else (lambda: member)
         self.clusters: dict[str, ClusterCache] = {}
         self.leadership = Leadership(settings.takeover_settle_s)
         self.learner = StrategyLearner(settings.gpu_strategy, settings.workload_refresh, settings.workload_drift)
@@ -46,6 +47,10 @@ class PlacementStage:
             self.clusters[name] = ClusterCache(name, s.permit_timeout_s, s.node_stale_after_s, self.learner.observe,
                                                (s.retry_backoff_s, s.retry_backoff_max_s))
         return self.clusters[name]
+
+    @property
+    def member(self) -> str:
+        return self._member()
 
     @property
     def active(self) -> set[str]:
