@@ -55,7 +55,7 @@ def test_registry_and_options():
     assert per_pod(joint.base) is joint.base
     assert make_strategy("joint", WORKLOAD, window=4, orders="gpu").orders == ("gpu",)
     for options, problem in (({"window": 0}, "at least 1"), ({"orders": "gpu+size"}, "orders"),
-                             ({"base": "joint"}, "its own base")):
+                             ({"base": "joint"}, "its own base"), ({"solver": "mip"}, "solver")):
         with pytest.raises(ValueError, match=problem):
             make_strategy("joint", WORKLOAD, **options)
     with pytest.raises(ValueError, match="target workload"):

@@ -26,10 +26,8 @@ Cost: one per-pod decision per pod and order tried (`orders`), plus one
 per placed pod for the sweep and the fragmentation of the rows touched.
 The window (64 pods by default: on openb a wider window wins more, README
 "Beyond one pod at a time") is a work bound, not a time budget, so the
-same inputs give the same decisions on any machine. `cpu_guard` keeps
-the queue order alone while less of the cluster's CPU is free than of
-its GPU (where fragmentation, which sees CPU only through each shape's
-fit, spends CPU later pods need); `measure` checks another solver's answer.
+same inputs give the same decisions on any machine. `measure` checks
+another solver's answer (`gpu_joint_cpsat`) the same way.
 """
 
 from __future__ import annotations
@@ -162,7 +160,6 @@ class JointStrategy:
     orders: tuple[str, ...] = tuple(ORDERS)
     keep_placed: bool = True
     sweeps: int = 1
-    cpu_guard: bool = False  # decide in the queue order alone while CPU is scarcer than GPU
     name: str = NAME
 
     @property
@@ -174,17 +171,7 @@ class JointStrategy:
 
     def plan(self, state: ClusterState, requests: Sequence[PodRequest],
              new_decider: Callable[[], Decider]) -> WindowPlan:
-        if self.cpu_guard and cpu_scarcer(state):
-            return plan_window(state, requests, new_decider, self.frag, (), self.keep_placed, 0)
         return plan_window(state, requests, new_decider, self.frag, self.orders, self.keep_placed, self.sweeps)
-
-
-def cpu_scarcer(state: ClusterState) -> bool:
-    """Whether a smaller share of the cluster's CPU is free than of its GPU."""
-    n = state.size
-    cpu = float(state.cpu_free[:n].sum()) / max(float(state.cpu_alloc[:n].sum()), 1.0)
-    gpu = float(state.gpu_free[:n][state.gpu_valid[:n]].sum()) / max(1000.0 * state.gpu_valid[:n].sum(), 1.0)
-    return cpu < gpu
 
 
 def take_window(state: ClusterState, requests: Sequence[PodRequest], strategy: GpuStrategy | None,
@@ -211,7 +198,7 @@ def per_pod(strategy: GpuStrategy | None) -> GpuStrategy | None:
 
 
 def new(workload: TargetWorkload | None = None, *, base: str = "fgd-cpu", window: int = 64,
-        orders: str = "gpu+constrained+cpu", keep_placed: bool = True, sweeps: int = 1, cpu_guard: bool = False,
+        orders: str = "gpu+constrained+cpu", keep_placed: bool = True, sweeps: int = 1,
         solver: str = "local", **base_options) -> JointStrategy:
     """Factory for the registry: the per-pod `base` strategy (options passed
     on), a window of `window` pods, the orders to try joined by `+`;
@@ -232,7 +219,7 @@ def new(workload: TargetWorkload | None = None, *, base: str = "fgd-cpu", window
         raise ValueError(f"joint solver {solver!r}: known local, cpsat")
     frag = FragModel(by_model(workload), no_access_is_fragment=False)
     joint = JointStrategy(make_strategy(base, workload, **base_options), frag, int(window), names, bool(keep_placed),
-                          int(sweeps), bool(cpu_guard))
+                          int(sweeps))
     if solver == "cpsat":
         from .gpu_joint_cpsat import with_cpsat
         return with_cpsat(joint)

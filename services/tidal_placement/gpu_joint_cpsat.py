@@ -176,4 +176,4 @@ def with_cpsat(joint: JointStrategy, k: int = K, seconds: float = SECONDS) -> Cp
     except ImportError:
         raise ValueError("joint solver cpsat needs OR-Tools: pip install ortools (see gpu_joint_cpsat)") from None
     return CpSatJoint(joint.base, joint.frag, joint.window, joint.orders, joint.keep_placed, joint.sweeps,
-                      joint.cpu_guard, k=int(k), seconds=float(seconds))
+                      k=int(k), seconds=float(seconds))

@@ -12,7 +12,7 @@ strategy, the reference the cache is tested against.
 - `joint`: a window of pending pods decided together, in the best of
   several orders, by a per-pod strategy (`gpu_joint`); off by default.
   `solver=cpsat` adds a CP-SAT pass (`gpu_joint_cpsat`, OR-Tools installed
-  apart), `cpu_guard=true` the queue order alone while CPU is scarcer.
+  apart).
 """
 
 from __future__ import annotations
