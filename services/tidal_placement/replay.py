@@ -121,8 +121,17 @@ def replay_member(member: str, steps: list[tuple[str, float, str, str]], setting
             taken = next(decisions, None) if decisions is not None else None
             run.add(index, [taken or []])
         elif op == "ended":
-            run.add(index, list(decisions) if decisions is not None else [])
+            rest = list(decisions) if decisions is not None else []
             decisions = None
+            if answers is None:
+                run.add(index, rest)  # more than recorded: a divergence
+                continue
+            # a what-if's cycle decided more than the recorded one published: no recorded event
+            # answers these, so they take no output's place and are bound at once
+            run.outputs += rest
+            run.output_steps += [index] * len(rest)
+            for read in answers.bound_at_once([d for batch in rest for d in batch], cluster):
+                stage.read(read, t)
         elif op == "binds":
             stage.expire_binds(t)
         elif op == "stale":

@@ -17,7 +17,8 @@ from it. What answers a decision of this replica is translated:
   replay's is dropped;
 - a decision the recording has no counterpart for is bound at once when read
   back (a bind result, then the pod bound): what the cluster would answer
-  had nothing failed. These answers were not recorded: `invented` counts
+  had nothing failed. So is a decision of a cycle that decided more than
+  the recorded one published: it has no event of its own to be read back in. These answers were not recorded: `invented` counts
   them, the report names them as the decisions that rest on them.
 
 With unchanged settings every answer translates to itself, which is why
@@ -29,7 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidal_schemas import HOLDING_PHASES, BindResult, CpuAssignment, PlacementDecision, PlacementDecisions, PodLifecycle
+from tidal_schemas import (HOLDING_PHASES, BindResult, CpuAssignment, PlacementDecision, PlacementDecisions, PodLifecycle,
+                           make_envelope)
 
 
 @dataclass
@@ -94,16 +96,23 @@ class Answers:
         mine = self.replayed[k] if k < len(self.replayed) else []
         if not mine:
             return []
-        out = [envelope.model_copy(update={"payload": PlacementDecisions(items=mine)})]
-        for d in mine:
+        return [envelope.model_copy(update={"payload": PlacementDecisions(items=mine)}),
+                *self.bound_at_once([d for d in mine if d.decision_id not in self.paired_ids], envelope.cluster)]
+
+    def bound_at_once(self, decisions: list[PlacementDecision], cluster: str) -> list[Any]:
+        """The answers the recording does not hold, for `decisions` placed
+        without a recorded twin: a good bind result, then the pod bound."""
+        out = []
+        for d in decisions:
             pod = self.pending_pod.get(d.event_key())
-            if d.outcome != "placed" or d.decision_id in self.paired_ids or pod is None:
+            if d.outcome != "placed" or pod is None:
                 continue
             self.invented.add(d.event_key())
+            self.placed[d.event_key()] = d
             result = BindResult(decision_id=d.decision_id, namespace=d.namespace, name=d.name, node=d.node, ok=True)
-            out += [envelope.model_copy(update={"type": BindResult.TYPE, "payload": result}),
-                    envelope.model_copy(update={"type": PodLifecycle.TYPE, "payload": held_as(
-                        pod.model_copy(update={"phase": "bound", "node": d.node}), d)})]
+            bound = held_as(pod.model_copy(update={"phase": "bound"}), d)
+            out += [make_envelope(result, cluster=cluster, source="replay"),
+                    make_envelope(bound, cluster=cluster, source="replay")]
         return out
 
     def _as(self, envelope: Any, payload: Any) -> list[Any]:
