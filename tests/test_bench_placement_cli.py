@@ -6,6 +6,7 @@ name exits 2 with one line."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -140,6 +141,11 @@ def test_the_openb_bench_sets_joint_beside_the_per_pod_default_and_the_bound_see
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert {(r["strategy"], r.get("window")) for r in rows} == {("fgd-cpu", 1), ("joint:window=4", 4), ("bound", None)}
     assert sorted(r["seed"] for r in rows if r["strategy"] == "bound") == [0, 1]
-    assert all(0 < r["alloc_pct"]["100"] <= 100 for r in rows if r["strategy"] == "bound")
+    # the bound is over the lines the strategies' figure averages: where the sample has none at 100 %
+    # (its few large pods step past it), neither has a figure; its value is tests/test_openb_bound.py's
+    for seed in (0, 1):
+        at = {r["strategy"]: r["alloc_pct"]["100"] for r in rows if r["seed"] == seed}
+        assert math.isnan(at["bound"]) == math.isnan(at["fgd-cpu"]) == math.isnan(at["joint:window=4"])
+        assert math.isnan(at["bound"]) or at["bound"] >= max(at["fgd-cpu"], at["joint:window=4"])
     assert "protocol: joint:window=4 decides per window of 4 arrivals; the others per arrival" in done.stdout
     assert "seed by seed" in done.stdout and "joint:window=4−fgd-cpu" in done.stdout
