@@ -6,7 +6,7 @@ stop, in events of about JOURNAL_EVENT_BYTES."""
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tidal_schemas import encode
@@ -56,6 +56,21 @@ class Journal:
         """The steps taken since the last drain, per cluster."""
         taken, self.steps = self.steps, {}
         return taken
+
+
+def recorded_input(inputs: Mapping[tuple[str, str], tuple[Any, str]], stream: str, noted: str) -> tuple[Any, str]:
+    """The recorded event a `read` step names (`noted`: its id, then the
+    CRC-32 of the bytes read when known), or None and why not: gone from
+    the recording, or not the bytes the replica read."""
+    event_id, _, crc = noted.partition(" ")
+    found = inputs.get((stream, event_id))
+    if found is None:
+        return None, f"input {stream} {event_id} is not in the recording (aged out, or read from another recording)"
+    envelope, have = found
+    if crc and have != crc:
+        return None, (f"input {stream} {event_id} ({envelope.key}) is not the event the replica read: its bytes "
+                      f"changed (CRC-32 {have}, read {crc})")
+    return envelope, ""
 
 
 def journal_parts(steps: list[Step]) -> Iterator[list[Step]]:

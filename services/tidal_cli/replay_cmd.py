@@ -138,23 +138,23 @@ def _replay_recording(args: argparse.Namespace, start, end, overrides: dict[str,
 
 async def _replay(args: argparse.Namespace, start, end, overrides: dict[str, str]):
     from tidal_simulator.replay_compare import compare
-    from tidal_simulator.replay_exact import read_recording, replay_acting_stages, replay_recording, what_if
+    from tidal_simulator.replay_exact import (read_recording, recorded_run, replay_acting_stages, replay_recording,
+                                              what_if)
     from tidal_simulator.replay_plan import RecordedOutcome, build_plan, resolve_window
     from tidal_simulator.replay_report import ReplayResult
-    from tidal_simulator.replay_run import LiveStreams, read_recorded
+    from tidal_simulator.replay_run import LiveStreams
 
     async with bus_for(args, source="replay") as live_bus:
         recording = await read_recording(LiveStreams(live_bus), args.cluster)
-        inputs = await read_recorded(LiveStreams(live_bus), args.cluster)
     exact = replay_recording(recording, args.cluster, args.namespace)
     await replay_acting_stages(recording, args.cluster, exact)
     try:
-        window = resolve_window(start, end, inputs)
+        window = resolve_window(start, end, recording.timeline)
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    plan = build_plan(inputs, window)
+    plan = build_plan(recording.timeline, window)
     if not plan.arrivals:
-        pods = [r for r in inputs if r.stream == "pod.lifecycle"]
+        pods = [r for r in recording.timeline if r.stream == "pod.lifecycle"]
         seen = (f"{len(pods)} pod events from {pods[0].time.isoformat()} to {pods[-1].time.isoformat()}"
                 if pods else "no pod events")
         raise CliError(f"no pod arrived in the window in cluster {args.cluster!r} of namespace "
@@ -163,8 +163,9 @@ async def _replay(args: argparse.Namespace, start, end, overrides: dict[str, str
         return exact, None
     changes = ", ".join(f"placement.{k.replace('_', '-')}={v}" for k, v in overrides.items())
     print(f"replaying {len(plan.arrivals)} pods of cluster {args.cluster} with {changes}", file=sys.stderr, flush=True)
-    # Both sides the same way: the last decision of each pod in the unchanged run and in the changed one.
-    baseline, changed = (what_if(recording, args.cluster, args.namespace, o) for o in ({}, overrides))
+    # Both sides the same way: each pod's last decision in the recording (which the unchanged run equals:
+    # checked above) and in the changed run.
+    baseline, changed = recorded_run(recording), what_if(recording, args.cluster, args.namespace, overrides)
     for key in plan.arrivals:
         placed = baseline.placed.get(key)
         plan.recorded[key] = (RecordedOutcome(placed.node, placed.gpus) if placed is not None

@@ -20,11 +20,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidal_schemas import Envelope, PlacementDecision, StageJournal
+from tidal_runtime.journal import recorded_input
+from tidal_schemas import Envelope, PlacementDecision, StageJournal, decode
 
 from .replay_answers import Answers
 from .settings import PlacementSettings
-from .stage import PlacementStage, held_envelope
+from .stage import PlacementStage
 
 NOT_COMPARED = {"trace", "trace_state"}  # the spans a decision continues are the tracer's, not the decision's
 
@@ -51,10 +52,12 @@ class MemberReplay:
     answers: Answers | None = None
     divergence: Divergence | None = None
 
-    def add(self, step: int, outputs: list[list[PlacementDecision]]) -> None:
+    def add(self, step: int, outputs: list[list[PlacementDecision]], in_recorded_place: bool = True) -> None:
+        """Outputs of journal step `step`; `in_recorded_place`: each stands
+        where the recording has an event (what a what-if's answers pair by)."""
         self.outputs += outputs
         self.output_steps += [step] * len(outputs)
-        for batch in outputs if self.answers is not None else ():
+        for batch in outputs if self.answers is not None and in_recorded_place else ():
             self.answers.took(batch)
 
 
@@ -96,21 +99,14 @@ def replay_member(member: str, steps: list[tuple[str, float, str, str]], setting
     for index, (op, t, a, b) in enumerate(steps):
         run.steps = index + 1
         if op == "read":
-            event_id, _, noted = b.partition(" ")
-            found = inputs.get((a, event_id))
-            if found is None:
-                run.divergence = Divergence(member, index, t, f"input {a} {event_id} is not in the recording "
-                                            "(aged out, or read from another recording)")
-                return run
-            envelope, have = found
-            if noted and have != noted:
-                run.divergence = Divergence(member, index, t, f"input {a} {event_id} ({envelope.key}) is not the "
-                                            f"event the replica read: its bytes changed (CRC-32 {have}, read {noted})")
+            envelope, problem = recorded_input(inputs, a, b)
+            if envelope is None:
+                run.divergence = Divergence(member, index, t, problem)
                 return run
             for read in answers.answer(envelope) if answers is not None else (envelope,):
                 stage.read(read, t)
         elif op == "held":
-            stage.read(held_envelope(b), t)
+            stage.read(decode(b), t)
         elif op == "elected":
             stage.elected("gained" in a, "lost" in a, t)
         elif op == "claim":
@@ -128,8 +124,7 @@ def replay_member(member: str, steps: list[tuple[str, float, str, str]], setting
                 continue
             # a what-if's cycle decided more than the recorded one published: no recorded event
             # answers these, so they take no output's place and are bound at once
-            run.outputs += rest
-            run.output_steps += [index] * len(rest)
+            run.add(index, rest, in_recorded_place=False)
             for read in answers.bound_at_once([d for batch in rest for d in batch], cluster):
                 stage.read(read, t)
         elif op == "binds":

@@ -46,7 +46,6 @@ class Answers:
     pending_pod: dict[str, Any] = field(default_factory=dict)  # pod -> its last pending event (to bind it)
     read_back: int = 0
     invented: set[str] = field(default_factory=set)  # pods bound on an answer the recording does not hold
-    translated: int = 0
     dropped: int = 0
 
     def took(self, batch: list[PlacementDecision]) -> None:
@@ -116,7 +115,6 @@ class Answers:
         return out
 
     def _as(self, envelope: Any, payload: Any) -> list[Any]:
-        self.translated += payload != envelope.payload
         return [envelope.model_copy(update={"payload": payload})]
 
     def _drop(self) -> list[Any]:

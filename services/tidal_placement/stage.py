@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tidal_schemas import PlacementDecision, PlacementDecisions, decode
+from tidal_runtime.journal import Journal
+from tidal_schemas import PlacementDecision, PlacementDecisions
 from tidal_schemas.fence import fence_decision
 
 from .cache import ClusterCache
@@ -27,7 +28,6 @@ from .leadership import Leadership
 from .learning import StrategyLearner
 from .pod_traces import PodTraces
 from .settings import PlacementSettings
-from tidal_runtime.journal import Journal
 
 
 class PlacementStage:
@@ -129,7 +129,3 @@ class PlacementStage:
             changed |= bool(cache.check_stale(now)[1])
         return changed
 
-
-def held_envelope(text: str) -> Any:
-    """The event a `held` step carries."""
-    return decode(text)

@@ -18,6 +18,7 @@ from typing import Any
 from tidal_bus.consumer import Delivery
 from tidal_oversell import OversellService, OversellSettings
 from tidal_remediation import RemediationService, RemediationSettings
+from tidal_runtime.journal import recorded_input
 from tidal_schemas import ActionResult, Envelope, NodeAction, NodeAllocatables, make_envelope
 
 LIVE = Delivery(stream="", partition=0, position=0, attempt=1, replaying=False)
@@ -74,12 +75,10 @@ async def replay_acting(stage: str, member: str, steps: list[tuple[str, float, s
         if op == "retry":
             await svc.retry(t)
             continue
-        event_id = b.partition(" ")[0]
-        found = inputs.get((a, event_id))
-        if found is None:
-            run.problem = f"journal step {index}: input {a} {event_id} is not in the recording"
+        envelope, problem = recorded_input(inputs, a, b)
+        if envelope is None:
+            run.problem = f"journal step {index}: {problem}"
             return run
-        envelope = found[0]
         if op == "read":
             done = reads[a](envelope)
             if done is not None:

@@ -21,6 +21,7 @@ from tidal_schemas import SchemaError
 
 from .replay_actions import first_action_difference, recorded_actions, replay_acting
 from .replay_compare import Placed
+from .replay_plan import INPUT_STREAMS, Recorded
 from .replay_run import LiveStreams
 
 # What placement follows (tidal_placement.service.FOLLOWED), less the state
@@ -77,6 +78,7 @@ class Recording:
     log: list[Any] = field(default_factory=list)
     acting_journal: list[Any] = field(default_factory=list)  # oversell's and remediation's
     acting_log: list[Any] = field(default_factory=list)  # node.action, action.result, node.allocatable
+    timeline: list[Recorded] = field(default_factory=list)  # placement's inputs, what a what-if's window cuts
 
 
 async def read_recording(live: LiveStreams, cluster: str) -> Recording:
@@ -85,9 +87,13 @@ async def read_recording(live: LiveStreams, cluster: str) -> Recording:
                if not isinstance(e, SchemaError) and e.cluster == cluster]
     recording.journal = [j for j in journal if j.stage == "placement"]
     recording.acting_journal = [j for j in journal if j.stage in ACTING]
-    for stream in READ_STREAMS:
+    for stream in dict.fromkeys((*READ_STREAMS, *INPUT_STREAMS)):
         async for raw, event in live.read(stream):
             if isinstance(event, SchemaError) or event.cluster != cluster:
+                continue
+            if stream in INPUT_STREAMS:
+                recording.timeline.append(Recorded(stream, raw.position, event, raw.stored_at))
+            if stream not in READ_STREAMS:
                 continue
             recording.inputs.setdefault((stream, event.id), (event, digest(raw.data)))
             if stream == "placement.decision":
@@ -136,13 +142,6 @@ async def replay_acting_stages(recording: Recording, cluster: str, result: Exact
             result.divergences.append(difference)
 
 
-async def replay_exactly(live: LiveStreams, cluster: str, namespace: str) -> ExactReplay:
-    recording = await read_recording(live, cluster)
-    result = replay_recording(recording, cluster, namespace)
-    await replay_acting_stages(recording, cluster, result)
-    return result
-
-
 @dataclass
 class WhatIf:
     placed: dict[str, Placed] = field(default_factory=dict)  # pod -> where the changed run placed it last
@@ -150,6 +149,28 @@ class WhatIf:
     invented: set[str] = field(default_factory=set)  # pods bound on answers the recording does not hold
     dropped: int = 0  # recorded answers to decisions the changed run did not take
     last: dict[str, Any] = field(default_factory=dict)  # pod -> its last decision (what `tidal explain` shows)
+
+
+    def decided(self, batches: list[list[Any]]) -> None:
+        """Each pod's last decision in `batches` (events of decisions, in order)."""
+        for d in (d for batch in batches for d in batch if d.outcome != "fence"):
+            key = d.event_key()
+            self.last[key] = d
+            if d.outcome == "placed" and d.node:
+                self.placed[key] = Placed(d.node, tuple((g.gpu, g.milli) for g in d.gpus))
+                self.why.pop(key, None)
+            elif d.outcome == "pending":
+                self.placed.pop(key, None)
+                self.why[key] = d.reason or "pending"
+
+
+def recorded_run(recording: Recording) -> WhatIf:
+    """Where each pod ended up in the recording, by the same reading as a
+    what-if's (the unchanged replay is checked equal to it first)."""
+    result = WhatIf()
+    for member in gather_journals(recording.journal).steps:
+        result.decided(recorded_outputs(recording.log, member))
+    return result
 
 
 def what_if(recording: Recording, cluster: str, namespace: str, overrides: dict[str, Any]) -> WhatIf:
@@ -160,18 +181,7 @@ def what_if(recording: Recording, cluster: str, namespace: str, overrides: dict[
         settings = PlacementSettings(**{**journals.settings[member], **overrides}, cluster=cluster,
                                      namespace=namespace)
         answers = ReplayAnswers(member, recorded_outputs(recording.log, member))
-        run = replay_journal(member, steps, settings, cluster, recording.inputs, answers)
-        for batch in run.outputs:
-            for d in batch:
-                key = d.event_key()
-                if d.outcome != "fence":
-                    result.last[key] = d
-                if d.outcome == "placed" and d.node:
-                    result.placed[key] = Placed(d.node, tuple((g.gpu, g.milli) for g in d.gpus))
-                    result.why.pop(key, None)
-                elif d.outcome == "pending":
-                    result.placed.pop(key, None)
-                    result.why[key] = d.reason or "pending"
+        result.decided(replay_journal(member, steps, settings, cluster, recording.inputs, answers).outputs)
         result.invented |= answers.invented
         result.dropped += answers.dropped
     return result
