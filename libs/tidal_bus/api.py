@@ -222,3 +222,9 @@ class Backend(abc.ABC):
     @property
     @abc.abstractmethod
     def connected(self) -> bool: ...
+
+    async def unavailable(self) -> str | None:
+        """Why the broker cannot take writes now (no quorum, no leader), or
+        None when it can; asked on a timer for /readyz. This default knows
+        only the connection."""
+        return None if self.connected else "bus disconnected"

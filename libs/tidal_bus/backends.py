@@ -30,8 +30,10 @@ def _kafka_class() -> type:
 
 def _nats(cls: type, url: str, parts: SplitResult, hosts: str, namespace: str, auth: BusAuth,
           options: dict[str, Any]) -> Backend:
-    # user:password in the URL goes to nats-py as given; otherwise one URL per server
-    servers = url if "@" in parts.netloc else ",".join(f"{parts.scheme}://{h}" for h in hosts.split(","))
+    # one URL per seed server, each with the URL's user:password if it has one
+    userinfo = parts.netloc.rpartition("@")[0]
+    prefix = f"{parts.scheme}://{userinfo + '@' if userinfo else ''}"
+    servers = ",".join(prefix + host.strip() for host in hosts.split(",") if host.strip())
     return cls(servers, namespace, auth=auth, **options)
 
 

@@ -16,6 +16,7 @@ import hashlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
 
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
@@ -24,6 +25,8 @@ from nats.js.errors import BucketNotFoundError
 from nats.js.kv import KeyValue
 
 from tidal_clock import Clock, wall_clock
+
+from .nats_streams import electing
 
 log = logging.getLogger(__name__)
 
@@ -92,12 +95,14 @@ class Membership:
         ttl: float = 6.0,
         member_id: str | None = None,
         clock: Clock = wall_clock,
+        replicas: int = 1,
     ) -> None:
         # One id per process (not per subscription) so that a process owns the
         # same partitions of every stream it reads.
         self.member_id = member_id or uuid.uuid4().hex[:12]
         self._js = js
         self._bucket_name = bucket
+        self._replicas = replicas  # copies of the bucket: as many as the streams have
         self._prefix = group_key
         self._partitions = partitions
         self._on_change = on_change
@@ -209,9 +214,17 @@ class Membership:
         return sorted(m for m, at in self._beats.items() if now - at < self._ttl)
 
     async def _bucket(self) -> KeyValue:
+        what = f"membership bucket {self._bucket_name}"
         try:
-            return await self._js.key_value(self._bucket_name)
+            bucket = await electing(lambda: self._js.key_value(self._bucket_name), what)
         except BucketNotFoundError:
-            config = KeyValueConfig(bucket=self._bucket_name, ttl=self._ttl, storage=StorageType.FILE)
-            return await self._js.create_key_value(config)
+            config = KeyValueConfig(bucket=self._bucket_name, ttl=self._ttl, storage=StorageType.FILE,
+                                    replicas=self._replicas)
+            return await electing(lambda: self._js.create_key_value(config), what)
+        stream = f"KV_{self._bucket_name}"
+        have = (await electing(lambda: self._js.stream_info(stream), what)).config
+        if (have.num_replicas or 1) < self._replicas:  # raised, never lowered
+            log.warning("%s: replicas %s -> %d", what, have.num_replicas, self._replicas)
+            await electing(lambda: self._js.update_stream(replace(have, num_replicas=self._replicas)), what)
+        return bucket
 

@@ -53,9 +53,16 @@ class NatsBackend(Backend):
         publish_timeout_s: float = 30.0,
         connect_deadline_s: float = 30.0,
         connect_options: dict | None = None,
+        replicas: int | None = None,
+        read_only: bool = False,
         auth: BusAuth | None = None,
     ) -> None:
         self.url = url
+        self.servers = url.split(",")  # one URL per seed server (backends.py writes them so)
+        if replicas is not None and replicas < 1:
+            raise BusConfigError(f"stream replicas must be at least 1, not {replicas}")
+        self.replicas = replicas  # None: 3 on a cluster of 3 or more servers, else 1 (stream_replicas)
+        self.read_only = read_only  # a command that only reads: streams are looked up, never created or changed
         self.auth = auth if auth is not None else BusAuth.from_env()
         self._auth_options = self.auth.nats_options(url)  # fails now on a bad combination
         self.namespace = namespace
@@ -103,10 +110,10 @@ class NatsBackend(Backend):
                 log.warning("nats: disconnected from %s", self.safe_url)
 
         async def on_reconnect() -> None:
-            log.info("nats: reconnected to %s", self.safe_url)
+            log.info("nats: reconnected to %s", self.server_in_use)
 
         options = dict(
-            servers=[self.url],
+            servers=self.servers,
             name=f"tidal-{self.namespace}",
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
@@ -140,6 +147,32 @@ class NatsBackend(Backend):
                 attempt.cancel()
                 await asyncio.wait({attempt})
         self._js = self._nc.jetstream()
+        log.info("nats: connected to %s", self.server_in_use)
+
+    @property
+    def server_in_use(self) -> str:
+        """The server this client is connected to (of the seeds, or one the
+        cluster advertised), by address and name: what logs must name."""
+        if self._nc is None or self._nc.connected_url is None:
+            return self.safe_url
+        address = f"{self._nc.connected_url.hostname}:{self._nc.connected_url.port}"
+        name = (self._nc._server_info or {}).get("server_name")
+        return f"{address} ({name})" if name else address
+
+    def stream_replicas(self) -> int:
+        """Copies of each stream: as configured, else 3 when the server is one
+        of a cluster of 3 or more (by the client URLs it advertises), else 1."""
+        if self.replicas is not None:
+            return self.replicas
+        info = (self._nc._server_info if self._nc is not None else None) or {}
+        if not info.get("cluster"):
+            return 1
+        servers = len(set(info.get("connect_urls") or ()))
+        if servers < 3:
+            log.warning("nats: server %s is clustered but advertises %d client URL(s) (no_advertise?): streams "
+                        "get 1 replica; set TIDAL_BUS_REPLICAS", self.server_in_use, servers)
+            return 1
+        return 3
 
     def refused(self, *subjects: str, containing: str | None = None) -> BusPermissionError | None:
         """The permission error the server reported for one of `subjects`
@@ -156,6 +189,17 @@ class NatsBackend(Backend):
     def connected(self) -> bool:
         return self._nc is not None and self._nc.is_connected
 
+    async def unavailable(self) -> str | None:
+        """JetStream answers only while its meta group has a leader (a quorum
+        of the cluster's servers): asking for the account's info shows it."""
+        if not self.connected:
+            return "bus disconnected"
+        try:
+            await self.js.account_info()
+        except (nats.errors.Error, asyncio.TimeoutError) as exc:
+            return f"JetStream unavailable on {self.server_in_use}: {type(exc).__name__} {exc}".rstrip()
+        return None
+
     @property
     def js(self) -> JetStreamContext:
         if self._js is None:
@@ -170,7 +214,8 @@ class NatsBackend(Backend):
         # one creation at a time: publishes that waited for it go on in the order they came
         async with self._creating:
             if name not in self._known_streams:
-                await create_stream(self.js, self.namespace, spec, self.refused)
+                await create_stream(self.js, self.namespace, spec, self.stream_replicas(), self.refused,
+                                    read_only=self.read_only)
                 self._known_streams.add(name)
 
     async def delete_stream(self, spec: StreamSpec) -> None:

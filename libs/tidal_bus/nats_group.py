@@ -52,6 +52,7 @@ class NatsGroupSubscription(GroupSubscription):
             on_change=self._desire,
             ttl=backend.member_ttl_s,
             member_id=backend.member_id,
+            replicas=backend.stream_replicas(),
         )
         self._desired: frozenset[int] = frozenset()
         self._changed = asyncio.Event()

@@ -75,6 +75,7 @@ class Service:
         self.http: HealthServer | None = None
         self._stop_requested = asyncio.Event()
         self._started = asyncio.Event()
+        self._bus_unavailable: str | None = None  # what the last look at the broker found wrong
         self.journal: Journal | None = None  # a stage that keeps one has it published (journal.py)
         self._journal_seq: dict[str, int] = {}  # cluster -> journal events published
 
@@ -125,6 +126,8 @@ class Service:
             return False, "starting"
         if not self.bus.backend.connected:
             return False, "bus disconnected"
+        if self._bus_unavailable is not None:
+            return False, self._bus_unavailable
         waiting = [c.spec.name for c in self.consumers if not c.ready.is_set()]
         if waiting:
             return False, f"joining consumer groups: {', '.join(waiting)}"
@@ -159,7 +162,8 @@ class Service:
             async with asyncio.TaskGroup() as group:
                 consumer_tasks = [group.create_task(c.run(), name=f"{self.name}:{c.spec.name}")
                                   for c in self.consumers]
-                loops = [*self.loops(), self._measure_lag, *([self._publish_journal] if self.journal else [])]
+                loops = [*self.loops(), self._measure_lag, self._watch_bus,
+                         *([self._publish_journal] if self.journal else [])]
                 loop_tasks = [group.create_task(loop(), name=f"{self.name}:{getattr(loop, '__name__', 'loop')}")
                               for loop in loops]
                 group.create_task(self._drain_on_stop(consumer_tasks, loop_tasks), name=f"{self.name}:drain")
@@ -179,6 +183,17 @@ class Service:
         (not the bus's, the port's or the log's), which its decisions depend on."""
         own = set(type(self.settings).model_fields) - set(ServiceSettings.model_fields)
         return self.settings.model_dump(include=own, mode="json")
+
+    async def _watch_bus(self) -> None:
+        """Look at the broker every `bus_check_s`: /readyz says not ready
+        while it cannot take writes (a cluster without quorum)."""
+        while True:
+            try:
+                self._bus_unavailable = await asyncio.wait_for(self.bus.backend.unavailable(),
+                                                               self.settings.bus_check_s)
+            except asyncio.TimeoutError:
+                self._bus_unavailable = f"the broker did not answer within {self.settings.bus_check_s:g}s"
+            await asyncio.sleep(self.settings.bus_check_s)
 
     async def _publish_journal(self) -> None:
         while True:

@@ -69,6 +69,12 @@ class ServiceSettings(BaseSettings):
                                     validation_alias=AliasChoices("TIDAL_BUS_MEMBER_TTL_S", "bus_member_ttl_s"),
                                     description="NATS: a group member that stops heartbeating loses its partitions "
                                                 "to the others after this long")
+    bus_check_s: float = Field(2.0, gt=0, description="how often the broker is asked whether it can take writes "
+                               "(a JetStream cluster with quorum); /readyz says not ready while it cannot")
+    bus_replicas: int | None = Field(None, ge=1, validation_alias=AliasChoices("TIDAL_BUS_REPLICAS", "bus_replicas"),
+                                     description="copies of every stream Tidal creates (NATS stream replicas, "
+                                                 "Kafka replication factor); unset: 3 on a cluster of 3 or more "
+                                                 "servers or brokers, else 1. An existing stream is never lowered")
     bus_auth: BusAuth = Field(default_factory=BusAuth, validation_alias=AliasChoices("bus_auth"), repr=False,
                               description="credentials and TLS of the bus (TIDAL_BUS_USER, …_PASSWORD_FILE, "
                                           "…_CREDS_FILE, …_NKEY_SEED_FILE, …_TLS_CA_FILE; see tidal_bus.auth)")
@@ -94,10 +100,11 @@ class ServiceSettings(BaseSettings):
         """The bus URL as it may be logged or shown: any password hidden."""
         return redact_url(self.bus_url)
 
-    def bus_options(self) -> dict[str, float]:
+    def bus_options(self) -> dict[str, float | int | None]:
         """Backend options from these settings: the NATS failure-detection
         times (Kafka's group session is the broker's business)."""
-        return options_for(self.bus_url, ack_wait_s=self.bus_ack_wait_s, member_ttl_s=self.bus_member_ttl_s)
+        return options_for(self.bus_url, ack_wait_s=self.bus_ack_wait_s, member_ttl_s=self.bus_member_ttl_s,
+                           replicas=self.bus_replicas, replication_factor=self.bus_replicas)
 
     def handled_clusters(self) -> frozenset[str] | None:
         """None means every cluster."""

@@ -51,6 +51,6 @@ async def _audit(args: argparse.Namespace):
     from tidal_audit.registry import audit
     from tidal_audit.streams import read_streams
 
-    async with bus_for(args, source="audit") as bus:
+    async with bus_for(args, source="audit", read_only=True) as bus:
         events = await read_streams(bus)
     return audit(events, cluster=args.cluster)

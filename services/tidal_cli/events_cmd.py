@@ -107,7 +107,7 @@ def run_tail(args: argparse.Namespace) -> int:
 
     async def tail() -> None:
         count = 0
-        async with bus_for(args) as bus:
+        async with bus_for(args, read_only=True) as bus:
             async for raw, event in bus.read(args.stream, start, follow=not args.no_follow):
                 print(format_event(raw.position, event), flush=True)
                 count += 1

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
 
     async def latest() -> tuple[PlacementDecision | None, PodLifecycle | None]:
         fence, found, pod = DecisionFence(), None, None
-        async with bus_for(args) as bus:
+        async with bus_for(args, read_only=True) as bus:
             async for _, event in bus.read("placement.decision", StartAt.earliest()):
                 if isinstance(event, SchemaError) or event.cluster != args.cluster:
                     continue

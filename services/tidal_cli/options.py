@@ -80,19 +80,20 @@ def add_bus_options(parser: argparse.ArgumentParser) -> None:
                         help="cluster id for events this command writes (env TIDAL_CLUSTER)")
 
 
-def bus_options(args: argparse.Namespace) -> dict:
-    """Connection options of a CLI command's buses: fail fast when the broker is not there."""
+def bus_options(args: argparse.Namespace, *, read_only: bool = False) -> dict:
+    """Connection options of a CLI command's buses: fail fast when the broker
+    is not there; a command that only reads never creates or changes a stream."""
     from tidal_bus import options_for
 
-    return options_for(args.bus, connect_deadline_s=args.connect_timeout)
+    return options_for(args.bus, connect_deadline_s=args.connect_timeout, read_only=read_only)
 
 
-def bus_for(args: argparse.Namespace, source: str = "cli"):
+def bus_for(args: argparse.Namespace, source: str = "cli", *, read_only: bool = False):
     """A Bus for a CLI command, failing fast when the broker is not there."""
     from tidal_bus import Bus
 
     return Bus.from_url(args.bus, namespace=args.namespace, cluster=args.cluster, source=source,
-                        **bus_options(args))
+                        **bus_options(args, read_only=read_only))
 
 
 def make_dir(path: Path, option: str) -> Path:

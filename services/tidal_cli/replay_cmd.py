@@ -144,7 +144,7 @@ async def _replay(args: argparse.Namespace, start, end, overrides: dict[str, str
     from tidal_simulator.replay_report import ReplayResult
     from tidal_simulator.replay_run import LiveStreams
 
-    async with bus_for(args, source="replay") as live_bus:
+    async with bus_for(args, source="replay", read_only=True) as live_bus:
         recording = await read_recording(LiveStreams(live_bus), args.cluster)
     exact = replay_recording(recording, args.cluster, args.namespace)
     await replay_acting_stages(recording, args.cluster, exact)

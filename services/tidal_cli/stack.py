@@ -127,15 +127,23 @@ class Stack:
                                        preexec_fn=_die_with_parent, pass_fds=tuple(fds))
         return RunningService(name, process, listener, log_path, own)
 
-    def wait_ready(self, timeout: float = 60.0, services: list[RunningService] | None = None) -> None:
+    def wait_ready(self, timeout: float = 60.0, services: list[RunningService] | None = None, *,
+                   restarting: tuple[Backoff, Callable[[str], None]] | None = None) -> None:
+        """Wait until every service (or those given) answers /readyz. A crash
+        on the way fails the wait, unless `restarting` (a policy and where to
+        say so) is given: then the crashed one is started again, as `tidal up`
+        does later (a cluster still electing can fail a first start)."""
         deadline = elapsed() + timeout
-        pending = list(self.services if services is None else services)
-        while pending:
-            self.check_alive()
-            pending = [s for s in pending if not s.ready()]
-            if pending and elapsed() > deadline:
-                raise CliError(f"not ready after {timeout:.0f}s: {', '.join(s.name for s in pending)} "
-                               f"(see {pending[0].log_path})", exit_code=1)
+        names = [s.name for s in (self.services if services is None else services)]
+        while names:
+            if restarting is None:
+                self.check_alive()
+            else:
+                self.supervise(*restarting)
+            names = [name for name in names if not self.service(name).ready()]
+            if names and elapsed() > deadline:
+                raise CliError(f"not ready after {timeout:.0f}s: {', '.join(names)} "
+                               f"(see {self.service(names[0]).log_path})", exit_code=1)
             time.sleep(0.1)
 
     def service(self, name: str) -> RunningService:

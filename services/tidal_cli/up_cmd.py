@@ -67,8 +67,7 @@ def run_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         stack.start()
-        stack.wait_ready()
-        stack.supervise(policy, say)  # start the books: every process is up now
+        stack.wait_ready(restarting=(policy, say))
         stack.write_status()
         print(stack.describe(), flush=True)
         print("ready; Ctrl-C stops everything", flush=True)
