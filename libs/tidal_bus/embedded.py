@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,9 +134,12 @@ class EmbeddedNats(_Process):
     cluster (see EmbeddedNatsCluster)."""
 
     def __init__(self, data_dir: Path, port: int | None = None, *, config_file: Path | None = None,
-                 scheme: str = "nats", cluster: "ClusterRoutes | None" = None) -> None:
+                 scheme: str = "nats", cluster: "ClusterRoutes | None" = None,
+                 monitor_port: int | None = None, sync_interval: str = "always") -> None:
         super().__init__(data_dir, "nats-server")
+        self.sync_interval = sync_interval  # "always", or a duration such as "2m" (the server's default)
         self.port = port
+        self.monitor_port = monitor_port  # nats-server's HTTP monitoring (/connz, /jsz), when given
         self.config_file = config_file
         self.scheme = scheme
         self.cluster = cluster
@@ -149,6 +153,8 @@ class EmbeddedNats(_Process):
         ports_dir.mkdir(exist_ok=True)
         argv = [nats_server_binary(), "-js", "-sd", str(self.data_dir / "jetstream"), "-a", "127.0.0.1",
                 "-p", str(self.port or -1), "--ports_file_dir", str(ports_dir), "-c", str(self._write_config())]
+        if self.monitor_port is not None:
+            argv += ["-m", str(self.monitor_port)]
         process = self._spawn(argv)
         if self.port is None:
             self.port = self._read_port(ports_dir, process)
@@ -160,7 +166,7 @@ class EmbeddedNats(_Process):
         the operator's file included (the flags still set JetStream, the
         store, the address and the port)."""
         path = self.data_dir / "tidal-server.conf"
-        lines = ["jetstream { sync_interval: always }"]
+        lines = [f"jetstream {{ sync_interval: {self.sync_interval} }}"]
         if self.cluster is not None:
             lines += self.cluster.config_lines(self.port)
         if self.config_file is not None:
@@ -245,7 +251,7 @@ class EmbeddedNatsCluster:
         ports = {free_port(): (f"n{i + 1}", free_port()) for i in range(size)}
         routes = ClusterRoutes(name, ports)
         self.servers = [EmbeddedNats(Path(data_dir) / server_name, client_port, config_file=config_file,
-                                     cluster=routes)
+                                     cluster=routes, monitor_port=free_port())
                         for client_port, (server_name, _) in ports.items()]
 
     @property
@@ -255,6 +261,13 @@ class EmbeddedNatsCluster:
 
     def server_named(self, server_name: str) -> EmbeddedNats:
         return next(server for server in self.servers if server.data_dir.name == server_name)
+
+    def busiest(self) -> EmbeddedNats:
+        """The running member most clients are connected to (its /connz)."""
+        def clients(server: EmbeddedNats) -> int:
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.monitor_port}/connz", timeout=5) as answer:
+                return int(json.load(answer)["num_connections"])
+        return max((server for server in self.servers if server.running), key=clients)
 
     def start(self) -> "EmbeddedNatsCluster":
         # a server listens for clients before its routes are up: starting them one by one is enough

@@ -120,8 +120,8 @@ class Membership:
 
     async def join(self) -> None:
         self._kv = await self._bucket()
-        self._watcher = await self._kv.watch(f"{self._prefix}.*")
-        await self._beat()
+        self._watcher = await electing(lambda: self._kv.watch(f"{self._prefix}.*"), f"watch of {self._prefix}")
+        await electing(self._beat, f"first heartbeat in {self._prefix}")
         await self._read_updates(first=True)
         self._own_seen = self.clock()
         await self.refresh()

@@ -27,6 +27,7 @@ from nats.js.api import ConsumerConfig
 from nats.js.client import JetStreamContext
 
 from .nats_delivery import delivery_of
+from .nats_streams import electing
 
 JS_API = "$JS.API"  # the backend's JetStream context uses the default API prefix
 HEARTBEAT = "100"
@@ -68,7 +69,7 @@ class Puller:
         name = config.durable_name
         if name:
             try:
-                found = (await js.consumer_info(stream, name)).config
+                found = (await electing(lambda: js.consumer_info(stream, name), f"consumer {name}")).config
             except nats.js.errors.NotFoundError:
                 config.name = name
                 await _add_consumer(js, stream, config)
@@ -174,7 +175,7 @@ async def _add_consumer(js: JetStreamContext, stream: str, config: ConsumerConfi
     under a new name; a refusal (4xx) is not."""
     for attempt in range(1, CREATE_TRIES + 1):
         try:
-            await js.add_consumer(stream, config=config)
+            await electing(lambda: js.add_consumer(stream, config=config), f"consumer {config.name}")
             return
         except nats.js.errors.ServerError as exc:
             if attempt == CREATE_TRIES:

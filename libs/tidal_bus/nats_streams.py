@@ -15,7 +15,7 @@ from typing import TypeVar
 import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import APIError, NotFoundError
+from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
 from tidal_schemas.streams import StreamSpec
 
@@ -136,14 +136,14 @@ ELECTION_TRIES = 8
 
 
 async def electing(call: Callable[[], Awaitable[T]], what: str, *, tries: int = ELECTION_TRIES) -> T:
-    """`call()` retried while the cluster cannot answer yet (a timeout, or
-    JetStream "unavailable" / "no suitable peers" while a cluster forms or
-    elects a leader): bounded, with jittered exponential backoff (0.25 s
+    """`call()` retried while the cluster cannot answer yet (a timeout, no
+    response from a stream without a leader, or JetStream "unavailable" /
+    "no suitable peers" while a cluster forms or elects a leader): bounded, with jittered exponential backoff (0.25 s
     doubling to 4 s, about 20 s in all), then the last error is raised."""
     for attempt in range(1, tries + 1):
         try:
             return await call()
-        except (asyncio.TimeoutError, nats.errors.TimeoutError, APIError) as exc:
+        except (asyncio.TimeoutError, nats.errors.TimeoutError, NoStreamResponseError, APIError) as exc:
             if (isinstance(exc, APIError) and not _transient(exc)) or attempt == tries:
                 raise
             delay = min(4.0, 0.25 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)

@@ -10,6 +10,7 @@ commit, and leave their groups; loops are cancelled.
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import signal
 import traceback
@@ -271,11 +272,19 @@ def run_service(service_class: type[Service], settings: ServiceSettings | None =
         log.error("service %s cannot start: %s", service_class.name, exc)
         return 2
 
+    def dump_tasks() -> None:
+        """`kill -USR1` a service that seems stuck: where every task waits, in its log."""
+        for task in asyncio.all_tasks():
+            stack = io.StringIO()
+            task.print_stack(file=stack)
+            log.warning("task %s: %s", task.get_name(), stack.getvalue())
+
     async def main() -> None:
         service = service_class(settings)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, service.stop)
+        loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
         pad_heap_top()
         collecting = None
         if settings.gc_full_every_s:
