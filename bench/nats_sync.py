@@ -48,8 +48,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        servers = {interval: EmbeddedNats(Path(tmp) / interval, sync_interval=interval).start()
-                   for interval in ("always", "2m")}
+        servers = {name: EmbeddedNats(Path(tmp) / name, sync_interval=interval).start()
+                   for name, interval in (("always", "always"), ("default", None))}
         try:
             rates: dict[str, list[float]] = {interval: [] for interval in servers}
             for r in range(args.rounds):
@@ -62,7 +62,7 @@ def main() -> None:
     best = {interval: max(values) for interval, values in rates.items()}
     print(json.dumps({"events": args.events, "bytes": args.bytes, "window": args.window,
                       "events_per_s": {k: [round(v) for v in vs] for k, vs in rates.items()},
-                      "always_over_default": round(best["always"] / best["2m"], 2)}))
+                      "always_over_default": round(best["always"] / best["default"], 2)}))
 
 
 if __name__ == "__main__":

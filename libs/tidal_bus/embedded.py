@@ -125,19 +125,24 @@ class _Process:
 
 
 class EmbeddedNats(_Process):
-    """nats-server with JetStream, storing under `data_dir/jetstream`,
-    fsyncing every write before its ack (`sync_interval: always`: under the
-    2-minute default a crash of a minority of a cluster lost acknowledged
-    writes in Jepsen's NATS 2.12 analysis). The first start picks a free
-    port; restarts keep it. `config_file` adds a server config (users and
-    permissions, TLS); `cluster` makes the server one of a JetStream
-    cluster (see EmbeddedNatsCluster)."""
+    """nats-server with JetStream, storing under `data_dir/jetstream`. The
+    first start picks a free port; restarts keep it. `config_file` adds a
+    server config (users and permissions, TLS); `cluster` makes the server
+    one of a JetStream cluster (see EmbeddedNatsCluster).
+
+    One server on one machine keeps the server's default `sync_interval`
+    (2 minutes): a killed process loses nothing written (the kernel holds
+    it), only a crash of the machine itself can lose the last interval, and
+    fsyncing every write cost 0.27x the publish rate on this kind of machine
+    (docs/production-bus.md). A cluster, where that loss is real (Jepsen,
+    NATS 2.12.1), fsyncs every write: see EmbeddedNatsCluster."""
 
     def __init__(self, data_dir: Path, port: int | None = None, *, config_file: Path | None = None,
                  scheme: str = "nats", cluster: "ClusterRoutes | None" = None,
-                 monitor_port: int | None = None, sync_interval: str = "always") -> None:
+                 monitor_port: int | None = None, sync_interval: str | None = None) -> None:
         super().__init__(data_dir, "nats-server")
-        self.sync_interval = sync_interval  # "always", or a duration such as "2m" (the server's default)
+        # "always", a duration, or None: the server's default (2 minutes). See the class docstring.
+        self.sync_interval = sync_interval
         self.port = port
         self.monitor_port = monitor_port  # nats-server's HTTP monitoring (/connz, /jsz), when given
         self.config_file = config_file
@@ -166,7 +171,7 @@ class EmbeddedNats(_Process):
         the operator's file included (the flags still set JetStream, the
         store, the address and the port)."""
         path = self.data_dir / "tidal-server.conf"
-        lines = [f"jetstream {{ sync_interval: {self.sync_interval} }}"]
+        lines = [f"jetstream {{ sync_interval: {self.sync_interval} }}"] if self.sync_interval else []
         if self.cluster is not None:
             lines += self.cluster.config_lines(self.port)
         if self.config_file is not None:
@@ -243,7 +248,8 @@ class ClusterRoutes:
 
 class EmbeddedNatsCluster:
     """Three (or `size`) nats-servers forming one JetStream cluster on
-    loopback, each with its own store; a member killed and started again
+    loopback, each with its own store and fsyncing every write before its
+    ack (`sync_interval: always`, as the manifests run production); a member killed and started again
     keeps its ports and its store, as a restarted pod keeps its volume."""
 
     def __init__(self, data_dir: Path, size: int = 3, *, name: str = "tidal",
@@ -251,7 +257,7 @@ class EmbeddedNatsCluster:
         ports = {free_port(): (f"n{i + 1}", free_port()) for i in range(size)}
         routes = ClusterRoutes(name, ports)
         self.servers = [EmbeddedNats(Path(data_dir) / server_name, client_port, config_file=config_file,
-                                     cluster=routes, monitor_port=free_port())
+                                     cluster=routes, monitor_port=free_port(), sync_interval="always")
                         for client_port, (server_name, _) in ports.items()]
 
     @property

@@ -224,7 +224,11 @@ class Membership:
         stream = f"KV_{self._bucket_name}"
         have = (await electing(lambda: self._js.stream_info(stream), what)).config
         if (have.num_replicas or 1) < self._replicas:  # raised, never lowered
-            log.warning("%s: replicas %s -> %d", what, have.num_replicas, self._replicas)
-            await electing(lambda: self._js.update_stream(replace(have, num_replicas=self._replicas)), what)
+            try:
+                await self._js.update_stream(replace(have, num_replicas=self._replicas))
+                log.warning("%s: replicas %s -> %d", what, have.num_replicas, self._replicas)
+            except (nats.errors.Error, asyncio.TimeoutError) as exc:  # e.g. this user may not: an admin's change
+                log.warning("%s has %s replicas, fewer than the streams' %d, and could not be raised (%s)",
+                            what, have.num_replicas, self._replicas, exc)
         return bucket
 

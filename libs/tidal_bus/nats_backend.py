@@ -107,7 +107,7 @@ class NatsBackend(Backend):
 
         async def on_disconnect() -> None:
             if not self._closing:
-                log.warning("nats: disconnected from %s", self.safe_url)
+                log.warning("nats: disconnected from %s", self.server_in_use)
 
         async def on_reconnect() -> None:
             log.info("nats: reconnected to %s", self.server_in_use)

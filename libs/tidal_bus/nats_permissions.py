@@ -148,7 +148,8 @@ def _stream_rights(namespace: str, service: str) -> tuple[str, ...]:
     readers, whose consumer names the server picks."""
     api = "$JS.API"
     names = [nats_stream_name(namespace, spec) for spec in STREAMS.values()] + [f"KV_{members_bucket(namespace)}"]
-    rights = [f"{api}.STREAM.{verb}.{name}" for name in names for verb in ("INFO", "CREATE")]
+    # `INFO` (the account's): how /readyz tells a cluster that has lost its quorum
+    rights = [f"{api}.INFO"] + [f"{api}.STREAM.{verb}.{name}" for name in names for verb in ("INFO", "CREATE")]
     access = ACCESS[service]
     for name in dict.fromkeys([*access.reads, *(name for name, _ in access.consumes)]):
         s = nats_stream_name(namespace, stream(name))

@@ -39,7 +39,7 @@ async def create_stream(js: JetStreamContext, namespace: str, spec: StreamSpec, 
     want = stream_config(namespace, spec, replicas)
     api = f"$JS.API.STREAM.%s.{name}"
     try:
-        info = await electing(lambda: js.stream_info(name), f"stream {name}")
+        info = await electing(lambda: js.stream_info(name), f"stream {name}", refused=lambda: refused(api % "INFO"))
     except NotFoundError:
         info = None
     except (nats.errors.Error, asyncio.TimeoutError) as exc:
@@ -51,12 +51,12 @@ async def create_stream(js: JetStreamContext, namespace: str, spec: StreamSpec, 
         return
     try:
         if info is None:
-            await electing(lambda: js.add_stream(want), f"stream {name}")
+            await electing(lambda: js.add_stream(want), f"stream {name}", refused=lambda: refused(api % "CREATE"))
             return
         update, changes = reconciled(info.config, want)
         if changes:
             log.warning("stream %s: %s (Tidal never lowers replicas or retention)", name, "; ".join(changes))
-            await electing(lambda: js.update_stream(update), f"stream {name}")
+            await js.update_stream(update)  # once: a service may not be allowed to, and a refusal is a timeout
     except (nats.errors.Error, asyncio.TimeoutError):
         denied = refused(api % "CREATE", api % "UPDATE")
         if denied is None:
@@ -135,7 +135,8 @@ def reconciled(have: StreamConfig, want: StreamConfig) -> tuple[StreamConfig, li
 ELECTION_TRIES = 8
 
 
-async def electing(call: Callable[[], Awaitable[T]], what: str, *, tries: int = ELECTION_TRIES) -> T:
+async def electing(call: Callable[[], Awaitable[T]], what: str, *, tries: int = ELECTION_TRIES,
+                   refused: Callable[[], Exception | None] = lambda: None) -> T:
     """`call()` retried while the cluster cannot answer yet (a timeout, no
     response from a stream without a leader, or JetStream "unavailable" /
     "no suitable peers" while a cluster forms or elects a leader): bounded, with jittered exponential backoff (0.25 s
@@ -146,6 +147,8 @@ async def electing(call: Callable[[], Awaitable[T]], what: str, *, tries: int = 
         except (asyncio.TimeoutError, nats.errors.TimeoutError, NoStreamResponseError, APIError) as exc:
             if (isinstance(exc, APIError) and not _transient(exc)) or attempt == tries:
                 raise
+            if (denied := refused()) is not None:  # a refused request times out too: no use asking again
+                raise denied from None
             delay = min(4.0, 0.25 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
             log.info("%s: the cluster did not answer (%s); retrying in %.1fs", what, exc, delay)
             await asyncio.sleep(delay)
