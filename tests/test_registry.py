@@ -71,8 +71,8 @@ def test_bus_backends():
     assert set(options_for("nats://h:4222", **asked)) == {"ack_wait_s", "member_ttl_s", "connect_deadline_s",
                                                           "fetch_batch"}
     assert set(options_for("kafka://h:9092", **asked)) == {"fetch_batch", "group_options"}
-    assert ServiceSettings(bus_url="kafka://h:9092").bus_options() == {}
-    assert set(ServiceSettings(bus_url="tls://h:4222").bus_options()) == {"ack_wait_s", "member_ttl_s"}
+    assert ServiceSettings(bus_url="kafka://h:9092").bus_options() == {"replication_factor": None}  # None: by brokers
+    assert set(ServiceSettings(bus_url="tls://h:4222").bus_options()) == {"ack_wait_s", "member_ttl_s", "replicas"}
 
 
 def test_node_filters():

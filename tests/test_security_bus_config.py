@@ -253,6 +253,9 @@ async def test_kafka_options_reach_every_aiokafka_client(monkeypatch):
 
             async def close(self):
                 return None
+
+            async def describe_cluster(self):  # the admin's metadata answer: one broker
+                return {"cluster_id": "c", "controller_id": 1, "brokers": [{"node_id": 1, "host": "k1", "port": 9092}]}
         return Fake
 
     for module in (kafka_backend, kafka_group, kafka_topics):  # every module that makes a client
@@ -265,7 +268,7 @@ async def test_kafka_options_reach_every_aiokafka_client(monkeypatch):
     kafka_group.KafkaGroupSubscription(backend, stream("node.metrics"), "g", StartAt.earliest(), None)
     assert [kind for kind, _ in made] == ["AIOKafkaAdminClient", "AIOKafkaProducer", "AIOKafkaConsumer"]
     for _, options in made:
-        assert options["bootstrap_servers"] == "k1:9092,k2:9092"
+        assert options["bootstrap_servers"] == ["k1:9092", "k2:9092"]  # every seed
         assert options["security_protocol"] == "SASL_SSL" and options["sasl_mechanism"] == "SCRAM-SHA-256"
         assert options["sasl_plain_username"] == "svc" and options["sasl_plain_password"] == "pw"
         assert isinstance(options["ssl_context"], ssl.SSLContext)

@@ -3,6 +3,8 @@
 Positions are offsets + 1, so that 0 means "nothing" on both backends.
 Consumer groups use Kafka's own group coordinator; offsets are committed
 after the messages are handled (commit-after-handling, at-least-once).
+Producers send with acks=all; topics are created with the configured
+replication (kafka_replication.py), and a read-only backend creates none.
 """
 
 from __future__ import annotations
@@ -26,13 +28,20 @@ from .errors import BusError
 from .intake import EventTooLarge
 from .kafka_group import KafkaGroupSubscription
 from .kafka_records import LANE_HEADER, linger_for_more, noop_ack, noop_nak, position_of, raw_message, record_key, seek
+from .kafka_replication import Replication, replication_for
 from .kafka_topics import ensure_topic
 from .membership import raise_if_cancelling
 from .subjects import kafka_topic
 from .trace_context import TraceContext
 
 log = logging.getLogger(__name__)
+CLUSTER_OF_ONE = 1  # the broker count a configured replication is checked against before connecting
 PAST_END_WAIT_MS = 100  # a read to the end, at the reported ends: how long a fetch may take to bring the rest
+
+
+def describe_brokers(brokers: list[dict]) -> str:
+    """Brokers of a metadata answer as `id@host:port`, for the log."""
+    return ", ".join(f"{b.get('node_id')}@{b.get('host')}:{b.get('port')}" for b in brokers) or "none"
 
 
 @contextmanager
@@ -47,11 +56,23 @@ def _as_bus_errors(spec: StreamSpec, data: bytes) -> Iterator[None]:
 
 
 class KafkaBackend(Backend):
+    """`bootstrap`: one or more seed brokers, `h1:p1,h2:p2` (any one that
+    answers is enough). `replication_factor` / `min_insync_replicas`: of
+    the topics it creates; None: 3 / 2 on a cluster reporting 3 or more
+    brokers, else 1 / 1. `read_only` (a command that only reads): topics
+    are checked, never created or changed."""
+
     def __init__(self, bootstrap: str, namespace: str, *, fetch_batch: int = 256,
                  client_options: dict | None = None, group_options: dict | None = None,
-                 auth: BusAuth | None = None, url: str = "") -> None:
-        self.bootstrap = bootstrap
+                 replication_factor: int | None = None, min_insync_replicas: int | None = None,
+                 read_only: bool = False, auth: BusAuth | None = None, url: str = "") -> None:
+        self.bootstrap = [seed.strip() for seed in bootstrap.split(",") if seed.strip()]
         self.namespace = namespace
+        replication_for(CLUSTER_OF_ONE, replication_factor, min_insync_replicas)  # a bad setting fails now
+        self.replication_factor = replication_factor
+        self.min_insync_replicas = min_insync_replicas
+        self.replication: Replication | None = None  # chosen at connect(), from the brokers the cluster reports
+        self.read_only = read_only
         self.fetch_batch = fetch_batch
         # SASL and TLS (from TIDAL_BUS_… or the URL's user:password) go to every
         # client this backend makes: producer, admin, group and reader consumers.
@@ -69,11 +90,24 @@ class KafkaBackend(Backend):
         try:
             self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, **self._options)
             await self._admin.start()
+            cluster = await self._admin.describe_cluster()
+            # acks=all: a write is acknowledged once min.insync.replicas replicas hold it
             self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", **self._options)
             await self._producer.start()
         except (KafkaError, OSError) as exc:
             await self.close()
-            raise BusError(f"cannot connect to Kafka at {self.bootstrap}: {exc}") from exc
+            raise BusError(f"cannot connect to Kafka at {','.join(self.bootstrap)}: {exc}") from exc
+        brokers = cluster.get("brokers", [])
+        self.replication = replication_for(len(brokers), self.replication_factor, self.min_insync_replicas)
+        log.info("kafka: connected to cluster %s through seeds %s: brokers %s, controller %s; new topics get "
+                 "replication factor %d, min.insync.replicas %d%s", cluster.get("cluster_id"),
+                 ",".join(self.bootstrap), describe_brokers(brokers), cluster.get("controller_id"),
+                 self.replication.factor, self.replication.min_insync, " (read-only: none created)"
+                 if self.read_only else "")
+        if 1 < len(brokers) < 3 and self.replication_factor is None:
+            log.warning("kafka: the cluster reports %d brokers (metadata names live ones only): new topics get "
+                        "replication factor 1; set it (TIDAL_BUS_REPLICAS) on a cluster of 3 with one down",
+                        len(brokers))
 
     async def close(self) -> None:
         if self._producer is not None:
@@ -95,11 +129,15 @@ class KafkaBackend(Backend):
             raise BusError("Kafka backend used before connect()")
         async with self._creating:  # one at a time: publishes that waited go on in the order they came
             if topic not in self._known_topics:
-                await ensure_topic(self._admin, topic, spec, self.bootstrap, self._options)
+                assert self.replication is not None, "set by connect()"
+                await ensure_topic(self._admin, topic, spec, self.bootstrap, self._options, self.replication,
+                                   read_only=self.read_only)
                 self._known_topics.add(topic)
 
     async def delete_stream(self, spec: StreamSpec) -> None:
         topic = kafka_topic(self.namespace, spec)
+        if self.read_only:
+            raise BusError(f"topic {topic}: a read-only bus deletes nothing")
         if self._admin is not None:
             try:
                 await self._admin.delete_topics([topic])

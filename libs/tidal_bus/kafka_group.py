@@ -172,7 +172,18 @@ class KafkaGroupSubscription(GroupSubscription):
         finally:
             self._settled.set()
         self._joined.set()
-        log.info("group on %s: owns partitions %s", self._topic, sorted(owned))
+        log.info("group on %s: owns partitions %s; group coordinator %s", self._topic, sorted(owned),
+                 self._coordinator())
+
+    def _coordinator(self) -> str:
+        """The broker coordinating this group, as `node id@host:port` (the
+        broker a member's failover depends on), for the log."""
+        coordinator = getattr(self._consumer, "_coordinator", None)  # aiokafka keeps it private
+        node = getattr(coordinator, "coordinator_id", None)
+        if node is None:
+            return "unknown"
+        broker = self._consumer._client.cluster.broker_metadata(node)
+        return f"{node}@{broker.host}:{broker.port}" if broker is not None else str(node)
 
     async def _revoked(self, revoked: set[TopicPartition]) -> None:
         self._settled.clear()
