@@ -10,7 +10,8 @@ import logging
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from aiokafka.errors import (InvalidReplicationFactorError, KafkaError, TopicAlreadyExistsError,
+                             UnknownTopicOrPartitionError, for_code)
 
 from tidal_schemas.streams import StreamSpec
 
@@ -43,10 +44,15 @@ async def create_topic(admin: AIOKafkaAdminClient, new: NewTopic) -> int:
         response = await admin.create_topics([new])
     except TopicAlreadyExistsError:
         return TopicAlreadyExistsError.errno
-    codes = [error[1] for error in getattr(response, "topic_errors", ())]
-    bad = [code for code in codes if code not in (0, TopicAlreadyExistsError.errno)]
+    errors = list(getattr(response, "topic_errors", ()))  # (topic, code[, message])
+    codes = [error[1] for error in errors]
+    bad = [error for error in errors if error[1] not in (0, TopicAlreadyExistsError.errno)]
     if bad:
-        raise BusError(f"cannot create topic {new.name}: Kafka error code {bad[0]}")
+        code, said = bad[0][1], (bad[0][2] if len(bad[0]) > 2 else None)
+        hint = (f" (replication factor {new.replication_factor}: more than the cluster's live brokers? "
+                f"set TIDAL_BUS_REPLICAS)" if code == InvalidReplicationFactorError.errno else "")
+        raise BusError(f"cannot create topic {new.name}: Kafka error {code} {for_code(code).__name__}"
+                       f"{': ' + said if said else ''}{hint}")
     return codes[0] if codes else 0
 
 
