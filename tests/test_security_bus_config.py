@@ -69,10 +69,37 @@ def test_nats_credentials_in_the_url():
 
 def test_nats_token_creds_and_nkey_files(tmp_path):
     assert BusAuth(token_file=secret_file(tmp_path, "tok")).nats_options("nats://h") == {"token": SECRET}
-    creds = secret_file(tmp_path, "svc.creds", "-----BEGIN NATS USER JWT-----\n")
-    assert BusAuth(creds_file=creds).nats_options("nats://h") == {"user_credentials": str(creds)}
+    creds = secret_file(tmp_path, "svc.creds", _creds("scoring").text())
+    # the inbox is named after the user in the JWT: its only subscribe right
+    assert BusAuth(creds_file=creds).nats_options("nats://h") == {"user_credentials": str(creds),
+                                                                  "inbox_prefix": "_INBOX_scoring"}
+    assert BusAuth(creds_file=creds, user="other").nats_options("nats://h")["inbox_prefix"] == "_INBOX_other"
     seed = secret_file(tmp_path, "svc.nk", new_user_seed() + "\n")
     assert BusAuth(nkey_seed_file=seed).nats_options("nats://h") == {"nkeys_seed": str(seed)}
+
+
+def _creds(user: str):
+    from tidal_bus.nats_identity import mint
+    from tidal_bus.nats_permissions import service_permissions
+    from tidal_bus.nkey import new_key
+
+    return mint(new_key("account")[0], new_key("account")[1], user,
+                service_permissions(user, namespace="tidal", cluster="c1"), iat=1)
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("-----BEGIN NATS USER JWT-----\n", "block is empty"),  # nats-py would wait forever on this one
+    ("just a seed\n", "not a .creds file"),
+    ("swap", "not the key the JWT was issued to"),
+])
+def test_a_bad_creds_file_is_refused_before_connecting_without_showing_the_seed(tmp_path, text, reason):
+    good = _creds("scoring")
+    if text == "swap":  # another user's seed under this JWT
+        text = good.text().replace(good.seed, _creds("scoring").seed)
+    path = secret_file(tmp_path, "svc.creds", text)
+    with pytest.raises(BusConfigError, match=reason) as refused:
+        BusAuth(creds_file=path).nats_options("nats://h")
+    assert "TIDAL_BUS_CREDS_FILE" in str(refused.value) and "SU" not in str(refused.value).replace(str(path), "")
 
 
 def test_an_nkey_seed_as_a_file_or_a_value_with_the_user_naming_only_the_inbox(tmp_path, monkeypatch):

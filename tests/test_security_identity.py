@@ -9,8 +9,8 @@ node agree, and a mismatch goes to `dead.letter` with the reason and is
 counted; event ids are scoped to the publisher's key, so an id squatted
 under node-a's subject never suppresses node-b's event.
 
-The server runs the config `tidal nats-config` writes, and every party logs
-in as its generated user.
+The server runs the config `tidal nats-config` writes (operator mode, no
+user listed), and every party logs in with its generated `.creds` file.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class Generated:
 
     def bus(self, user: str, **options) -> Bus:
         return Bus.from_url(self.server.url, namespace=self.namespace, cluster=CLUSTER, source=user,
-                            auth=BusAuth(user=user, nkey_seed_file=self.credentials / f"{user}.nk"),
+                            auth=BusAuth(creds_file=self.credentials / f"{user}.creds"),
                             **{**NATS_TEST_OPTIONS, "connect_deadline_s": 10.0, "publish_timeout_s": 10.0,
                                **options})
 

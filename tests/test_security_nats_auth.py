@@ -1,12 +1,14 @@
 """The deployable NATS configuration over a real nats-server: the config
-`tidal nats-config` generates (one nkey user per service and per node
-agent, allow-lists) refuses what a service is not permitted, refuses
-anonymous clients and keys it does not list, and still lets the real
-services run the pipeline. The server's own log is checked for any refusal
+`tidal nats-config` generates (operator mode: a user JWT per service and
+per node agent carrying its permissions, signed by the account) refuses
+what a service is not permitted, refuses anonymous clients, bare keys and
+JWTs another account signed, admits a node minted later without a reload,
+and still lets the real services run the pipeline. The server's own log is checked for any refusal
 the pipeline hit."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -17,7 +19,9 @@ from conftest import NATS_TEST_OPTIONS, start_service, stop_service, wait_until
 from tidal_bus import Bus, BusConfigError, StartAt
 from tidal_bus.auth import BusAuth, BusPermissionError
 from tidal_bus.embedded import EmbeddedNats
-from tidal_bus.nkey import new_user_seed
+from tidal_bus.nats_identity import mint
+from tidal_bus.nats_permissions import service_permissions
+from tidal_bus.nkey import new_key, new_user_seed
 from tidal_cli.main import main as tidal
 from tidal_oversell.service import OversellService
 from tidal_oversell.settings import OversellSettings
@@ -37,16 +41,19 @@ NODES = ["node-a", "node-b"]
 
 class SecureNats:
     """A nats-server run with `tidal nats-config` output, and a Bus per user
-    logged in with the user's nkey seed file (or with `seed`, a value)."""
+    logged in with the user's `.creds` file (or with a bare nkey `seed`, or
+    another `creds_file`)."""
 
-    def __init__(self, server: EmbeddedNats, namespace: str, credentials) -> None:
-        self.server, self.namespace, self.credentials = server, namespace, credentials
+    def __init__(self, server: EmbeddedNats, namespace: str, credentials, config) -> None:
+        self.server, self.namespace, self.credentials, self.config = server, namespace, credentials, config
 
-    def bus(self, user: str | None, seed: str | None = None, **options) -> Bus:
+    def bus(self, user: str | None, seed: str | None = None, creds_file=None, **options) -> Bus:
         if seed is not None:
             auth = BusAuth(user=user, nkey_seed=SecretStr(seed))
+        elif creds_file is not None:
+            auth = BusAuth(creds_file=creds_file)
         else:
-            auth = BusAuth(user=user, nkey_seed_file=self.credentials / f"{user}.nk") if user else BusAuth()
+            auth = BusAuth(creds_file=self.credentials / f"{user}.creds") if user else BusAuth()
         return Bus.from_url(self.server.url, namespace=self.namespace, cluster=CLUSTER, source=user or "anonymous",
                             auth=auth, **{**NATS_TEST_OPTIONS, "connect_deadline_s": 10.0, **options})
 
@@ -67,7 +74,7 @@ def secure_nats(tmp_path_factory):
     assert tidal(["nats-config", "--namespace", namespace, "--cluster", CLUSTER, "--nodes", ",".join(NODES),
                   "--out", str(config), "--credentials-dir", str(credentials), "--store-dir", ""]) == 0
     server = EmbeddedNats(directory / "server", config_file=config).start()
-    yield SecureNats(server, namespace, credentials)
+    yield SecureNats(server, namespace, credentials, config)
     server.stop()
 
 
@@ -102,24 +109,46 @@ async def test_a_service_cannot_publish_another_services_stream(admin_streams):
             await bus.publish(pod("forged", phase="running", node="node-b"))
 
 
-async def test_anonymous_and_unknown_keys_are_refused_at_once(admin_streams):
-    """A key the config does not list (another deployment's, or a node's that
-    was removed) is refused like no credentials at all."""
+async def test_anonymous_bare_keys_and_foreign_jwts_are_refused_at_once(admin_streams, tmp_path):
+    """No credentials, a bare key (even node-a's own seed, without its JWT),
+    and a JWT granting node-b's subjects but signed by another account's
+    key (another deployment's, or a forger's) are all refused at connect."""
     stranger = new_user_seed()
-    for bus in (admin_streams.bus(None), admin_streams.bus("scoring", seed=stranger)):
+    own_seed = (admin_streams.credentials / "topology-node-a.nk").read_text().strip()
+    foreign_signer, foreign_account = new_key("account")
+    forged = mint(foreign_signer, foreign_account, "topology-node-b",
+                  service_permissions("topology", namespace=admin_streams.namespace, cluster=CLUSTER, node="node-b"),
+                  iat=int(time.time()))
+    forged_file = tmp_path / "forged.creds"
+    forged_file.write_text(forged.text())
+    for bus in (admin_streams.bus(None), admin_streams.bus("scoring", seed=stranger),
+                admin_streams.bus("topology-node-a", seed=own_seed), admin_streams.bus(None, creds_file=forged_file)):
         with pytest.raises(BusConfigError, match="(?i)authorization violation") as refused:
             await bus.__aenter__()
-        assert stranger not in str(refused.value)
+        assert stranger not in str(refused.value) and forged.seed not in str(refused.value)
 
 
-async def test_a_seed_given_as_a_value_logs_in_as_that_user(admin_streams):
-    """TIDAL_BUS_NKEY_SEED (a value, not a file) is the same identity: the
-    node agent may publish its own node's metrics and nothing of node-b's."""
-    seed = (admin_streams.credentials / "topology-node-a.nk").read_text()
-    async with admin_streams.bus("topology-node-a", seed=seed, publish_timeout_s=10.0) as bus:
-        await bus.publish(result("node-a"))
+async def test_a_node_minted_later_joins_without_a_reload(admin_streams, tmp_path, monkeypatch, capsys):
+    """`tidal nats-creds` with the account signing key alone admits node-c:
+    the server's config is untouched and not reloaded, node-c publishes its
+    own node's events (its creds given as TIDAL_BUS_CREDS_FILE) and is
+    refused node-b's."""
+    config = admin_streams.config.read_text()
+    creds_file = tmp_path / "node-c.creds"
+    signing, account = (admin_streams.credentials / "account-signing.nk"), \
+        (admin_streams.credentials / "account.pub").read_text().strip()
+    assert tidal(["nats-creds", "--namespace", admin_streams.namespace, "--cluster", CLUSTER, "--node", "node-c",
+                  "--signing-key", str(signing), "--account", account, "--out", str(creds_file)]) == 0
+    assert "topology-node-c" in capsys.readouterr().out
+    monkeypatch.setenv("TIDAL_BUS_CREDS_FILE", str(creds_file))
+    bus = Bus.from_url(admin_streams.server.url, namespace=admin_streams.namespace, cluster=CLUSTER,
+                       source="topology-node-c", auth=BusAuth.from_env(),
+                       **{**NATS_TEST_OPTIONS, "connect_deadline_s": 10.0, "publish_timeout_s": 10.0})
+    async with bus:
+        await bus.publish(result("node-c"))
         with pytest.raises(BusPermissionError, match="action_result.*node-b"):
             await bus.publish(result("node-b"))
+    assert admin_streams.config.read_text() == config
 
 
 def result(node: str) -> ActionResult:

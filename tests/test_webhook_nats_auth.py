@@ -29,7 +29,7 @@ async def test_the_webhook_reads_the_figures_as_its_own_user(tmp_path):
 
     def bus(user: str) -> Bus:
         return Bus.from_url(server.url, namespace=namespace, cluster=CLUSTER, source=user,
-                            auth=BusAuth(user=user, nkey_seed_file=credentials / f"{user}.nk"),
+                            auth=BusAuth(creds_file=credentials / f"{user}.creds"),
                             **{**NATS_TEST_OPTIONS, "connect_deadline_s": 10.0})
     try:
         async with bus("admin") as admin:

@@ -7,9 +7,10 @@ Secrets held in memory are `SecretStr`, so printing the settings shows
 `**********`; URLs are only ever shown through `redact_url`.
 
 NATS takes one of: user + password (in the URL or here), a token, a `.creds`
-file (JWT + nkey), or an nkey seed (file or value; what `tidal nats-config`
-issues), where a user name, if given, only names the reply inbox the
-server's config allows that key; TLS with a CA file, a client
+file (user JWT + nkey seed: what `tidal nats-config` and `tidal nats-creds`
+issue), or an nkey seed (file or value). With a creds file or a seed, a user
+name only names the reply inbox the user may subscribe to (with a creds
+file it defaults to the name in its JWT); TLS with a CA file, a client
 certificate, or a `tls://` URL. Kafka takes SASL PLAIN / SCRAM-SHA-256 /
 SCRAM-SHA-512 (user + password) and TLS, passed through to aiokafka.
 """
@@ -26,6 +27,7 @@ from pydantic import SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import BusConfigError
+from .nats_jwt import MAX_CREDS_BYTES, InvalidCreds, parse_creds
 from .nkey import MAX_SEED_BYTES, InvalidSeed, user_public_key
 
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -147,8 +149,23 @@ class BusAuth(BaseSettings):
             raise BusConfigError(f"{name}: {exc}") from None
         return seed
 
+    def creds_user(self) -> str | None:
+        """The user name in the creds file's JWT, the file checked first: a
+        BusConfigError naming TIDAL_BUS_CREDS_FILE (never showing the seed)
+        when it is not a usable `.creds` file. None without a creds file."""
+        if self.creds_file is None:
+            return None
+        try:
+            return parse_creds(_read_secret(self.creds_file, MAX_CREDS_BYTES)).name or None
+        except InvalidCreds as exc:
+            raise BusConfigError(f"TIDAL_BUS_CREDS_FILE {str(self.creds_file)!r}: {exc}") from None
+
     def user_name(self, url: str = "") -> str | None:
-        """The user: from the settings, else its file, else the URL."""
+        """The user: from the settings, else its file, else the URL, else
+        the name in the creds file's JWT."""
+        return self._given_user(url) or self.creds_user()
+
+    def _given_user(self, url: str) -> str | None:
         if self.user_file is not None:
             return _read_secret(self.user_file)
         return self.user or url_credentials(url)[0]
@@ -174,12 +191,13 @@ class BusAuth(BaseSettings):
         if self.sasl_mechanism or self.security_protocol:
             raise BusConfigError("TIDAL_BUS_SASL_MECHANISM / TIDAL_BUS_SECURITY_PROTOCOL are Kafka settings; "
                                  "NATS takes a user, token, creds file or nkey seed")
-        user, password, token = self.user_name(url), self.password_secret(url), self.token_secret()
-        seed = self.nkey_seed_secret()
+        user, password, token = self._given_user(url), self.password_secret(url), self.token_secret()
+        seed, creds_user = self.nkey_seed_secret(), self.creds_user()
         if user and password is None and not (self.user or self.user_file) and token is None:
             user, token = None, SecretStr(user)  # `nats://TOKEN@host`: a lone userinfo is a token in NATS
-        # with a seed, the key is the identity and a user only names the inbox
-        logs_in = password is not None or (user and seed is None)
+        # with a seed or a creds file, the key is the identity and a user only names the inbox
+        keyed = seed is not None or self.creds_file is not None
+        logs_in = password is not None or (user and not keyed)
         methods = [name for name, given in (("user/password", logs_in), ("token", token),
                                             ("creds file", self.creds_file), ("nkey seed", seed))
                    if given]
@@ -188,9 +206,10 @@ class BusAuth(BaseSettings):
         if password is not None and not user:
             raise BusConfigError("NATS authentication: a password needs a user (TIDAL_BUS_USER or user@ in the URL)")
         options: dict[str, Any] = {}
+        user = user or creds_user
         if user:
             options["inbox_prefix"] = inbox_prefix_for(user)
-            if seed is None:
+            if not keyed:
                 options["user"] = user
             if password is not None:
                 options["password"] = password.get_secret_value()

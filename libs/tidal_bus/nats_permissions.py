@@ -1,5 +1,6 @@
 """Least-privilege NATS users for a Tidal deployment: who may publish and
-consume what, and the nats-server configuration that enforces it.
+consume what. Each user's JWT carries its permissions (nats_identity), so
+the server's configuration lists no user.
 
 `ACCESS` is the explicit table of each service's streams: what it publishes,
 which consumer groups it runs (stream, group), and which streams it reads
@@ -24,10 +25,7 @@ server picks: those rights are per stream, not per consumer.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from dataclasses import dataclass
-
-import orjson
 
 from tidal_schemas.streams import STREAMS, partition_for, stream
 
@@ -176,23 +174,3 @@ def users(namespace: str, cluster: str, nodes: list[str]) -> dict[str, Permissio
         found[topology_user(node)] = service_permissions("topology", namespace=namespace, cluster=cluster, node=node)
     found[ADMIN] = admin_permissions(namespace)
     return found
-
-
-def render_server_config(permissions: Mapping[str, Permissions], public_keys: Mapping[str, str], *,
-                         header: str = "", store_dir: str | None = "/data",
-                         tls: Mapping[str, object] | None = None) -> str:
-    """A nats-server configuration (JSON is valid nats-server syntax): JetStream
-    on, and only the given users, each an nkey (its public key `U…`; the
-    client proves it holds the seed by signing the server's nonce) with its
-    allow-lists (everything not allowed is denied). No anonymous access, and
-    no secret in the file."""
-    entries = [{"nkey": public_keys[user],
-                "permissions": {"publish": {"allow": list(p.publish)}, "subscribe": {"allow": list(p.subscribe)}}}
-               for user, p in permissions.items()]
-    config: dict[str, object] = {"jetstream": {"store_dir": store_dir} if store_dir else {},
-                                 "authorization": {"users": entries}}
-    if tls:
-        config["tls"] = dict(tls)
-    comment = "".join(f"# {line}\n" for line in header.splitlines())
-    # orjson: the stdlib's indenting encoder is pure Python, seconds at 20,000 users
-    return comment + orjson.dumps(config, option=orjson.OPT_INDENT_2).decode() + "\n"

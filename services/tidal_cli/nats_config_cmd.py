@@ -1,16 +1,21 @@
-"""`tidal nats-config`: a nats-server configuration with one user per
-service (and per node agent), each allowed only its own subjects, plus the
-nkey seeds those users log in with.
+"""`tidal nats-config`: a nats-server configuration in operator mode (NATS
+decentralized authentication) and the credentials of every Tidal user.
 
     tidal nats-config --namespace tidal --cluster prod --nodes node-a,node-b \\
         --out nats.conf [--credentials-dir DIR] [--k8s-secrets secrets.yaml]
 
-Each user is an nkey (Ed25519): its seed is made on the first run and kept
-in DIR (`<user>.nk`, mode 0600), so a re-run keeps every identity and makes
-keys only for new users; the server config holds only public keys (no
-secret, and nothing to hash: 20,000 nodes take seconds). Users no longer
-listed (removed nodes) are left out of the config, so the server refuses
-them; their seed files stay in DIR.
+The server configuration holds the operator JWT, the system account and a
+MEMORY resolver preloaded with the deployment's account JWT: no user, so it
+does not grow with nodes, and a node that joins needs no reload. Each user
+(a service, a node agent, the admin) gets a `.creds` file: a user JWT with
+exactly its permissions (nats_permissions), signed by the account's signing
+key, and its nkey seed. `tidal nats-creds` mints one for a joining node
+with the signing key alone.
+
+Every key is made on the first run and kept in DIR (`*.nk`, mode 0600), and
+a JWT is re-issued only when what it says changes, so a re-run rewrites
+nothing. A node no longer listed keeps its files but is revoked in the
+account JWT (that changes the configuration: reload the server).
 """
 
 from __future__ import annotations
@@ -18,26 +23,37 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import time
 from pathlib import Path
 
 import yaml
 
-from tidal_bus.nats_permissions import ADMIN, render_server_config, topology_user, users
-from tidal_bus.nkey import MAX_SEED_BYTES, InvalidSeed, new_user_key, user_public_key
+from tidal_bus.nats_identity import SYSTEM_ACCOUNT_NAME, Authority, account_jwt, mint, operator_jwt, \
+    render_server_config
+from tidal_bus.nats_jwt import MAX_CREDS_BYTES, Creds, InvalidCreds, decode_claims, parse_creds
+from tidal_bus.nats_permissions import ADMIN, topology_user, users
+from tidal_bus.nkey import MAX_SEED_BYTES, InvalidSeed, Role, new_key, new_user_key, public_key
 
 from .errors import CliError
 from .files import read_bounded
 from .options import cluster_name, make_dir, namespace_name, write_file
 
 _NODE = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")  # a Kubernetes node name
+SEED_SUFFIX, CREDS_SUFFIX = ".nk", ".creds"
+# Authority seeds, by Authority field: they sign the JWTs, never log in.
+AUTHORITY_FILES = {"operator": "operator.nk", "system_account": "system-account.nk", "account": "account.nk",
+                   "account_signing": "account-signing.nk"}
+ACCOUNT_PUBLIC_FILE = "account.pub"
+_OLD_PASSWORDS = ("*.password", "hashes.json")  # what runs before nkeys left in the directory
 
 
 def add(subparsers) -> None:
     parser = subparsers.add_parser(
-        "nats-config", help="nats-server config with per-service users and permissions",
-        description="Writes a nats-server config (JetStream on, one user per service and per node agent, "
-                    "each allowed only the subjects it publishes and the consumers it reads) and the "
-                    "nkey seeds of those users. Re-run it when nodes join or leave: existing keys are kept.")
+        "nats-config", help="nats-server config (operator mode) and per-service, per-node credentials",
+        description="Writes a nats-server config in operator mode (JetStream on, the operator JWT, a resolver "
+                    "with the account JWT; no user listed) and one .creds file per service and per node agent, "
+                    "a user JWT allowed only the subjects it publishes and the consumers it reads. Re-running "
+                    "keeps every key; a joining node needs only `tidal nats-creds`.")
     parser.add_argument("--namespace", type=namespace_name, default=os.environ.get("TIDAL_NAMESPACE", "tidal"))
     parser.add_argument("--cluster", type=cluster_name, required=True,
                         help="the cluster id (TIDAL_CLUSTER of the services)")
@@ -47,9 +63,11 @@ def add(subparsers) -> None:
                        "of nodes do not fit on a command line)")
     parser.add_argument("--out", type=Path, required=True, help="where to write the server config")
     parser.add_argument("--credentials-dir", type=Path,
-                        help="nkey seeds, one <user>.nk file each (default: OUT.credentials/)")
+                        help="keys and credentials: <user>.nk, <user>.creds, the operator's and account's "
+                             "seeds and JWTs (default: OUT.credentials/)")
     parser.add_argument("--k8s-secrets", type=Path,
-                        help="also write the Kubernetes Secrets (server config and per-service credentials)")
+                        help="also write the Kubernetes Secrets (server config, per-service credentials, "
+                             "the account signing key)")
     parser.add_argument("--store-dir", default="/data", help="JetStream store directory of the server")
     parser.add_argument("--tls-cert", help="server certificate file (turns TLS on)")
     parser.add_argument("--tls-key", help="server key file")
@@ -67,62 +85,116 @@ def parse_nodes(text: str) -> list[str]:
     return list(dict.fromkeys(nodes))
 
 
-SEED_SUFFIX = ".nk"
-_OLD_PASSWORDS = ("*.password", "hashes.json")  # what runs before nkeys left in the directory
+def read_seed(path: Path, role: Role, option: str) -> str | None:
+    """The seed of `role` in `path`, None when there is no such file;
+    CliError naming the file (never the text) when it is not one."""
+    try:
+        with open(path, "rb") as handle:
+            seed = handle.read(MAX_SEED_BYTES + 1).decode(errors="replace").strip()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CliError(f"{option} {path.parent}: cannot read {path.name}: {exc.strerror}") from None
+    try:
+        public_key(seed, role)
+    except InvalidSeed as exc:
+        raise CliError(f"{option} {path.parent}: {path.name}: {exc} (delete it to issue a new key)") from None
+    return seed
 
 
-def load_or_make_seeds(directory: Path, names: list[str]) -> tuple[dict[str, str], dict[str, str], int]:
-    """Each user's nkey seed (`<user>.nk` in `directory`) and public key,
-    making and saving (mode 0600, never overwriting) a seed for each user
-    that has none; also how many were made now. A re-run thus keeps every
-    existing user's identity and adds keys only for new users."""
+def load_or_make_seeds(directory: Path, names: list[str]) -> tuple[dict[str, str], int]:
+    """Each user's nkey seed (`<user>.nk` in `directory`), making and saving
+    (mode 0600, never overwriting) one for each user that has none; also
+    how many were made now. A re-run keeps every user's identity."""
     make_dir(directory, "--credentials-dir")
-    seeds, public, made = {}, {}, 0
+    seeds, made = {}, 0
     for name in names:
         path = directory / f"{name}{SEED_SUFFIX}"
-        try:
-            with open(path, "rb") as handle:
-                text = handle.read(MAX_SEED_BYTES + 1)
-        except FileNotFoundError:
-            (seeds[name], public[name]), made = new_user_key(), made + 1
-            _write_new(path, seeds[name] + "\n", directory)
-            continue
-        except OSError as exc:
-            raise CliError(f"--credentials-dir {directory}: cannot read {path.name}: {exc.strerror}") from None
-        seeds[name] = text.decode(errors="replace").strip()
-        try:
-            public[name] = user_public_key(seeds[name])
-        except InvalidSeed as exc:
-            raise CliError(f"--credentials-dir {directory}: {path.name}: {exc} (delete it to issue a new key)"
-                           ) from None
-    return seeds, public, made
+        seed = read_seed(path, "user", "--credentials-dir")
+        if seed is None:
+            seed, made = new_user_key()[0], made + 1
+            write_new(path, seed + "\n", "--credentials-dir")
+        seeds[name] = seed
+    return seeds, made
 
 
-def _write_new(path: Path, text: str, directory: Path) -> None:
+def load_or_make_authority(directory: Path) -> Authority:
+    """The operator's and accounts' seeds in `directory`, each made (and
+    saved, mode 0600) when missing."""
+    seeds = {}
+    for field, name in AUTHORITY_FILES.items():
+        role: Role = "operator" if field == "operator" else "account"
+        seeds[field] = read_seed(directory / name, role, "--credentials-dir")
+        if seeds[field] is None:
+            seeds[field] = new_key(role)[0]
+            write_new(directory / name, seeds[field] + "\n", "--credentials-dir")
+    return Authority(**seeds)
+
+
+def write_new(path: Path, text: str, option: str) -> None:
+    """Write a new secret file (mode 0600), never overwriting one."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
     except OSError as exc:
-        raise CliError(f"--credentials-dir {directory}: cannot write {path.name}: {exc.strerror}") from None
+        raise CliError(f"{option} {path.parent}: cannot write {path.name}: {exc.strerror}") from None
 
 
-def k8s_secrets(server_config: str, seeds: dict[str, str], nodes: list[str], namespace: str = "tidal-system") -> str:
+def read_creds(path: Path) -> Creds | None:
+    """The credentials in `path`, None when missing or unusable (re-minted)."""
+    try:
+        return parse_creds(read_bounded(path, MAX_CREDS_BYTES).decode(errors="replace"))
+    except (OSError, CliError, InvalidCreds):
+        return None
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def revoked_users(directory: Path, listed: set[str]) -> dict[str, int]:
+    """The node agents with credentials in `directory` that are no longer
+    listed: public key -> the time their JWT was issued (it, and any older
+    one, is refused)."""
+    found = {}
+    for path in directory.glob(f"topology-*{CREDS_SUFFIX}"):
+        if path.name.removesuffix(CREDS_SUFFIX) not in listed and (creds := read_creds(path)) is not None:
+            claims = decode_claims(creds.jwt)
+            found[claims["sub"]] = int(claims.get("iat", 0))
+    return found
+
+
+def k8s_secrets(server_config: str, seeds: dict[str, str], nodes: list[str], namespace: str = "tidal-system", *,
+                creds: dict[str, Creds] | None = None, authority: Authority | None = None) -> str:
     """The Secrets the NATS overlay mounts: `nats-config` (the server config),
-    `tidal-bus-<service>` (user, seed) and `tidal-bus-topology` (`<node>.user`
-    and `<node>.seed` per node, each agent mounting only its own node's two
-    keys). The user only names the reply inbox; the seed is the identity."""
+    `tidal-bus-<service>` (user, seed, and `creds` when given),
+    `tidal-bus-topology` (`<node>.user`, `<node>.seed`, `<node>.creds` per
+    node, each agent mounting only its own node's keys) and, with the
+    authority, `tidal-nats-account-signing` (`seed`, `account`: what
+    `tidal nats-creds` needs to admit a node). The operator's and the
+    account's own seeds are in no Secret: they stay offline."""
     def secret(name: str, data: dict[str, str]) -> dict:
         return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                 "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "tidal"}},
                 "stringData": data}
 
+    def keys(user: str) -> dict[str, str]:
+        found = {"user": user, "seed": seeds[user]}
+        if creds is not None:
+            found["creds"] = creds[user].text()
+        return found
+
     docs = [secret("nats-config", {"nats.conf": server_config})]
-    for user, seed in seeds.items():
-        if not user.startswith("topology-"):
-            docs.append(secret(f"tidal-bus-{user}", {"user": user, "seed": seed}))
-    docs.append(secret("tidal-bus-topology", {f"{node}.{what}": value for node in nodes for what, value in
-                                              (("user", topology_user(node)), ("seed", seeds[topology_user(node)]))}))
+    docs += [secret(f"tidal-bus-{user}", keys(user)) for user in seeds if not user.startswith("topology-")]
+    docs.append(secret("tidal-bus-topology", {f"{node}.{what}": value for node in nodes
+                                              for what, value in keys(topology_user(node)).items()}))
+    if authority is not None:
+        docs.append(secret("tidal-nats-account-signing", {"seed": authority.account_signing,
+                                                          "account": authority.public("account")}))
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
@@ -135,33 +207,51 @@ def run(args: argparse.Namespace) -> int:
     permissions = users(namespace, cluster, nodes)
     credentials = args.credentials_dir or args.out.with_name(args.out.name + ".credentials")
     make_dir(args.out.parent, "--out")
-    seeds, public_keys, made = load_or_make_seeds(credentials, list(permissions))
+    seeds, made = load_or_make_seeds(credentials, list(permissions))
+    authority = load_or_make_authority(credentials)
+    now, account = int(time.time()), authority.public("account")
+    creds, minted = {}, 0
+    for user, granted in permissions.items():
+        path = credentials / f"{user}{CREDS_SUFFIX}"
+        previous = read_creds(path)
+        creds[user] = mint(authority.account_signing, account, user, granted, iat=now, user_seed=seeds[user],
+                           previous=previous)
+        if creds[user] is not previous:
+            minted += 1
+            write_file(path, creds[user].text(), "--credentials-dir", mode=0o600)
+    revoked = revoked_users(credentials, set(permissions))
+    jwts = {"operator.jwt": operator_jwt(authority, f"tidal-{namespace}", now,
+                                         _read_text(credentials / "operator.jwt")),
+            "account.jwt": account_jwt(authority, "account", namespace, now, revocations=revoked,
+                                       previous=_read_text(credentials / "account.jwt")),
+            "system-account.jwt": account_jwt(authority, "system_account", SYSTEM_ACCOUNT_NAME, now,
+                                              previous=_read_text(credentials / "system-account.jwt"))}
+    for name, token in {**jwts, ACCOUNT_PUBLIC_FILE: account}.items():
+        write_file(credentials / name, token + "\n", "--credentials-dir")
     tls = None
     if args.tls_cert:
         tls = {"cert_file": args.tls_cert, "key_file": args.tls_key, "timeout": 2}
         if args.tls_ca:
             tls.update(ca_file=args.tls_ca, verify=bool(args.tls_verify))
     header = (f"nats-server config for Tidal namespace {namespace!r}, cluster {cluster!r}, written by\n"
-              f"`tidal nats-config`. Users: {_user_summary(permissions)}.\n"
-              "Each user is an nkey: its public key here, its seed in the credentials directory.\n"
-              "Re-run it (not edit) when nodes change, then reload the server (nats-server --signal reload).")
-    config = render_server_config(permissions, public_keys, header=header, store_dir=args.store_dir, tls=tls)
+              "`tidal nats-config`: operator mode. No user is listed here: each logs in with a user JWT\n"
+              f"the account {account} signed (`tidal nats-creds`),\n"
+              f"carrying its own permissions. Revoked node agents: {len(revoked)}.")
+    config = render_server_config(operator=jwts["operator.jwt"], system_account=authority.public("system_account"),
+                                  accounts={account: jwts["account.jwt"],
+                                            authority.public("system_account"): jwts["system-account.jwt"]},
+                                  header=header, store_dir=args.store_dir, tls=tls)
     write_file(args.out, config, "--out")
-    print(f"wrote {args.out} ({len(permissions)} users: {made} new key(s), {len(permissions) - made} kept) and their "
-          f"nkey seeds in {credentials}/")
+    print(f"wrote {args.out} ({len(config) // 1024 + 1} KiB, whatever the number of nodes) and {len(permissions)} "
+          f"users' credentials in {credentials}/ ({made} new key(s), {len(permissions) - made} kept; "
+          f"{minted} JWT(s) issued; {len(revoked)} node(s) revoked)")
     old = sorted({p.name for pattern in _OLD_PASSWORDS for p in credentials.glob(pattern)})
     if old:
         print(f"note: {len(old)} password file(s) of an earlier run in {credentials}/ are no longer used (users log "
-              "in with their nkey seed now): re-apply the Secrets, then delete them")
+              "in with their .creds file now): re-apply the Secrets, then delete them")
     if args.k8s_secrets:
-        write_file(args.k8s_secrets, k8s_secrets(config, seeds, nodes), "--k8s-secrets", mode=0o600)
+        write_file(args.k8s_secrets, k8s_secrets(config, seeds, nodes, creds=creds, authority=authority),
+                   "--k8s-secrets", mode=0o600)
         print(f"wrote {args.k8s_secrets}: kubectl apply -f {args.k8s_secrets} before kubectl apply -k "
-              f"k8s/overlays/nats (the CLI as {ADMIN}: TIDAL_BUS_USER={ADMIN} "
-              f"TIDAL_BUS_NKEY_SEED_FILE={credentials / (ADMIN + SEED_SUFFIX)})")
+              f"k8s/overlays/nats (the CLI as {ADMIN}: TIDAL_BUS_CREDS_FILE={credentials / (ADMIN + CREDS_SUFFIX)})")
     return 0
-
-
-def _user_summary(permissions: dict) -> str:
-    agents = [user for user in permissions if user.startswith("topology-")]
-    others = [user for user in permissions if not user.startswith("topology-")]
-    return ", ".join(others) + f" and {len(agents)} node agent(s) (topology-<node>)"
