@@ -7,6 +7,21 @@ assignment with rendezvous hashing, so no coordinator is needed and a dead
 member's partitions move to the others within one `ttl`. (Listing the keys
 on every beat would create a consumer per call and exhaust the server's
 consumer limit on a busy stack; one watcher per member does not.)
+
+Why not the server's priority groups (ADR-42, `priority_policy:
+pinned_client`, nats-server 2.11+): a pin is per consumer and goes to the
+first client that pulls; the server never moves it while that client keeps
+pulling, so with one consumer per partition one member ends up holding every
+partition. bench/nats_priority_groups.py (8 partitions, 2 and 3 members, two
+runs on a 2-core shared machine): with pinned groups one member held all 8
+partitions in every run (8/0, 8/0/0), whether the members started one after
+another or together; this layer gave 4/4 and 3/3/2. Failover is what the
+server does do: a killed member's partitions moved in 0.5-1.0 s at a pinned
+TTL of 1 s and 2.4-3.0 s at 3 s (this layer: 0.9-1.6 s and 3.3-3.7 s at a
+member TTL of 1 and 3 s), nothing unacked, no message handled by two
+members at once. Balance is the job, so the layer stays;
+tests/test_nats_priority_groups.py fails if a server ever stops pinning to
+the first puller. docs/production-bus.md has the figures.
 """
 
 from __future__ import annotations
