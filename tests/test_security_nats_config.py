@@ -1,10 +1,11 @@
 """`tidal nats-config` and the permission table behind it, offline: each
-user's allow-lists, the node agent's single-key subjects, the table kept in
-step with what the services really subscribe to, and the files written."""
+user's permissions, the node agent's single-key subjects, the table kept in
+step with what the services really subscribe to, and the files written (the
+server config in operator mode, each user's JWT, the Secrets)."""
 
 from __future__ import annotations
 
-import json
+import re
 import stat
 import subprocess
 
@@ -13,7 +14,8 @@ import yaml
 
 from tidal_bus.embedded import nats_server_binary
 from tidal_bus.nats_permissions import ACCESS, ADMIN, service_permissions, users
-from tidal_bus.nkey import user_public_key
+from tidal_bus.nats_jwt import parse_creds
+from tidal_bus.nkey import public_key, user_public_key
 from tidal_bus.subjects import nats_subject
 from tidal_cli.main import main
 from tidal_schemas.streams import partition_for, stream
@@ -98,11 +100,20 @@ def test_the_table_matches_what_each_service_subscribes_and_produces(service):
     assert set(service.produces) <= set(access.publishes)
 
 
-def _config(path) -> dict:
-    return json.loads("".join(line for line in path.read_text().splitlines(True) if not line.startswith("#")))
+def _claims(token: str) -> dict:
+    from tidal_bus.nats_jwt import decode_claims
+
+    return decode_claims(token)
 
 
-def test_cli_writes_config_seeds_and_secrets_and_keeps_the_keys(tmp_path, capsys):
+def _preloaded(path) -> dict[str, dict]:
+    """The account JWTs the server config preloads: account key -> claims."""
+    text = path.read_text()
+    body = text[text.index("resolver_preload: {"):].split("}", 1)[0]
+    return {key: _claims(jwt) for key, jwt in re.findall(r"^\s+(A[A-Z2-7]{55}): (\S+)$", body, re.MULTILINE)}
+
+
+def test_cli_writes_config_creds_and_secrets_and_keeps_the_keys(tmp_path, capsys):
     out, secrets_file = tmp_path / "nats.conf", tmp_path / "secrets.yaml"
     argv = ["nats-config", "--cluster", CLUSTER, "--nodes", "node-a,node-b", "--out", str(out),
             "--k8s-secrets", str(secrets_file)]
@@ -110,44 +121,63 @@ def test_cli_writes_config_seeds_and_secrets_and_keeps_the_keys(tmp_path, capsys
     credentials = tmp_path / "nats.conf.credentials"
     first = {p.name: p.read_text() for p in credentials.glob("*.nk")}
     everyone = users(NS, CLUSTER, ["node-a", "node-b"])
-    assert set(first) == {f"{u}.nk" for u in everyone}
+    authority_files = {"operator.nk", "system-account.nk", "account.nk", "account-signing.nk"}
+    assert set(first) == {f"{u}.nk" for u in everyone} | authority_files
     assert all(stat.S_IMODE((credentials / name).stat().st_mode) == 0o600 for name in first)
-    assert all(seed.startswith("SU") for seed in first.values()) and len(set(first.values())) == len(first)
-    public = {name.removesuffix(".nk"): user_public_key(seed) for name, seed in first.items()}
-    config = _config(out)
-    listed = [u["nkey"] for u in config["authorization"]["users"]]
-    # each user's public key, with that user's permissions (its inbox names it), and no seed anywhere
-    assert sorted(listed) == sorted(public.values())
-    for entry in config["authorization"]["users"]:
-        user = next(u for u, key in public.items() if key == entry["nkey"])
-        assert entry["permissions"]["publish"]["allow"] == list(everyone[user].publish)
-        assert entry["permissions"]["subscribe"]["allow"] == list(everyone[user].subscribe)
-    assert not [seed for seed in first.values() if seed.strip() in out.read_text()]
+    assert all(seed.startswith("SU") for name, seed in first.items() if name not in authority_files)
+    assert len(set(first.values())) == len(first)
+    account = (credentials / "account.pub").read_text().strip()
+    signing = public_key(first["account-signing.nk"], "account")
+    # the server config: the operator, the system account, the account JWTs; no user, no seed
+    text = out.read_text()
+    assert "sync_interval: always" in text and "resolver: MEMORY" in text
+    assert not [seed for seed in first.values() if seed.strip() in text]
+    assert not [u for u in everyone if user_public_key(first[f"{u}.nk"]) in text]
+    accounts = _preloaded(out)
+    assert set(accounts) == {account, public_key(first["system-account.nk"], "account")}
+    assert accounts[account]["nats"]["signing_keys"] == [signing] and "revocations" not in accounts[account]["nats"]
+    operator = public_key(first["operator.nk"], "operator")
+    assert {c["iss"] for c in accounts.values()} == {operator}
+    # each user's creds: its own key, exactly its permissions, signed by the signing key for the account
+    for user, granted in everyone.items():
+        creds = parse_creds((credentials / f"{user}.creds").read_text())
+        claims = _claims(creds.jwt)
+        assert stat.S_IMODE((credentials / f"{user}.creds").stat().st_mode) == 0o600
+        assert creds.seed == first[f"{user}.nk"].strip() and claims["sub"] == user_public_key(creds.seed)
+        assert (claims["name"], claims["iss"], claims["nats"]["issuer_account"]) == (user, signing, account)
+        assert claims["nats"]["pub"] == {"allow": list(granted.publish)}
+        assert claims["nats"]["sub"] == {"allow": list(granted.subscribe)}
     check = subprocess.run([nats_server_binary(), "-c", str(out), "-t"], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
 
     secrets = {d["metadata"]["name"]: d for d in yaml.safe_load_all(secrets_file.read_text())}
-    assert set(secrets) == {"nats-config", "tidal-bus-topology", f"tidal-bus-{ADMIN}",
+    assert set(secrets) == {"nats-config", "tidal-bus-topology", f"tidal-bus-{ADMIN}", "tidal-nats-account-signing",
                             *(f"tidal-bus-{s}" for s in ACCESS if s != "topology")}
-    assert secrets["tidal-bus-scoring"]["stringData"] == {"user": "scoring", "seed": first["scoring.nk"].strip()}
+    assert secrets["nats-config"]["stringData"] == {"nats.conf": text}
+    assert secrets["tidal-bus-scoring"]["stringData"] == {
+        "user": "scoring", "seed": first["scoring.nk"].strip(), "creds": (credentials / "scoring.creds").read_text()}
     assert secrets["tidal-bus-topology"]["stringData"] == {
-        f"{n}.{k}": (f"topology-{n}" if k == "user" else first[f"topology-{n}.nk"].strip())
-        for n in ("node-a", "node-b") for k in ("user", "seed")}
+        f"{n}.{k}": {"user": f"topology-{n}", "seed": first[f"topology-{n}.nk"].strip(),
+                     "creds": (credentials / f"topology-{n}.creds").read_text()}[k]
+        for n in ("node-a", "node-b") for k in ("user", "seed", "creds")}
+    assert secrets["tidal-nats-account-signing"]["stringData"] == {"seed": first["account-signing.nk"].strip(),
+                                                                   "account": account}
+    assert not [s for s in secrets.values() for v in s["stringData"].values()
+                if first["operator.nk"].strip() in v or first["account.nk"].strip() in v]  # those stay offline
     assert stat.S_IMODE(secrets_file.stat().st_mode) == 0o600
-    assert "10 new key(s), 0 kept" in capsys.readouterr().out  # 2 nodes, 7 services, the admin
+    assert "10 new key(s), 0 kept; 10 JWT(s) issued; 0 node(s) revoked" in capsys.readouterr().out
 
-    # node-c joins, node-b leaves: every other user keeps its key, node-c gets its own,
-    # node-b's key is no longer in the config (the server refuses it) nor in the Secrets
+    # node-c joins, node-b leaves: every key is kept, node-c gets its own, node-b's JWT is revoked
+    # in the account JWT (the server refuses it), and node-b is in no Secret
     assert main([*argv[:4], "node-a,node-c", *argv[5:]]) == 0
     again = {p.name: p.read_text() for p in credentials.glob("*.nk")}
     assert {k: v for k, v in again.items() if k in first} == first
-    listed = {u["nkey"] for u in _config(out)["authorization"]["users"]}
-    assert listed == {key for user, key in public.items() if user != "topology-node-b"} | {
-        user_public_key(again["topology-node-c.nk"])}
+    node_b = _claims(parse_creds((credentials / "topology-node-b.creds").read_text()).jwt)
+    assert _preloaded(out)[account]["nats"]["revocations"] == {node_b["sub"]: node_b["iat"]}
     topology = yaml.safe_load_all(secrets_file.read_text())
     assert {k for d in topology if d["metadata"]["name"] == "tidal-bus-topology" for k in d["stringData"]} == {
-        "node-a.user", "node-a.seed", "node-c.user", "node-c.seed"}
-    assert "1 new key(s), 9 kept" in capsys.readouterr().out
+        "node-a.user", "node-a.seed", "node-a.creds", "node-c.user", "node-c.seed", "node-c.creds"}
+    assert "1 new key(s), 9 kept; 1 JWT(s) issued; 1 node(s) revoked" in capsys.readouterr().out
 
 
 def test_cli_refuses_a_damaged_seed_file_in_one_line(tmp_path, capsys):
