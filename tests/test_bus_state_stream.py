@@ -12,6 +12,7 @@ from conftest import make_bus
 from tidal_bus import StartAt
 from tidal_bus.kafka_records import event_key, record_key
 from tidal_bus.kafka_topics import topic_configs
+from tidal_bus.kafka_replication import replication_for
 from tidal_bus.subjects import kafka_topic, nats_stream_name
 from tidal_schemas import TenantConfig
 from tidal_schemas.streams import STREAMS, stream
@@ -22,9 +23,10 @@ def test_only_state_streams_keep_the_last_event_per_key():
     # node.status: each node's status.allocatable, as long as the node lives, however long unchanged
     assert [s.name for s in STREAMS.values() if s.keep_last_per_key] == ["tenant.config", "tenant.usage",
                                                                           "node.status"]
-    assert topic_configs(stream("tenant.config"))["cleanup.policy"] == "compact"
-    assert topic_configs(stream("tenant.config"))["retention.ms"] == "-1"
-    assert "cleanup.policy" not in topic_configs(stream("node.metrics"))
+    one_copy = replication_for(1)
+    assert topic_configs(stream("tenant.config"), one_copy)["cleanup.policy"] == "compact"
+    assert topic_configs(stream("tenant.config"), one_copy)["retention.ms"] == "-1"
+    assert "cleanup.policy" not in topic_configs(stream("node.metrics"), one_copy)
 
 
 @pytest.mark.parametrize("cluster, key", [("c1", "team-a"), ("prod_eu", "ns/pod"), ("c-2", "a/b/c")])
