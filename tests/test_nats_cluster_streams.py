@@ -10,10 +10,10 @@ import os
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
+from stack_over_bus import start_stack, stop_stack
 from tidal_bus import Bus
 from tidal_bus.embedded import EmbeddedNatsCluster, free_port
 from tidal_bus.membership import Membership
@@ -123,18 +123,7 @@ def test_a_read_only_command_on_a_namespace_never_started_says_so(nats_cluster, 
 
 def test_tidal_up_starts_on_a_cluster_and_never_lowers_an_r3_stream(nats_cluster, namespace, tmp_path):
     run(make_streams(nats_cluster.url, namespace, duplicate_window=60.0))
-    up = subprocess.Popen(CLI + ["up", "--bus", nats_cluster.url, "--namespace", namespace, "--services", "scoring",
-                                 "--data-dir", str(tmp_path / "up")],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        lines = []
-        for line in up.stdout:
-            lines.append(line)
-            if line.startswith("ready;"):
-                break
-        assert lines and lines[-1].startswith("ready;"), "".join(lines)
-    finally:
-        up.terminate()
-        up.wait(60)
+    up, _ = start_stack(nats_cluster.url, namespace, tmp_path / "up", services="scoring")
+    stop_stack(up)
     for config in run(stream_configs(nats_cluster.url, namespace)).values():
         assert config.num_replicas == 3 and config.duplicate_window == pytest.approx(120.0)
