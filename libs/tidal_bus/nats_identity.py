@@ -13,6 +13,7 @@ users and can be rotated by re-issuing the account JWT.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -77,10 +78,16 @@ def mint(signing_seed: str, account: str, name: str, permissions: Permissions, *
     seed = user_seed or (previous.seed if previous else None) or new_key("user")[0]
     claims = nats_jwt.user_claims(public_key(seed, "user"), name=name, iat=iat, publish=permissions.publish,
                                   subscribe=permissions.subscribe, issuer_account=account)
-    expected = {**_timeless(claims), "iss": public_key(signing_seed, "account")}
+    expected = {**_timeless(claims), "iss": _signer(signing_seed)}
     if previous is not None and previous.seed == seed and nats_jwt.same_claims(previous.jwt, expected):
         return previous
     return Creds(jwt=nats_jwt.encode(claims, signing_seed, "account"), seed=seed)
+
+
+@functools.lru_cache(maxsize=4)
+def _signer(signing_seed: str) -> str:
+    """The signing key's public key, derived once per run, not once per user."""
+    return public_key(signing_seed, "account")
 
 
 def _kept_or_issued(claims: dict, previous: str | None, issuer_seed: str, issuer_role: Role) -> str:
