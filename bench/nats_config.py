@@ -1,7 +1,9 @@
 """`tidal nats-config` at 20,000 nodes: the first run (every user's nkey
-made), a re-run (every key kept) and a run after one node left and one
-joined, each the real command line in its own process (so interpreter start
-and imports count), then `nats-server -t` loading the written config.
+and JWT made), a re-run (every key and JWT kept) and a run after one node
+left (revoked) and one joined, each the real command line in its own
+process (so interpreter start and imports count), then `nats-server -t`
+loading the written config (operator mode: a few KB at any node count;
+bench/nats_identity.py compares it with the allow-lists it replaced).
 
 Prints one JSON line:
   first_s / rerun_s / churn_s  wall time of each run
