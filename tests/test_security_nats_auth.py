@@ -8,6 +8,8 @@ the pipeline hit."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
 
@@ -214,3 +216,53 @@ async def test_the_pipeline_runs_with_the_permitted_users(admin_streams, tmp_pat
             await stop_service(service, task)
             await bus.__aexit__(None, None, None)
     assert secure.violations(since) == []
+
+
+async def test_a_node_that_leaves_is_refused_after_the_reload(tmp_path):
+    """The node list loses node-b: its JWT is revoked in the account JWT,
+    and once the server reloads the config, node-b's creds are refused
+    while node-a's still log in."""
+    namespace = "r" + uuid.uuid4().hex[:10]
+    config, credentials = tmp_path / "nats.conf", tmp_path / "creds"
+    argv = ["nats-config", "--namespace", namespace, "--cluster", CLUSTER, "--out", str(config),
+            "--credentials-dir", str(credentials), "--store-dir", ""]
+    assert tidal([*argv, "--nodes", "node-a,node-b"]) == 0
+    server = EmbeddedNats(tmp_path / "server", config_file=config).start()
+    secure = SecureNats(server, namespace, credentials, config)
+    try:
+        async with secure.bus("topology-node-b"):
+            pass
+        assert tidal([*argv, "--nodes", "node-a"]) == 0
+        since = secure.log_size()
+        os.kill(server.pid, signal.SIGHUP)  # nats-server --signal reload
+        await wait_until(lambda: b"Reloaded server configuration" in server.log_path.read_bytes()[since:],
+                         timeout=10, what="the server's reload")
+        with pytest.raises(BusConfigError, match="(?i)authorization violation"):
+            await secure.bus("topology-node-b").__aenter__()
+        async with secure.bus("topology-node-a"):
+            pass
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--account", "not-a-key"], "--account"),
+    (["--signing-key", "{tmp}/missing.nk"], "--signing-key"),
+    (["--signing-key", "{user_seed}"], "not an nkey account seed"),  # a user's seed cannot sign users
+    (["--node", "Node_B"], "is not a node name"),
+])
+def test_nats_creds_refuses_bad_input_in_one_line(tmp_path, capsys, argv, fragment):
+    signing, account = new_key("account")
+    (tmp_path / "signing.nk").write_text(signing + "\n")
+    (tmp_path / "user.nk").write_text(new_user_seed() + "\n")
+    given = {"--cluster": CLUSTER, "--node": "node-b", "--signing-key": str(tmp_path / "signing.nk"),
+             "--account": account, "--out": str(tmp_path / "out.creds")}
+    replacements = {"{tmp}": str(tmp_path), "{user_seed}": str(tmp_path / "user.nk")}
+    for key, value in zip(argv[::2], argv[1::2]):
+        for old, new in replacements.items():
+            value = value.replace(old, new)
+        given[key] = value
+    assert tidal(["nats-creds", *[x for pair in given.items() for x in pair]]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and err.count("\n") == 1 and signing not in err
+    assert not (tmp_path / "out.creds").exists()
