@@ -19,6 +19,7 @@ import importlib.metadata
 import json
 import os
 import re
+from types import SimpleNamespace
 import shutil
 import subprocess
 import tomllib
@@ -827,21 +828,23 @@ def test_nats_overlay_mounts_each_services_own_bus_credentials(service: str) -> 
     assert secret["secretName"] == f"tidal-bus-{service}" and not secret.get("optional")
     mounts = {m["mountPath"]: m for m in container["volumeMounts"] if m["name"] == "bus-credentials"}
     assert all(m["readOnly"] is True for m in mounts.values())
-    user_file, seed_file = env["TIDAL_BUS_USER_FILE"]["value"], env["TIDAL_BUS_NKEY_SEED_FILE"]["value"]
-    assert "TIDAL_BUS_PASSWORD_FILE" not in env
+    user_file, creds_file = env["TIDAL_BUS_USER_FILE"]["value"], env["TIDAL_BUS_CREDS_FILE"]["value"]
+    assert "TIDAL_BUS_PASSWORD_FILE" not in env and "TIDAL_BUS_NKEY_SEED_FILE" not in env
     # The users `tidal nats-config` creates, and the Secrets it writes for them.
+    seeds = _fake_seeds()
+    creds = {user: SimpleNamespace(text=lambda user=user: f"JWT+SEED-{user}") for user in seeds}
     generated = {d["metadata"]["name"]: d["stringData"]
-                 for d in yaml.safe_load_all(k8s_secrets("{}", _fake_seeds(), ["node-a"]))}
+                 for d in yaml.safe_load_all(k8s_secrets("{}", seeds, ["node-a"], creds=creds))}
     if service == "topology":
-        # every node's user and seed in the Secret; each agent mounts only its own node's
+        # every node's user and creds in the Secret; each agent mounts only its own node's
         assert {p: m["subPathExpr"] for p, m in mounts.items()} == {
-            user_file: "$(TIDAL_NODE_NAME).user", seed_file: "$(TIDAL_NODE_NAME).seed"}
+            user_file: "$(TIDAL_NODE_NAME).user", creds_file: "$(TIDAL_NODE_NAME).creds"}
         keys = generated[secret["secretName"]]
-        assert keys == {"node-a.user": "topology-node-a", "node-a.seed": "SU-topology-node-a"}
+        assert (keys["node-a.user"], keys["node-a.creds"]) == ("topology-node-a", "JWT+SEED-topology-node-a")
     else:
         (mount,) = mounts.values()
-        assert (user_file, seed_file) == (f"{mount['mountPath']}/user", f"{mount['mountPath']}/seed")
-        assert generated[secret["secretName"]] == {"user": service, "seed": f"SU-{service}"}
+        assert (user_file, creds_file) == (f"{mount['mountPath']}/user", f"{mount['mountPath']}/creds")
+        assert generated[secret["secretName"]]["creds"] == f"JWT+SEED-{service}"
         assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
         assert secret["defaultMode"] & 0o007 == 0, "the seed must not be world-readable"
 
