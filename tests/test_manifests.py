@@ -19,12 +19,12 @@ import importlib.metadata
 import json
 import os
 import re
-from types import SimpleNamespace
 import shutil
 import subprocess
 import tomllib
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import kubernetes_validate
