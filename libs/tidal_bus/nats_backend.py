@@ -32,6 +32,7 @@ from .nats_group import NatsGroupSubscription
 from .nats_pull import Puller
 from .nats_reader import read_stream
 from .nats_refusals import AUTH_FAILURE, Refusals, credentials_hint
+from .nats_cluster import checked_replicas, server_in_use, stream_replicas
 from .nats_streams import create_stream
 from .subjects import nats_stream_name, nats_subject
 from .trace_context import TraceContext
@@ -59,9 +60,7 @@ class NatsBackend(Backend):
     ) -> None:
         self.url = url
         self.servers = url.split(",")  # one URL per seed server (backends.py writes them so)
-        if replicas is not None and replicas < 1:
-            raise BusConfigError(f"stream replicas must be at least 1, not {replicas}")
-        self.replicas = replicas  # None: 3 on a cluster of 3 or more servers, else 1 (stream_replicas)
+        self.replicas = checked_replicas(replicas)  # None: 3 on a cluster of 3 or more servers, else 1
         self.read_only = read_only  # a command that only reads: streams are looked up, never created or changed
         self.auth = auth if auth is not None else BusAuth.from_env()
         self._auth_options = self.auth.nats_options(url)  # fails now on a bad combination
@@ -151,28 +150,10 @@ class NatsBackend(Backend):
 
     @property
     def server_in_use(self) -> str:
-        """The server this client is connected to (of the seeds, or one the
-        cluster advertised), by address and name: what logs must name."""
-        if self._nc is None or self._nc.connected_url is None:
-            return self.safe_url
-        address = f"{self._nc.connected_url.hostname}:{self._nc.connected_url.port}"
-        name = (self._nc._server_info or {}).get("server_name")
-        return f"{address} ({name})" if name else address
+        return server_in_use(self._nc, self.safe_url)
 
     def stream_replicas(self) -> int:
-        """Copies of each stream: as configured, else 3 when the server is one
-        of a cluster of 3 or more (by the client URLs it advertises), else 1."""
-        if self.replicas is not None:
-            return self.replicas
-        info = (self._nc._server_info if self._nc is not None else None) or {}
-        if not info.get("cluster"):
-            return 1
-        servers = len(set(info.get("connect_urls") or ()))
-        if servers < 3:
-            log.warning("nats: server %s is clustered but advertises %d client URL(s) (no_advertise?): streams "
-                        "get 1 replica; set TIDAL_BUS_REPLICAS", self.server_in_use, servers)
-            return 1
-        return 3
+        return stream_replicas(self.replicas, (self._nc._server_info if self._nc else None) or {}, self.server_in_use)
 
     def refused(self, *subjects: str, containing: str | None = None) -> BusPermissionError | None:
         """The permission error the server reported for one of `subjects`
@@ -190,8 +171,7 @@ class NatsBackend(Backend):
         return self._nc is not None and self._nc.is_connected
 
     async def unavailable(self) -> str | None:
-        """JetStream answers only while its meta group has a leader (a quorum
-        of the cluster's servers): asking for the account's info shows it."""
+        """JetStream answers the account's info only while its cluster has a quorum."""
         if not self.connected:
             return "bus disconnected"
         try:

@@ -10,7 +10,6 @@ commit, and leave their groups; loops are cancelled.
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
 import signal
 import traceback
@@ -22,6 +21,7 @@ from tidal_bus import Bus, Consumer, Delivery, Handler, StartAt
 from tidal_bus.membership import cancel_until_done, raise_if_cancelling
 from tidal_schemas import Envelope, Payload, StageJournal
 
+from .bus_health import unavailability
 from .collector import collect_oldest_only_when_asked, collect_periodically
 from .heap import pad_heap_top
 from .http import HealthServer
@@ -29,6 +29,7 @@ from .journal import Journal, journal_parts
 from .logs import configure_logging
 from .metrics import ServiceMetrics
 from .settings import ServiceSettings
+from .task_log import log_tasks
 from .tracing_setup import TracingConfigError, configure_tracing
 
 
@@ -125,10 +126,9 @@ class Service:
     def ready(self) -> tuple[bool, str]:
         if not self._started.is_set():
             return False, "starting"
-        if not self.bus.backend.connected:
-            return False, "bus disconnected"
-        if self._bus_unavailable is not None:
-            return False, self._bus_unavailable
+        why = "bus disconnected" if not self.bus.backend.connected else self._bus_unavailable
+        if why is not None:
+            return False, why
         waiting = [c.spec.name for c in self.consumers if not c.ready.is_set()]
         if waiting:
             return False, f"joining consumer groups: {', '.join(waiting)}"
@@ -186,15 +186,9 @@ class Service:
         return self.settings.model_dump(include=own, mode="json")
 
     async def _watch_bus(self) -> None:
-        """Look at the broker every `bus_check_s`: /readyz says not ready
-        while it cannot take writes (a cluster without quorum)."""
-        while True:
-            try:
-                self._bus_unavailable = await asyncio.wait_for(self.bus.backend.unavailable(),
-                                                               self.settings.bus_check_s)
-            except asyncio.TimeoutError:
-                self._bus_unavailable = f"the broker did not answer within {self.settings.bus_check_s:g}s"
-            await asyncio.sleep(self.settings.bus_check_s)
+        """/readyz says not ready while the broker cannot take writes (a cluster without quorum)."""
+        async for why in unavailability(self.bus.backend, self.settings.bus_check_s):
+            self._bus_unavailable = why
 
     async def _publish_journal(self) -> None:
         while True:
@@ -272,19 +266,12 @@ def run_service(service_class: type[Service], settings: ServiceSettings | None =
         log.error("service %s cannot start: %s", service_class.name, exc)
         return 2
 
-    def dump_tasks() -> None:
-        """`kill -USR1` a service that seems stuck: where every task waits, in its log."""
-        for task in asyncio.all_tasks():
-            stack = io.StringIO()
-            task.print_stack(file=stack)
-            log.warning("task %s: %s", task.get_name(), stack.getvalue())
-
     async def main() -> None:
         service = service_class(settings)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, service.stop)
-        loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
+        loop.add_signal_handler(signal.SIGUSR1, log_tasks, log)
         pad_heap_top()
         collecting = None
         if settings.gc_full_every_s:

@@ -23,11 +23,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import time
 from pathlib import Path
 
 import yaml
 
+from tidal_clock import wall_clock
 from tidal_bus.nats_identity import SYSTEM_ACCOUNT_NAME, Authority, account_jwt, mint, operator_jwt, \
     render_server_config
 from tidal_bus.nats_jwt import MAX_CREDS_BYTES, Creds, InvalidCreds, decode_claims, parse_creds
@@ -209,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
     make_dir(args.out.parent, "--out")
     seeds, made = load_or_make_seeds(credentials, list(permissions))
     authority = load_or_make_authority(credentials)
-    now, account = int(time.time()), authority.public("account")
+    now, account = int(wall_clock()), authority.public("account")
     creds, minted = {}, 0
     for user, granted in permissions.items():
         path = credentials / f"{user}{CREDS_SUFFIX}"

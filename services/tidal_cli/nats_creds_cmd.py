@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import time
 from pathlib import Path
 
+from tidal_clock import wall_clock
 from tidal_bus.nats_identity import mint
 from tidal_bus.nats_permissions import ACCESS, ADMIN, CENTRAL, admin_permissions, service_permissions, topology_user
 
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         assert args.service in ACCESS
         user, granted = args.service, service_permissions(args.service, namespace=args.namespace,
                                                           cluster=args.cluster)
-    creds = mint(signing, account, user, granted, iat=int(time.time()), user_seed=seed)
+    creds = mint(signing, account, user, granted, iat=int(wall_clock()), user_seed=seed)
     write_file(args.out, creds.text(), "--out", mode=0o600)
     print(f"wrote {args.out}: {user}, {len(granted.publish)} publish and {len(granted.subscribe)} subscribe "
           f"subject(s), signed for account {account}")
