@@ -111,6 +111,7 @@ class Membership:
         member_id: str | None = None,
         clock: Clock = wall_clock,
         replicas: int = 1,
+        refused: Callable[[], Exception | None] = lambda: None,
     ) -> None:
         # One id per process (not per subscription) so that a process owns the
         # same partitions of every stream it reads.
@@ -118,6 +119,7 @@ class Membership:
         self._js = js
         self._bucket_name = bucket
         self._replicas = replicas  # copies of the bucket: as many as the streams have
+        self._refused = refused  # a refusal the server noted for the bucket: no use retrying
         self._prefix = group_key
         self._partitions = partitions
         self._on_change = on_change
@@ -135,8 +137,9 @@ class Membership:
 
     async def join(self) -> None:
         self._kv = await self._bucket()
-        self._watcher = await electing(lambda: self._kv.watch(f"{self._prefix}.*"), f"watch of {self._prefix}")
-        await electing(self._beat, f"first heartbeat in {self._prefix}")
+        self._watcher = await electing(lambda: self._kv.watch(f"{self._prefix}.*"), f"watch of {self._prefix}",
+                                       refused=self._refused)
+        await electing(self._beat, f"first heartbeat in {self._prefix}", refused=self._refused)
         await self._read_updates(first=True)
         self._own_seen = self.clock()
         await self.refresh()

@@ -296,4 +296,5 @@ class NatsBackend(Backend):
         """The pulling end of a consumer of `stream_name` (created when it does not exist)."""
         if self._nc is None:
             raise BusError("NATS backend used before connect()")
-        return await Puller.open(self._nc, self.js, stream_name, config)
+        # a refused request times out like an unanswered one: a refusal noted for the stream ends the retries
+        return await Puller.open(self._nc, self.js, stream_name, config, lambda: self.refused(containing=stream_name))

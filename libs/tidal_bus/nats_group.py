@@ -44,15 +44,17 @@ class NatsGroupSubscription(GroupSubscription):
         self._queue: asyncio.Queue[RawMessage] = asyncio.Queue(maxsize=backend.fetch_batch * 4)
         self._fetchers: dict[int, asyncio.Task[None]] = {}
         self._failure: BaseException | None = None
+        bucket = f"{backend.namespace}_members".upper().replace("-", "_")
         self._membership = Membership(
             backend.js,
-            bucket=f"{backend.namespace}_members".upper().replace("-", "_"),
+            bucket=bucket,
             group_key=f"{spec.token}.{encode_durable(group)}",
             partitions=spec.partitions,
             on_change=self._desire,
             ttl=backend.member_ttl_s,
             member_id=backend.member_id,
             replicas=backend.stream_replicas(),
+            refused=lambda: backend.refused(containing=bucket),
         )
         self._desired: frozenset[int] = frozenset()
         self._changed = asyncio.Event()

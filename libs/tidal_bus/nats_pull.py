@@ -17,6 +17,7 @@ import asyncio
 import logging
 import uuid
 from collections import deque
+from collections.abc import Callable
 
 import nats.errors
 import nats.js.errors
@@ -60,7 +61,8 @@ class Puller:
         self._sub = None
 
     @classmethod
-    async def open(cls, nc: Client, js: JetStreamContext, stream: str, config: ConsumerConfig) -> "Puller":
+    async def open(cls, nc: Client, js: JetStreamContext, stream: str, config: ConsumerConfig,
+                   refused: Callable[[], Exception | None] = lambda: None) -> "Puller":
         """Create the consumer (a durable one only when it does not exist:
         as `pull_subscribe` does) and subscribe to its deliveries. A durable
         whose filter leaves out the stream's side lane, as a group's did
@@ -69,17 +71,17 @@ class Puller:
         name = config.durable_name
         if name:
             try:
-                found = (await electing(lambda: js.consumer_info(stream, name), f"consumer {name}")).config
+                found = (await electing(lambda: js.consumer_info(stream, name), f"consumer {name}", refused=refused)).config
             except nats.js.errors.NotFoundError:
                 config.name = name
-                await _add_consumer(js, stream, config)
+                await _add_consumer(js, stream, config, refused)
             else:
                 if config.filter_subject and found.filter_subject != config.filter_subject:
                     found.filter_subject = config.filter_subject  # the rest as it was: where it is, what it owes
-                    await _add_consumer(js, stream, found)
+                    await _add_consumer(js, stream, found, refused)
         else:  # ephemeral: a name of our own, as nats-py gives one (the permissions expect a name)
             config.name = uuid.uuid4().hex
-            await _add_consumer(js, stream, config, renamed=True)
+            await _add_consumer(js, stream, config, refused, renamed=True)
             name = config.name
         puller = cls(nc, js, stream, name)
         puller._sub = await nc.subscribe(puller._inbox, cb=puller._arrive)
@@ -169,13 +171,15 @@ class Puller:
             await self._arrived.popleft().nak()
 
 
-async def _add_consumer(js: JetStreamContext, stream: str, config: ConsumerConfig, *, renamed: bool = False) -> None:
+async def _add_consumer(js: JetStreamContext, stream: str, config: ConsumerConfig,
+                        refused: Callable[[], Exception | None], *, renamed: bool = False) -> None:
     """Create (or update) a consumer. The server's own failure (500: it could
     not create the consumer's store) is tried again, an ephemeral consumer
     under a new name; a refusal (4xx) is not."""
     for attempt in range(1, CREATE_TRIES + 1):
         try:
-            await electing(lambda: js.add_consumer(stream, config=config), f"consumer {config.name}")
+            await electing(lambda: js.add_consumer(stream, config=config), f"consumer {config.name}",
+                           refused=refused)
             return
         except nats.js.errors.ServerError as exc:
             if attempt == CREATE_TRIES:
