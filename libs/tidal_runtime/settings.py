@@ -6,16 +6,24 @@ credentials `TIDAL_BUS_USER`, `TIDAL_BUS_PASSWORD_FILE`, `TIDAL_BUS_CREDS_FILE`,
 `TIDAL_BUS_TLS_CA_FILE`… of `tidal_bus.auth.BusAuth`); everything else from
 the service's own prefix, e.g. `TIDAL_PLACEMENT_HTTP_PORT`. Values are
 validated at start, so a typo fails fast with the variable's name.
+
+The same settings also come from one TidalConfiguration file (its `common`
+section and the service's own, see `configuration`), named by
+`TIDAL_CONFIG`: environment variables override the file field by field.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import AliasChoices, Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from tidal_bus.auth import BusAuth, redact_url
 from tidal_bus.backends import options_for
 from tidal_bus.subjects import check_namespace
+
+from .configuration import COMMON, ENV_ONLY, TidalConfigSource
 
 DEFAULT_BUS_URL = "nats://127.0.0.1:4222"
 
@@ -24,15 +32,25 @@ class ServiceSettings(BaseSettings):
     """What every service needs. Subclass with `env_prefix="TIDAL_<NAME>_"`."""
 
     model_config = SettingsConfigDict(env_prefix="TIDAL_SERVICE_", extra="ignore", populate_by_name=True)
+    config_section: ClassVar[str] = COMMON
+    """The section of the TidalConfiguration file these settings read besides `common`."""
 
-    bus_url: str = Field(DEFAULT_BUS_URL, validation_alias=AliasChoices("TIDAL_BUS_URL", "bus_url"))
+    bus_url: str = Field(DEFAULT_BUS_URL, validation_alias=AliasChoices("TIDAL_BUS_URL", "bus_url"),
+                         description="the broker: nats://host:port or kafka://host:port, several servers "
+                                     "comma-separated (a password in it is never logged)")
     cluster: str = Field("local", validation_alias=AliasChoices("TIDAL_CLUSTER", "cluster"),
-                         pattern=r"^[A-Za-z0-9_-]{1,63}$")
-    namespace: str = Field("tidal", validation_alias=AliasChoices("TIDAL_NAMESPACE", "namespace"))
-    log_level: str = Field("INFO", validation_alias=AliasChoices("TIDAL_LOG_LEVEL", "log_level"))
-    http_host: str = "0.0.0.0"
-    http_port: int = Field(8080, ge=0, le=65535)
-    http_fd: int | None = Field(None, ge=0, description="a listening socket inherited from the process that "
+                         pattern=r"^[A-Za-z0-9_-]{1,63}$",
+                         description="the Kubernetes cluster this instance serves: every subject and event "
+                                     "carries it, so clusters can share one bus")
+    namespace: str = Field("tidal", validation_alias=AliasChoices("TIDAL_NAMESPACE", "namespace"),
+                           description="first token of every bus subject and stream name: installations "
+                                       "sharing one broker stay apart")
+    log_level: str = Field("INFO", validation_alias=AliasChoices("TIDAL_LOG_LEVEL", "log_level"),
+                           description="DEBUG, INFO, WARNING or ERROR")
+    http_host: str = Field("0.0.0.0", description="address /healthz, /readyz and /metrics are served on")
+    http_port: int = Field(8080, ge=0, le=65535, description="their TCP port (0: any free one)")
+    http_fd: int | None = Field(None, ge=0, json_schema_extra=ENV_ONLY,
+                                description="a listening socket inherited from the process that "
                                 "started this one (`tidal up` keeps it across restarts): served instead of "
                                 "binding http_host:http_port, so no other process takes the port in between")
     clusters: list[str] = Field(
@@ -40,7 +58,8 @@ class ServiceSettings(BaseSettings):
         description="clusters whose events this instance handles; empty = its own cluster only",
     )
     all_clusters: bool = Field(False, description="handle events of every cluster on the bus")
-    drain_timeout_s: float = Field(20.0, gt=0)
+    drain_timeout_s: float = Field(20.0, gt=0, description="on stop, how long consumers may take to finish "
+                                   "the message in hand and commit before they are cancelled")
     journal_s: float = Field(1.0, gt=0, description="a stage that journals its steps (placement, oversell, "
                              "remediation): how often they are published to stage.journal, what `tidal replay` "
                              "re-runs (also on stop)")
@@ -76,8 +95,18 @@ class ServiceSettings(BaseSettings):
                                                  "Kafka replication factor); unset: 3 on a cluster of 3 or more "
                                                  "servers or brokers, else 1. An existing stream is never lowered")
     bus_auth: BusAuth = Field(default_factory=BusAuth, validation_alias=AliasChoices("bus_auth"), repr=False,
+                              json_schema_extra=ENV_ONLY,
                               description="credentials and TLS of the bus (TIDAL_BUS_USER, …_PASSWORD_FILE, "
                                           "…_CREDS_FILE, …_NKEY_SEED_FILE, …_TLS_CA_FILE; see tidal_bus.auth)")
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Keyword arguments, then the environment, then the TidalConfiguration file, then the defaults."""
+        return init_settings, env_settings, dotenv_settings, TidalConfigSource(settings_cls), file_secret_settings
 
     @field_validator("namespace")
     @classmethod

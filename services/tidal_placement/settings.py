@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -13,6 +15,7 @@ from .gpu_strategies import GPU_STRATEGIES
 
 class PlacementSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="TIDAL_PLACEMENT_", extra="ignore", populate_by_name=True)
+    config_section: ClassVar[str] = "placement"
 
     gpu_strategy: str = Field("fgd-cpu", description=f"one of {', '.join(sorted(GPU_STRATEGIES))}")
     permit_timeout_s: float = Field(30.0, gt=0, description="how long a waiting pod holds back its type")

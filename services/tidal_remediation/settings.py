@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -12,15 +14,20 @@ from .policy_settings import PolicySettings
 
 class RemediationSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="TIDAL_REMEDIATION_", extra="ignore", populate_by_name=True)
+    config_section: ClassVar[str] = "remediation"
 
-    high_threshold: float = Field(0.80, gt=0, le=1)
-    low_threshold: float = Field(0.60, gt=0, lt=1)
-    cool_down_s: float = Field(30.0, ge=0)
-    max_actions_per_round: int = Field(3, ge=1)
-    dry_run: bool = False
-    enabled: bool = True
-    action_timeout_s: float = Field(60.0, gt=0)
-    max_retries: int = Field(2, ge=0)
+    high_threshold: float = Field(0.80, gt=0, le=1, description="a NUMA node whose load (fraction of its CPUs) "
+                                  "is above this is hot: best-effort pods on it are frozen, then pods moved off")
+    low_threshold: float = Field(0.60, gt=0, lt=1, description="below this load a NUMA node is cold: frozen pods "
+                                 "on it are thawed (must be below high_threshold)")
+    cool_down_s: float = Field(30.0, ge=0, description="no action on a NUMA node this soon after its last one")
+    max_actions_per_round: int = Field(3, ge=1, description="actions planned for one node per round at most")
+    dry_run: bool = Field(False, description="plan and publish actions marked dry-run; the node agent does not "
+                          "carry them out")
+    enabled: bool = Field(True, description="false: plan nothing (the service still runs and reports)")
+    action_timeout_s: float = Field(60.0, gt=0, description="an action without an answer from the node agent "
+                                    "is retried after this long")
+    max_retries: int = Field(2, ge=0, description="retries of an unanswered action before it is given up")
     retry_check_s: float = Field(5.0, gt=0, description="how often unanswered actions are looked at")
     topology_wait_s: float = Field(10.0, gt=0, description="how long a node's first sample waits for its "
                                    "topology (read by another consumer); a node still without one is refused")

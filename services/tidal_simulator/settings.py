@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
@@ -20,13 +20,15 @@ from tidal_runtime import ServiceSettings
 
 class SimulatorSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="TIDAL_SIMULATOR_", extra="ignore", populate_by_name=True)
+    config_section: ClassVar[str] = "simulator"
 
     scenario: str | None = Field(None, description="scenario YAML to run")
     nodes_csv: str | None = Field(None, description="openb node CSV (with pods_csv)")
-    pods_csv: str | None = None
+    pods_csv: str | None = Field(None, description="openb pod CSV (with nodes_csv)")
     synthetic: str = Field("", description="generator knobs, e.g. nodes=20,pods=200,tenants=3")
-    seed: int = 42
-    clock: Literal["simulated", "real-time"] = "simulated"
+    seed: int = Field(42, description="seed of the synthetic generator and of bind failures")
+    clock: Literal["simulated", "real-time"] = Field("simulated", description="simulated: each tick adds tick_s, as "
+                                                     "fast as the pipeline goes; real-time: scenario time is wall time")
     tick_s: float | None = Field(None, gt=0, description="scenario seconds per tick (default: the workload's)")
     start: datetime | None = Field(None, description="scenario time 0 (default: when the service starts)")
     bind_failure_rate: float = Field(0.0, ge=0, le=1, description="share of placed decisions refused (seeded)")

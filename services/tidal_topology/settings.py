@@ -4,13 +4,14 @@ also from TIDAL_NODE_NAME, which the DaemonSet sets from spec.nodeName)."""
 from __future__ import annotations
 
 import socket
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from tidal_kubelet_api import DEVICE_PLUGIN_DIR
 from tidal_runtime import ServiceSettings
+from tidal_runtime.configuration import ENV_ONLY
 
 from .cpuset import MAX_CPU_ID, parse_cpuset
 
@@ -21,18 +22,24 @@ def _cpu_id(text: str) -> bool:
 
 class TopologySettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="TIDAL_TOPOLOGY_", extra="ignore", populate_by_name=True)
+    config_section: ClassVar[str] = "topology"
 
     node_name: str = Field(default_factory=socket.gethostname,
-                           validation_alias=AliasChoices("TIDAL_NODE_NAME", "TIDAL_TOPOLOGY_NODE_NAME", "node_name"))
-    sysfs_root: str = "/sys"
-    procfs_root: str = "/proc"
-    cgroup_root: str = "/sys/fs/cgroup"
+                           validation_alias=AliasChoices("TIDAL_NODE_NAME", "TIDAL_TOPOLOGY_NODE_NAME", "node_name"),
+                           json_schema_extra=ENV_ONLY, description="the node this agent runs on (the DaemonSet "
+                           "sets TIDAL_NODE_NAME from spec.nodeName); default: the host name")
+    sysfs_root: str = Field("/sys", description="where the host's /sys is mounted (CPU and NUMA topology)")
+    procfs_root: str = Field("/proc", description="where the host's /proc is mounted")
+    cgroup_root: str = Field("/sys/fs/cgroup", description="where the host's cgroup hierarchy is mounted "
+                             "(read-write: the agent writes pods' cpusets)")
     cgroup_parent: str = Field("kubepods", description="the kubepods parent cgroup holding pod cgroups")
-    cgroup_version: Literal["auto", "v1", "v2"] = "auto"
+    cgroup_version: Literal["auto", "v1", "v2"] = Field("auto", description="the cgroup hierarchy's version; "
+                                                        "auto: detected under cgroup_root")
     reserved_cpus: str = Field("", description="cpuset kept for the system, like kubelet --reserved-cpus")
     exclusive_cpus: bool = Field(True, description="offer exclusive CPUs (like cpu-manager-policy=static)")
     numa_override: str = Field("", description="cpu:numa pairs that replace sysfs, e.g. 0:0,1:1")
-    gpu_inventory_file: str | None = None
+    gpu_inventory_file: str | None = Field(None, description="GPUs listed in a file, read when NVML is not "
+                                           "there (tests, nodes without the NVIDIA library)")
     device_plugin: bool | None = Field(None, description="serve the GPU device plugin (tidal.dev/gpu-milli) to "
                                        "the kubelet; unset: when the node has GPUs")
     device_plugin_dir: str = Field(DEVICE_PLUGIN_DIR, description="the kubelet's device plugin directory "
@@ -45,7 +52,7 @@ class TopologySettings(ServiceSettings):
     kubelet_cpu_state: str = Field("/var/lib/kubelet/cpu_manager_state",
                                    description="kubelet's CPU manager checkpoint: its policy must be none")
     audit_interval_s: float = Field(30.0, gt=0, description="node audit period, besides after every change")
-    pool: str = "default"
+    pool: str = Field("default", description="the node pool this node belongs to (oversell's pool_policies)")
 
     @field_validator("reserved_cpus")
     @classmethod

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pathlib import Path
 
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from tidal_runtime import ServiceSettings
+from tidal_runtime.configuration import ENV_ONLY
 
 
 class WebhookSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="TIDAL_WEBHOOK_", extra="ignore", populate_by_name=True)
+    config_section: ClassVar[str] = "webhook"
 
-    https_host: str = "0.0.0.0"
+    https_host: str = Field("0.0.0.0", description="address the AdmissionReview endpoint is served on")
     https_port: int = Field(8443, ge=0, le=65535, description="the AdmissionReview endpoint (TLS); /healthz "
                             "/readyz /metrics stay on http_port")
-    https_fd: int | None = Field(None, ge=0, description="a listening socket inherited from the process that "
+    https_fd: int | None = Field(None, ge=0, json_schema_extra=ENV_ONLY, description="a listening socket inherited from the process that "
                                  "started this one (`tidal up` keeps it across restarts), served instead of "
                                  "binding https_host:https_port")
     tls_cert_file: Path | None = Field(None, description="PEM serving certificate (chain), e.g. the tls.crt of "
@@ -24,7 +28,8 @@ class WebhookSettings(ServiceSettings):
     tls_key_file: Path | None = Field(None, description="its PEM private key (tls.key)")
     tls_reload_s: float = Field(60.0, gt=0, description="how often the files are checked for a renewed "
                                 "certificate (cert-manager rotates the Secret in place)")
-    path: str = Field("/mutate/nodes-status", pattern=r"^/[A-Za-z0-9/_.-]*$")
+    path: str = Field("/mutate/nodes-status", pattern=r"^/[A-Za-z0-9/_.-]*$", description="URL path of the "
+                      "AdmissionReview endpoint (the MutatingWebhookConfiguration's service path)")
     max_factor: float = Field(1.5, ge=1.0, description="the policy's cap: allocatable written is at most the "
                               "kubelet's × this (keep it with TIDAL_OVERSELL_MAX_FACTOR / _BOUNDED_W)")
     max_age_s: float = Field(300.0, gt=0, description="an oversold figure older than this is not written")
