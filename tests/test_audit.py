@@ -136,6 +136,17 @@ CASES = {
          ActionResult(action_id="m1", node="n1", kind="set-cpuset", pod="t/ls", status="done", reason="moved"),
          action("set-cpuset", "ls", "m2", by="remediation")],
     ),
+    "ineligible-action/resent": (
+        # a second freeze while the first is unanswered
+        [pod("be", qos="BE"), usage(("be", "BE", 100)), action("freeze", "be", "f1", by="remediation"),
+         action("freeze", "be", "f2", by="remediation")],
+        # the first answered unknown-pod, then a copy of it stored after the answer (a re-send that crossed
+        # it, or a publish retried across a failover): the same decision, so the next freeze is the second
+        [pod("be", qos="BE"), usage(("be", "BE", 100)), action("freeze", "be", "f1", by="remediation"),
+         ActionResult(action_id="f1", node="n1", kind="freeze", pod="t/be", status="unknown-pod",
+                      reason="not known here yet"),
+         action("freeze", "be", "f1", by="remediation"), action("freeze", "be", "f2", by="remediation")],
+    ),
     "bind-not-rolled-back": (
         [placed("p", "d1"), bound("p", "d1", ok=False), pod("p", "bound", decision="d1")],
         [placed("p", "d1"), bound("p", "d1", ok=False), placed("p", "d2"), pod("p", "bound", decision="d2")],

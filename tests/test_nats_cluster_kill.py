@@ -1,4 +1,4 @@
-"""The demo scenario over a three-server JetStream cluster with R3 streams,
+"""The demo scenario (its first half) over a three-server JetStream cluster with R3 streams,
 services started by `tidal up --bus`, while one server at a time is killed
 -9 and started again 8 s later: a plain server, the decision log's
 leader, then the server most clients are connected to. The run completes
@@ -9,17 +9,20 @@ has no quorum, ready again once it has."""
 from __future__ import annotations
 
 import asyncio
-import re
 import subprocess
 import time
 from pathlib import Path
 
 import nats
 import pytest
+import yaml
 
 from stack_over_bus import CLI, readiness, start_stack, stop_stack, wait_for
 from tidal_bus.embedded import EmbeddedNatsCluster
 SCENARIO = Path(__file__).resolve().parents[1] / "examples" / "demo" / "scenario.yaml"
+# The demo's first half: the spike's taint and the hotspot's freezes come in it, and it outlasts the kills
+# on this machine kind; the second half only repeats the same decisions over the same brokers.
+SIMULATED_S = 300
 DOWN_S = 8.0
 READY_WITHIN_S = 10.0
 
@@ -41,12 +44,21 @@ def nats_cluster(tmp_path):
     cluster.stop(kill=True)
 
 
+def first_half_of_the_demo(tmp_path: Path) -> Path:
+    scenario = yaml.safe_load(SCENARIO.read_text())
+    scenario["duration_s"] = SIMULATED_S
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(scenario, sort_keys=False))
+    return path
+
+
 def test_demo_survives_kill_9_of_a_plain_server_the_decision_log_leader_and_the_connected_server(
         nats_cluster, tmp_path):
     url = nats_cluster.url
+    scenario = first_half_of_the_demo(tmp_path)
     up, services = start_stack(url, "kill", tmp_path / "up")
     try:
-        simulate = subprocess.Popen(CLI + ["simulate", "--scenario", str(SCENARIO), "--bus", url, "--namespace",
+        simulate = subprocess.Popen(CLI + ["simulate", "--scenario", str(scenario), "--bus", url, "--namespace",
                                            "kill", "--cluster", "sim"],
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         killed = []
@@ -75,11 +87,7 @@ def test_demo_survives_kill_9_of_a_plain_server_the_decision_log_leader_and_the_
     assert len(killed) == 3, killed
     violations = [line.strip() for line in output.splitlines() if line.startswith("  ") and ": " in line
                   and not line.strip().startswith("[")]
-    if "invariant violations: 0" not in output and violations and all(
-            re.fullmatch(r"ineligible-action: freeze of pod \S+ decided twice .*", v) for v in violations):
-        # Known and open (issue 52): a freeze decided a second time across a failover. Shown, not hidden.
-        pytest.xfail("known: " + "; ".join(violations))
-    assert "invariant violations: 0" in output, output
+    assert "invariant violations: 0" in output, "\n".join(violations) + "\n" + output
     assert simulate.returncode == 0, output
     assert "[FAIL]" not in output, output
 

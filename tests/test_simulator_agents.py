@@ -8,6 +8,7 @@ reads the tree."""
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime, timezone
 
 import pytest
@@ -121,8 +122,13 @@ async def test_a_decision_placed_elsewhere_releases_the_claim_on_the_first_node(
 
 
 # -- actions: the agent's own handling, written to the tree ---------------------------------------
-def action(kind: str, pod: str | None = "t/p", node: str = "n1", **fields) -> NodeAction:
-    return NodeAction(action_id=f"a-{kind}", node=node, kind=kind, pod=pod, reason="test", **fields)
+ACTION_IDS = itertools.count(1)
+
+
+def action(kind: str, pod: str | None = "t/p", node: str = "n1", action_id: str = "", **fields) -> NodeAction:
+    """An action of its own id unless one is named (an id is one decision: the agent answers it once)."""
+    return NodeAction(action_id=action_id or f"a-{kind}-{next(ACTION_IDS)}", node=node, kind=kind, pod=pod,
+                      reason="test", **fields)
 
 
 @pytest.mark.parametrize("act, status, words", [
@@ -160,6 +166,21 @@ async def test_freeze_and_thaw_are_written_to_the_tree_and_a_frozen_pod_uses_no_
     assert (await m.agents.on_action(action("thaw"))).status == "done"
     assert not m.tree.pod_frozen(m.uid("p")) and m.tree.counts["thaw"] == 1
     assert sample_node(m.model, "n1", 0.0, T0, 10.0, shared_pool=pool).pods[0].cpu_milli == 4000
+
+
+async def test_an_action_seen_again_gets_its_first_answer_and_is_not_carried_out_again():
+    m = Machines(spec("p"))
+    early = await m.agents.on_action(action("freeze", action_id="f1"))  # the pod is not read yet
+    await m.run("p")
+    again = await m.agents.on_action(action("freeze", action_id="f1"))  # a re-send that crossed the answer
+    assert (early.status, again.status) == ("unknown-pod", "unknown-pod") and not m.tree.pod_frozen(m.uid("p"))
+    assert m.published[-1] == again
+    # a freeze redelivered after its pod's thaw leaves the pod thawed
+    frozen = action("freeze", action_id="f2")
+    assert (await m.agents.on_action(frozen)).status == "done"
+    assert (await m.agents.on_action(action("thaw"))).status == "done"
+    assert (await m.agents.on_action(frozen)).status == "done" and not m.tree.pod_frozen(m.uid("p"))
+    assert m.tree.counts["freeze"] == 1
 
 
 async def test_a_move_goes_through_the_agents_books_and_loads_the_new_numa_node():

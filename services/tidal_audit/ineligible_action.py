@@ -14,7 +14,9 @@
 - once: the same action kind on the same pod is not asked again under a new
   id while an earlier one is done or unanswered (a freeze stands until the
   pod is thawed, an eviction until it is refused or fails); a move is over
-  once answered: the pod may be moved again later.
+  once answered: the pod may be moved again later. An id seen again after
+  its answer (a re-send that crossed the answer, or a publish retried across
+  a broker failover) is the same decision, not a new one.
 
 Which of several eligible BE pods §E freezes first (highest usage) depends
 on the remediation round's own projection; it is not checked here.
@@ -41,6 +43,7 @@ class IneligibleAction:
         self.sampled: dict[str, dict[str, PodUsage]] = {}  # node -> pod -> its usage in the node's last sample
         self.asked: dict[tuple[str, str], tuple[str, Envelope[Any]]] = {}  # (kind, pod) -> standing action id
         self.frozen: set[str] = set()
+        self.over: set[str] = set()  # ids whose ask ended: a copy of one reopens nothing
 
     def feed(self, envelope: Envelope[Any]) -> list[Violation]:
         p = envelope.payload
@@ -63,7 +66,9 @@ class IneligibleAction:
             self.pods.pop(key, None)
             self.frozen.discard(key)
             for kind in CHECKED:
-                self.asked.pop((kind, key), None)
+                gone = self.asked.pop((kind, key), None)
+                if gone is not None:
+                    self.over.add(gone[0])
             return
         self.pods[key] = pod
         self.on_node[pod.node].add(key)
@@ -75,13 +80,18 @@ class IneligibleAction:
             self.frozen.add(key)
         elif result.kind == "thaw" and result.status == "done":
             self.frozen.discard(key)
-            self.asked.pop(("freeze", key), None)
+            thawed = self.asked.pop(("freeze", key), None)
+            if thawed is not None:
+                self.over.add(thawed[0])
         if standing is not None and standing[0] == result.action_id and (
                 result.status != "done" or result.kind == "set-cpuset"):
             del self.asked[(result.kind, key)]
+            self.over.add(result.action_id)
 
     def _action(self, action: NodeAction, envelope: Envelope[Any]) -> list[Violation]:
         key = action.pod or ""
+        if action.action_id in self.over:
+            return []
         found: list[str] = []
         standing = self.asked.get((action.kind, key))
         if standing is not None and standing[0] != action.action_id:

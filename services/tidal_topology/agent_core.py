@@ -16,12 +16,16 @@ service (`service.py`) and every simulated node run the same code.
   pod it owns and answered with an `ActionResult`. A set-cpuset is a move
   the books make (`books.move`); the agent chooses the CPUs. Every change
   of the books is written to the cgroups by the CPU authority
-  (`authority.py`).
+  (`authority.py`). An action id seen again (a redelivery, or a re-send
+  that crossed the answer) gets the answer it got the first time and is
+  not carried out again: a stale freeze redelivered after the pod's thaw
+  must not freeze it anew.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -35,6 +39,7 @@ from .cgroup_tree import CgroupTree
 from .node_pods import NodePods, shown
 
 AGENT_ACTIONS = frozenset({"freeze", "thaw", "set-cpuset"})
+ANSWERS_KEPT = 4096  # far more than the actions one node is asked between two redeliveries
 
 
 class DeviceFeed(Protocol):
@@ -63,6 +68,7 @@ class AgentCore:
         self.log = log or logging.getLogger("tidal.topology")
         self.pods = NodePods(self.node)
         self.fence = DecisionFence()
+        self.answers: OrderedDict[str, tuple[str, str]] = OrderedDict()  # action id -> (status, reason), newest last
         if state is None:
             state = checkpoint.new_state([c.cpu for c in topology.cpus], topology.reserved_cpus)
         self.cpus = CpuAuthority(node=self.node, topology=topology.cpus, state=state, fs=fs,
@@ -102,13 +108,23 @@ class AgentCore:
         """Carry out an action for this node and publish its result (None: not the agent's)."""
         if action.node != self.node or action.kind not in AGENT_ACTIONS:
             return None
-        status, reason = await self.execute(action)
-        self.log.info("action %s %s on %s: %s %s", shown(action.action_id), action.kind, shown(action.pod), status,
-                      reason)
+        answered = self.answers.get(action.action_id)
+        if answered is None:
+            status, reason = await self.execute(action)
+            self._answered(action.action_id, status, reason)
+        else:
+            status, reason = answered
+        self.log.info("action %s %s on %s: %s %s%s", shown(action.action_id), action.kind, shown(action.pod), status,
+                      reason, "" if answered is None else " (answered before: the answer repeated)")
         result = ActionResult(action_id=action.action_id, node=self.node, kind=action.kind, pod=action.pod,
                               status=status, reason=reason)
         await self.publish(result, cause=cause, delivery=delivery)
         return result
+
+    def _answered(self, action_id: str, status: str, reason: str) -> None:
+        self.answers[action_id] = (status, reason)
+        if len(self.answers) > ANSWERS_KEPT:
+            self.answers.popitem(last=False)
 
     async def execute(self, action: NodeAction) -> tuple[str, str]:
         if action.dry_run:
