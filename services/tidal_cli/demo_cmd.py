@@ -49,6 +49,7 @@ def add(subparsers) -> None:
 
 def run_demo(args: argparse.Namespace) -> int:
     from tidal_simulator.bridge import stack_bridge
+    from tidal_simulator.report_text import node_agents_line
 
     started = elapsed()
     shutil.rmtree(args.data_dir, ignore_errors=True)
@@ -77,8 +78,7 @@ def run_demo(args: argparse.Namespace) -> int:
     for line in result.report["invariants"]["lines"][:10]:
         print(f"  {line}")
     agents = result.report["node_agents"]
-    print(f"node agents: audit violations {sum(agents['audit_violations'].values())}, cgroup writes "
-          + (", ".join(f"{k} {n}" for k, n in agents["cgroup_writes"].items()) or "none"))
+    print(node_agents_line(agents))
     missing = sorted(s for s in expected if not counts.get(s))
     if missing:
         raise CliError(f"no events on {', '.join(missing)} within {args.timeout:.0f}s "
@@ -87,8 +87,8 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"tidal: {result.violations} invariant violation(s); `tidal audit` lists them", file=sys.stderr)
         return 1
     if any(agents["audit_violations"].values()):
-        print(f"tidal: the simulated nodes' agents found violations in their own audits: "
-              f"{agents['audit_violations']}", file=sys.stderr)
+        print(f"tidal: the simulated nodes' agents found violations in their own audits: {node_agents_line(agents)}",
+              file=sys.stderr)
         return 1
     return 0
 

@@ -81,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     for option, path in (("--report", args.report), ("--html", args.html)):
         if path is not None:  # refused now, not after the whole run
             make_dir(path.parent, option)
+    from tidal_simulator.report_text import node_agents_line, summary
     from tidal_simulator.run import simulate
 
     started = elapsed()
@@ -93,9 +94,10 @@ def run(args: argparse.Namespace) -> int:
     if result.violations:
         print(f"tidal: {result.violations} invariant violation(s); `tidal audit` lists them", file=sys.stderr)
         return 1
-    found = result.report["node_agents"]["audit_violations"]
-    if any(found.values()):
-        print(f"tidal: the simulated nodes' agents found violations in their own audits: {found}", file=sys.stderr)
+    agents = result.report["node_agents"]
+    if any(agents["audit_violations"].values()):
+        print(f"tidal: the simulated nodes' agents found violations in their own audits: {node_agents_line(agents)}",
+              file=sys.stderr)
         return 1
     if result.failed_expectations:
         failed = [e["expect"] for e in result.report["expectations"] if not e["ok"]]
@@ -260,31 +262,3 @@ def _write(args: argparse.Namespace, result) -> None:
                           (args.html, result.html)):
         if path is not None:
             write_file(path, content, "--report" if path is args.report else "--html")
-
-
-def summary(report: dict, seconds: float) -> str:
-    """A few lines for the terminal."""
-    gpu, pods, d = report["gpu"], report["pods"], report["decisions"]
-    alloc = gpu.get("allocation_pct_by_arrived", {})
-    lines = [f"workload {report['run']['workload']}: {report['run']['nodes']} nodes, {pods['arrived']} pods arrived, "
-             f"{pods['running']} running, {pods['pending']} pending {pods['pending_by_reason'] or ''}".rstrip()]
-    if alloc:
-        lines.append("GPU allocation % at arrived 90/100/110/130: "
-                     + " / ".join(str(alloc.get(k)) for k in ("90", "100", "110", "130"))
-                     + f"; unallocated GPUs at the end {gpu.get('unallocated_gpus_final')}")
-    lines.append(f"decisions {d['count']} ({d['per_second']}/s), latency p50 {d['latency_ms']['p50']} ms "
-                 f"p99 {d['latency_ms']['p99']} ms; CPU utilisation mean {report['cpu']['utilisation_pct_mean']} %")
-    actions = report["actions"]["requested"]
-    if actions:
-        lines.append("actions: " + "; ".join(f"{by}: {', '.join(f'{k} {n}' for k, n in kinds.items())}"
-                                            for by, kinds in actions.items()))
-    lines.append(f"invariant violations: {report['invariants']['violations']}")
-    lines += [f"  {line}" for line in report["invariants"]["lines"][:10]]
-    agents = report.get("node_agents")
-    if agents:
-        lines.append(f"node agents: audit violations {sum(agents['audit_violations'].values())}, cgroup writes "
-                     + (", ".join(f"{k} {n}" for k, n in agents["cgroup_writes"].items()) or "none"))
-    for e in report["expectations"]:
-        lines.append(f"  [{'ok' if e['ok'] else 'FAIL'}] {e['expect']} — {e['seen']}")
-    lines.append(f"took {seconds:.1f} s")
-    return "\n".join(lines)

@@ -12,6 +12,7 @@ from html import escape
 from typing import Any
 
 from .recorder import Recorder
+from .report_text import figure, figures
 from .svg import Series, heat_map, line_chart, timeline
 
 ACTION_LANES = ["taint", "untaint", "evict", "freeze", "thaw", "set-cpuset", "bind-failed"]
@@ -96,35 +97,32 @@ def _table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
 def _invariants(report: dict[str, Any]) -> str:
     found = report.get("invariants") or {}
     lines = found.get("lines") or []
+    verdict = f"<p>invariant violations: {escape(figure(found.get('violations'), missing='not audited'))}</p>"
+    if lines:
+        verdict += f"<pre>{escape(chr(10).join(lines))}</pre>"
     agents = report.get("node_agents")
-    nodes = "" if not agents else escape(
-        f"node agents' own audits at the end: {agents['audit_violations']}; cgroup writes: {agents['cgroup_writes']}")
-    nodes = f"<p>{nodes}</p>" if nodes else ""
-    if not lines:
-        return f"<p>invariant violations: {found.get('violations', 'not audited')}</p>{nodes}"
-    return f"<p>invariant violations: {found['violations']}</p><pre>{escape(chr(10).join(lines))}</pre>{nodes}"
+    if not agents:
+        return verdict
+    audits = _table([(k, figure(n)) for k, n in agents["audit_violations"].items()], ["kind", "violations"])
+    writes = _table([(k, figure(n)) for k, n in agents["cgroup_writes"].items()], ["cgroup write", "count"]) \
+        if agents["cgroup_writes"] else "<p>No cgroup writes.</p>"
+    return f"{verdict}<p>The node agents' own audits at the end:</p>{audits}{writes}"
 
 
 def render_html(report: dict[str, Any], record: Recorder, fair_share: Sequence[dict],
                 reference: dict[str, dict[str, float]]) -> str:
     """The whole page."""
-    run, gpu, pods, decisions = report["run"], report["gpu"], report["pods"], report["decisions"]
-    figures = [("workload", run["workload"]), ("nodes / pods", f"{run['nodes']} / {run['pods']}"),
-               ("GPU allocation at 100 % arrived", gpu.get("allocation_pct_by_arrived", {}).get("100")),
-               ("GPUs unallocated (end)", gpu.get("unallocated_gpus_final")),
-               ("CPU utilisation (mean)", report["cpu"]["utilisation_pct_mean"]),
-               ("pods running / pending", f"{pods['running']} / {pods['pending']}"),
-               ("decisions / s", decisions["per_second"]),
-               ("decision latency p50 / p99 ms", f"{decisions['latency_ms']['p50']} / {decisions['latency_ms']['p99']}"),
-               ("wall time s", run["wall_s"]),
-               ("invariant violations", report.get("invariants", {}).get("violations"))]
+    run, pods = report["run"], report["pods"]
     expectations = report.get("expectations") or []
     verdicts = _table([("pass" if e["ok"] else "FAIL", e["expect"], e["seen"]) for e in expectations],
                       ["", "expected", "seen"]) if expectations else "<p>No expectations.</p>"
     fair = (fair_share_plot(fair_share) if fair_share else
             "<p>No fair-share scores were published during the run (is the scoring service running?).</p>")
-    fairness_rows = [(k, v["tenants"], v["jain_usage_share"], v["jain_satisfaction"])
+    fairness_rows = [(k, v["tenants"], figure(v["jain_usage_share"], missing="nothing allocated"),
+                      figure(v["jain_satisfaction"], missing="no demand known"))
                      for k, v in report["fairness"].items()]
+    pending = _table(sorted(pods["pending_by_reason"].items()), ["reason", "pods"]) if pods["pending_by_reason"] \
+        else "<p>No pod left pending.</p>"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Tidal simulation: {escape(run['workload'])}</title>
 <style>body{{font-family:sans-serif;margin:24px;max-width:1000px}}table{{border-collapse:collapse;margin:8px 0}}
@@ -132,7 +130,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px;text-align:left}}h2{
 svg.plot{{display:block;margin:8px 0}}pre{{background:#f4f4f4;padding:8px;font-size:12px;overflow:auto}}</style>
 </head><body>
 <h1>Tidal simulation: {escape(run['workload'])}</h1>
-{_table(figures, ["figure", "value"])}
+{_table(figures(report), ["figure", "value"])}
 <h2>Expectations</h2>{verdicts}
 <h2>Invariants (tidal audit)</h2>{_invariants(report)}
 <h2>GPU allocation vs arrived load</h2>{allocation_plot(report, record, reference)}
@@ -140,7 +138,7 @@ svg.plot{{display:block;margin:8px 0}}pre{{background:#f4f4f4;padding:8px;font-s
 <h2>Fair share</h2>{fair}{usage_share_plot(record)}
 {_table(fairness_rows, ["resource", "tenants", "Jain (usage share)", "Jain (satisfaction)"])}
 <h2>Actions</h2>{actions_plot(record)}
-<h2>Pending pods by reason</h2>{_table(sorted(pods['pending_by_reason'].items()), ["reason", "pods"])}
+<h2>Pending pods by reason</h2>{pending}
 <h2>Report (JSON)</h2><pre>{escape(json.dumps(report, indent=1, default=str))}</pre>
 </body></html>
 """

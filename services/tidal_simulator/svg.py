@@ -102,7 +102,7 @@ def heat_map(chart_id: str, title: str, rows: Sequence[str], columns: Sequence[f
                         f'{"-" if value is None else f"{value:.2f}"}</title></rect>')
     bottom = MT + cell_h * len(rows)
     if columns:
-        for t in _ticks(0, len(columns) - 1, min(5, max(len(columns) - 1, 1))):
+        for t in _ticks(0, len(columns) - 1, min(5, len(columns) - 1)) if len(columns) > 1 else [0]:
             x = left + (t + 0.5) * cell_w
             body.append(f'<text x="{x:.1f}" y="{bottom + 14}" font-size="11" text-anchor="middle">'
                         f'{columns[int(round(t))]:g}</text>')
