@@ -86,7 +86,7 @@ def test_the_tenant_spec_schema_refuses_what_the_model_refuses_field_by_field():
     for field in ("quota", "groups", "permissions"):  # each is refused by the model too
         with pytest.raises(TenantDocumentError):
             tenant_config(tenant("t", {field: bad[field]}))
-    assert validate({"quota": {"A100": 4000}, "auto_grouping": {"by_model": True}}, spec, "spec") == []
+    assert validate({"quota": {"A100": 4000}, "autoGrouping": {"byModel": True}}, spec, "spec") == []
 
 
 def test_tenant_documents_plain_or_manifest_read_the_same():

@@ -7,9 +7,11 @@ apiextensions.k8s.io/v1 requires: every `$ref` inlined, `anyOf [X, null]`
 turned into X with `nullable: true`, `const` into a one-value `enum`, a
 `type` on every node, `title` and `default` dropped (the models fill
 defaults; the API server would store them), and no
-`x-kubernetes-preserve-unknown-fields`. What a schema cannot say (group
-names unique, groups or auto_grouping but not both) is the bridge's to
-report as a condition.
+`x-kubernetes-preserve-unknown-fields`. The spec is camelCase (the models'
+aliases), its former snake_case spellings kept for one release; the
+models' cross-field rules (group names unique, groups or autoGrouping but
+not both) are CEL rules the API server checks at admission (`crd_rules`);
+the bridge still reports as a condition whatever gets past them.
 
 `write(dir)` regenerates the manifests (`tidal schemas crds`);
 `drift(dir)` lists the files that differ, for the test that keeps the
@@ -24,6 +26,7 @@ from typing import Any
 import yaml
 
 from .common import MAX_INT
+from .crd_rules import MAX_GROUPS, add_rules, deprecated_spellings, list_map
 from .pod import TenantConfig
 from .tenancy import GROUP, NOT_IN_SPEC, VERSION, FairShareSpec, FairShareStatus, TenantStatus
 
@@ -107,13 +110,17 @@ def _crd(kind: str, plural: str, short: str, schema: dict[str, Any], columns: li
 
 
 def tenant_crd() -> dict[str, Any]:
-    """The `Tenant` CRD: spec is a tenant.config without its name."""
-    spec = model_schema(TenantConfig, drop=NOT_IN_SPEC)
+    """The `Tenant` CRD: spec is a tenant.config without its name, in camelCase."""
+    spec = model_schema(TenantConfig, by_alias=True, drop=NOT_IN_SPEC)
+    spec["properties"]["groups"]["maxItems"] = MAX_GROUPS
+    deprecated_spellings(spec)
     spec["description"] = ("GPU groups, quotas and permissions: the fields `tidal tenants apply` takes, the "
                            "tenant named by metadata.name")
+    status = model_schema(TenantStatus, by_alias=True)
+    list_map(status["properties"]["conditions"], "type")
     schema = _object_schema("A tenant of the Tidal scheduler: a new spec replaces its configuration; deleting "
-                            "the object deletes the tenant.", spec, model_schema(TenantStatus, by_alias=True),
-                            spec_required=False)
+                            "the object deletes the tenant.", spec, status, spec_required=False)
+    add_rules(schema)
     ready = '.status.conditions[?(@.type=="Ready")]'
     return _crd("Tenant", "tenants", "tn", schema, [
         {"name": "GPUs", "type": "string", "jsonPath": ".status.gpus",

@@ -20,7 +20,7 @@ ASYNCAPI_FILE = "asyncapi.json"
 def event_schema(event_type: str) -> dict[str, Any]:
     """JSON Schema of the full envelope carrying `event_type`."""
     model = event_types()[event_type]
-    schema = envelope_of(model).model_json_schema(mode="serialization")
+    schema = envelope_of(model).model_json_schema(mode="serialization", by_alias=False)  # events go out by field name
     schema["title"] = f"{event_type} v{model.VERSION}"
     schema["$id"] = f"https://tidal.dev/schemas/{event_type}.json"
     schema["properties"]["type"]["const"] = event_type

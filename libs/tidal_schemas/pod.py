@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AwareDatetime, Field, field_validator, model_validator
+from pydantic import AwareDatetime, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
 
 from .common import (CpuPolicy, GpuKind, Int64, Name, NonNegInt, NumaId, PodName, Qos, Record, Resources, pod_key,
                      repeated)
@@ -94,8 +95,16 @@ class PodLifecycle(Payload):
         return self
 
 
+SPEC_NAMES = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+"""The tenant models' fields have a camelCase alias: a `Tenant` object's
+spec is written so (Kubernetes' convention); the event on the wire keeps
+the snake_case names (dumped by name), and reading takes either."""
+
+
 class GpuBinding(Record):
     """GPUs of one node that belong to a group."""
+
+    model_config = SPEC_NAMES
 
     node: Name
     gpus: list[Name] = Field(min_length=1)
@@ -105,6 +114,8 @@ class GpuGroup(Record):
     """A named set of (node, GPU) bindings owned by a tenant. Groups may
     share GPUs; accounting is per GPU, not per group."""
 
+    model_config = SPEC_NAMES
+
     name: Name
     bindings: list[GpuBinding] = Field(min_length=1)
     container_id: str | None = None
@@ -113,6 +124,8 @@ class GpuGroup(Record):
 class AutoGrouping(Record):
     """Ask Tidal to build the groups from the permitted GPUs."""
 
+    model_config = SPEC_NAMES
+
     by_model: bool = True
     by_kind: bool = False
     gpus_per_container: NonNegInt | None = None
@@ -120,6 +133,8 @@ class AutoGrouping(Record):
 
 class TenantPermissions(Record):
     """What a tenant may use. Empty lists mean no restriction."""
+
+    model_config = SPEC_NAMES
 
     nodes: list[Name] = Field(default_factory=list)
     gpus: list[Name] = Field(default_factory=list)
@@ -132,6 +147,7 @@ class TenantConfig(Payload):
     stream keeps each tenant's last event for as long as it is not replaced."""
 
     TYPE = "tenant.config"
+    model_config = SPEC_NAMES
 
     tenant: Name
     permissions: TenantPermissions = TenantPermissions()

@@ -5,7 +5,9 @@ from these models by `crd.py`).
 One rule reads a tenant from a document, whoever wrote it: `tidal tenants
 apply` (a file of plain tenant mappings or of `Tenant` manifests) and the
 bridge (a `Tenant` object) both call `tenant_config`, so a quota that one
-accepts the other accepts too; both delete with `tenant_deletion`.
+accepts the other accepts too; both delete with `tenant_deletion`. A
+`Tenant`'s spec is camelCase; its former snake_case keys are still read,
+and `deprecated_keys` names them for a warning (see `spellings`).
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 from pydantic.alias_generators import to_camel
 
 from .common import GPU_MILLI, Name, NonNegInt
+from .crd_rules import MAX_GROUPS
 from .envelope import Payload, register
 from .errors import one_line
 from .pod import TenantConfig
 from .resource_type import CPU_TYPE, GPU_TYPE
+from .spellings import old_spellings
 from .strict import unknown_field
 
 GROUP = "tidal.dev"
@@ -65,7 +69,9 @@ def tenant_config(document: Any) -> TenantConfig:
     """The tenant a document describes: a `Tenant` manifest (name from
     `metadata.name`, the rest from `spec`) or a plain tenant mapping (the
     fields of the `tenant.config` event). Unknown fields are refused, as
-    in every file an operator types; TenantDocumentError names the field."""
+    in every file an operator types, and so is a field given in both its
+    spellings (`autoGrouping` and `auto_grouping`); TenantDocumentError
+    names the field."""
     if not isinstance(document, dict):
         raise TenantDocumentError("", f"a tenant must be a mapping, got {type(document).__name__}")
     prefix, item = "", document
@@ -80,10 +86,17 @@ def tenant_config(document: Any) -> TenantConfig:
         for key in NOT_IN_SPEC:
             if key in spec:
                 raise TenantDocumentError(f"spec.{key}", "not a field of a Tenant's spec")
+        if isinstance(spec.get("groups"), list) and len(spec["groups"]) > MAX_GROUPS:
+            raise TenantDocumentError("spec.groups", f"a Tenant holds at most {MAX_GROUPS} groups, got "
+                                      f"{len(spec['groups'])}")
         prefix, item = "spec.", {**spec, "tenant": (document.get("metadata") or {}).get("name")}
     unknown = unknown_field(TenantConfig, item)
     if unknown:  # the wire tolerates new fields; a document with a typo (`qouta:`) must not pass
         raise TenantDocumentError(prefix + unknown, "not a field of a tenant (a typo?)")
+    for old in old_spellings(TenantConfig, item, prefix.rstrip(".")):
+        if old.both:
+            new = old.new.rsplit(".", 1)[-1]
+            raise TenantDocumentError(old.old, f"the deprecated spelling of {new}: give {new} only")
     try:
         return TenantConfig.model_validate(item)
     except ValidationError as exc:
@@ -93,6 +106,14 @@ def tenant_config(document: Any) -> TenantConfig:
         message = first["msg"].removeprefix("Value error, ")
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
         raise TenantDocumentError(where, one_line(message + more)) from None
+
+
+def deprecated_keys(document: Any) -> list[str]:
+    """A warning for each former snake_case key of a `Tenant` manifest
+    (none for a plain tenant mapping, whose fields are the event's)."""
+    if not isinstance(document, dict) or "kind" not in document or not isinstance(document.get("spec"), dict):
+        return []
+    return [old.warning() for old in old_spellings(TenantConfig, document["spec"], "spec")]
 
 
 def tenant_deletion(name: str) -> TenantConfig:

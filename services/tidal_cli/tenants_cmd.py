@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from tidal_schemas import TenantConfig, make_envelope
 from tidal_schemas.envelope import describe_validation_error
-from tidal_schemas.tenancy import TenantDocumentError, tenant_config, tenant_deletion
+from tidal_schemas.tenancy import TenantDocumentError, deprecated_keys, tenant_config, tenant_deletion
 
 from .errors import CliError
 from .files import check_publishable, read_items
@@ -32,8 +33,8 @@ def add(subparsers) -> None:
                              description="FILE holds one tenant mapping or a list of them (fields of the "
                                          "tenant.config event: tenant, permissions, quota, groups or "
                                          "auto_grouping), or Tenant manifests (tidal.dev/v1alpha1, the same "
-                                         "fields under spec), as kubectl takes them. Nothing is published "
-                                         "unless every tenant is valid.")
+                                         "fields in camelCase under spec), as kubectl takes them. Nothing is "
+                                         "published unless every tenant is valid.")
     apply.add_argument("file", type=Path)
     add_bus_options(apply)
     apply.set_defaults(func=run_apply)
@@ -47,24 +48,33 @@ def add(subparsers) -> None:
 
 def load_tenants(path: Path, cluster: str = "local") -> list[TenantConfig]:
     """Every tenant in the file, validated and publishable in `cluster`;
-    CliError naming the first problem."""
-    items = [entry for item in read_items(path, "tenants", stream=True)
-             for entry in (item.get("items") or [] if isinstance(item, dict) and item.get("kind") == "List"
-                           else [item])]
+    CliError naming the first problem. A manifest's deprecated snake_case
+    keys are read, each with a warning on stderr (when all are valid)."""
+    items = []
+    for item in read_items(path, "tenants", stream=True):
+        if isinstance(item, dict) and item.get("kind") == "List":
+            if not isinstance(item.get("items") or [], list):
+                raise CliError(f"{path}: the items of a List must be a list")
+            items += item.get("items") or []
+        else:
+            items.append(item)
     if not items:
         raise CliError(f"{path}: no tenants in the file")
-    tenants, seen = [], set()
+    tenants, seen, warnings = [], set(), []
     for number, item in enumerate(items, 1):
         where = f"{path}: tenant {number}" if len(items) > 1 else str(path)
         try:
             config = tenant_config(item)
         except TenantDocumentError as exc:
             raise CliError(f"{where}: {exc}") from None
+        warnings += [f"{where}: warning: {warning}" for warning in deprecated_keys(item)]
         if config.tenant in seen:
             raise CliError(f"{where}: tenant {config.tenant!r} appears twice")
         check_publishable(make_envelope(config, cluster=cluster, source="cli"), where)
         seen.add(config.tenant)
         tenants.append(config)
+    for warning in warnings:  # once every tenant is valid: a refusal stays one line
+        print(warning, file=sys.stderr)
     return tenants
 
 
