@@ -89,7 +89,10 @@ def tenant_config(document: Any) -> TenantConfig:
         if isinstance(spec.get("groups"), list) and len(spec["groups"]) > MAX_GROUPS:
             raise TenantDocumentError("spec.groups", f"a Tenant holds at most {MAX_GROUPS} groups, got "
                                       f"{len(spec['groups'])}")
-        prefix, item = "spec.", {**spec, "tenant": (document.get("metadata") or {}).get("name")}
+        meta = document.get("metadata") or {}
+        if not isinstance(meta, dict):
+            raise TenantDocumentError("metadata", "must be a mapping")
+        prefix, item = "spec.", {**spec, "tenant": meta.get("name")}
     unknown = unknown_field(TenantConfig, item)
     if unknown:  # the wire tolerates new fields; a document with a typo (`qouta:`) must not pass
         raise TenantDocumentError(prefix + unknown, "not a field of a tenant (a typo?)")
