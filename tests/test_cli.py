@@ -85,7 +85,7 @@ def test_publish_then_tail_round_trip(tmp_path, nats_server, namespace):
     assert "published 2 event(s)" in published.stdout
     tailed = tidal("events", "tail", "node.metrics", "--from", "earliest", "--no-follow", *bus)
     assert tailed.returncode == 0, tailed.stderr
-    assert "node.metrics v1  cluster=local key=alpha" in tailed.stdout
+    assert "node.metrics v1  cluster=default key=alpha" in tailed.stdout
     assert "cluster=east key=beta.example.com" in tailed.stdout
     assert "numa_load: {'0': 0.25}" in tailed.stdout
     limited = tidal("events", "tail", "node.metrics", "--from", "2", "--no-follow", *bus)

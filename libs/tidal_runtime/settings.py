@@ -26,6 +26,9 @@ from tidal_bus.subjects import check_namespace
 from .configuration import COMMON, ENV_ONLY, TidalConfigSource
 
 DEFAULT_BUS_URL = "nats://127.0.0.1:4222"
+DEFAULT_CLUSTER = "default"
+"""The cluster id when TIDAL_CLUSTER is not set: what k8s/base/configmap.yaml
+sets, so the CLI and a service started by hand name the same cluster."""
 
 
 class ServiceSettings(BaseSettings):
@@ -38,7 +41,7 @@ class ServiceSettings(BaseSettings):
     bus_url: str = Field(DEFAULT_BUS_URL, validation_alias=AliasChoices("TIDAL_BUS_URL", "bus_url"),
                          description="the broker: nats://host:port or kafka://host:port, several servers "
                                      "comma-separated (a password in it is never logged)")
-    cluster: str = Field("local", validation_alias=AliasChoices("TIDAL_CLUSTER", "cluster"),
+    cluster: str = Field(DEFAULT_CLUSTER, validation_alias=AliasChoices("TIDAL_CLUSTER", "cluster"),
                          pattern=r"^[A-Za-z0-9_-]{1,63}$",
                          description="the Kubernetes cluster this instance serves: every subject and event "
                                      "carries it, so clusters can share one bus")

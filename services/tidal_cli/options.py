@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from tidal_runtime.settings import DEFAULT_BUS_URL
+from tidal_runtime.settings import DEFAULT_BUS_URL, DEFAULT_CLUSTER
 
 from .errors import CliError
 
@@ -76,7 +76,7 @@ def add_bus_options(parser: argparse.ArgumentParser) -> None:
                         help="stream namespace on the broker (env TIDAL_NAMESPACE)")
     parser.add_argument("--connect-timeout", type=seconds, default=5.0,
                         help="seconds to wait for the first connection to the bus")
-    parser.add_argument("--cluster", type=cluster_name, default=os.environ.get("TIDAL_CLUSTER", "local"),
+    parser.add_argument("--cluster", type=cluster_name, default=os.environ.get("TIDAL_CLUSTER", DEFAULT_CLUSTER),
                         help="cluster id for events this command writes (env TIDAL_CLUSTER)")
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from tidal_bus.auth import redact_url
 from tidal_bus.embedded import EmbeddedNats, _die_with_parent
 from tidal_clock import elapsed
+from tidal_runtime.settings import DEFAULT_CLUSTER
 
 from .errors import CliError
 from .options import make_dir
@@ -52,7 +53,7 @@ class RunningService:
 
 class Stack:
     def __init__(self, data_dir: Path, *, bus_url: str | None = None, nats_port: int | None = 4222,
-                 namespace: str = "tidal", cluster: str = "local", services: list[str] | None = None,
+                 namespace: str = "tidal", cluster: str = DEFAULT_CLUSTER, services: list[str] | None = None,
                  extra_env: dict[str, str] | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.external_bus = bus_url
