@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 
 from .configuration import (API_VERSION, COMMON, KIND, SECTIONS, ConfigurationError, common_class, env_only,
-                            file_key, read_document, section_values)
+                            file_key, parse_yaml, read_bounded, read_section, top_level_problems)
 
 
 @functools.cache
@@ -93,13 +93,10 @@ class TidalConfiguration:
         """What is wrong with a parsed file (`parse_document`'s output): one
         line per problem, each naming the key's path. [] when every service
         would start with it (the environment aside)."""
-        found: dict[str, None] = {}
+        found: dict[str, None] = dict.fromkeys(top_level_problems(document))
         for section, cls in self.models().items():
-            try:
-                values, paths = section_values(document, cls, section)
-            except ConfigurationError as exc:
-                found.update(dict.fromkeys(exc.problems))
-                continue
+            values, paths, problems = read_section(document, cls, section)
+            found.update(dict.fromkeys(problems))
             try:
                 isolated(cls)(**values)
             except ValidationError as exc:
@@ -109,7 +106,7 @@ class TidalConfiguration:
     def check(self, path: Path | str) -> list[str]:
         """`problems` of the file at `path`, each prefixed with the path."""
         try:
-            document = read_document(path)
+            document = parse_yaml(read_bounded(path), path)
         except ConfigurationError as exc:
             return [str(ConfigurationError(path, [p])) for p in exc.problems]
         return [f"{path}: {p}" for p in self.problems(document)]

@@ -16,12 +16,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import annotated_types
-from pydantic import AliasChoices
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
 from .config_document import TidalConfiguration, own_fields
-from .configuration import API_VERSION, COMMON, ENV_VAR, KIND, env_only, file_key
+from .configuration import API_VERSION, COMMON, ENV_VAR, KIND, env_names, env_only, file_key
 
 _BOUNDS = ((annotated_types.Gt, ">"), (annotated_types.Ge, "≥"), (annotated_types.Lt, "<"), (annotated_types.Le, "≤"))
 
@@ -71,16 +70,6 @@ def _type_name(annotation: Any) -> str:
     if origin in (list, dict):
         return f"{origin.__name__} of " + " to ".join(_type_name(a) for a in args)
     return getattr(annotation, "__name__", str(annotation))
-
-
-def env_names(cls: type[BaseSettings], name: str, prefix: str | None = None) -> list[str]:
-    """The environment variables that set field `name` of `cls`."""
-    alias = cls.model_fields[name].validation_alias
-    if isinstance(alias, AliasChoices):
-        named = [c for c in alias.choices if isinstance(c, str) and c.isupper()]
-        if named:
-            return named
-    return [f"{prefix or cls.model_config.get('env_prefix', '')}{name.upper()}"]
 
 
 def _is_settings(annotation: Any) -> bool:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
+from pydantic import AliasChoices, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
@@ -36,7 +37,7 @@ API_VERSION = "config.tidal.dev/v1alpha1"
 KIND = "TidalConfiguration"
 ENV_VAR = "TIDAL_CONFIG"
 COMMON = "common"
-SECTIONS = ("topology", "scoring", "placement", "oversell", "remediation", "bridge", "webhook", "simulator")
+SECTIONS = ("topology", "scoring", "placement", "oversell", "remediation", "bridge", "simulator", "webhook")
 """The services' sections, in pipeline order (each settings class names its
 own in `config_section`; a test checks the two agree)."""
 MAX_FILE_BYTES = 1 << 20
@@ -85,6 +86,16 @@ def parse_document(data: bytes | str, where: Path | str) -> dict[str, Any]:
     right apiVersion and kind, known sections only, each a mapping.
     YAML aliases and repeated keys are refused (a repeated key would
     silently lose a setting). ConfigurationError otherwise."""
+    document = parse_yaml(data, where)
+    problems = top_level_problems(document)
+    if problems:
+        raise ConfigurationError(where, problems)
+    return document
+
+
+def parse_yaml(data: bytes | str, where: Path | str) -> dict[str, Any]:
+    """The YAML mapping in `data`, unchecked but for aliases and repeated
+    keys; ConfigurationError when it is not valid YAML or not a mapping."""
     try:
         document = yaml.load(data, Loader=_StrictLoader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
@@ -93,6 +104,12 @@ def parse_document(data: bytes | str, where: Path | str) -> dict[str, Any]:
         raise ConfigurationError(where, [f"not valid YAML: {getattr(exc, 'problem', None) or exc}{at}"]) from None
     if not isinstance(document, dict):
         raise ConfigurationError(where, [f"expected a mapping with apiVersion: {API_VERSION} and kind: {KIND}"])
+    return document
+
+
+def top_level_problems(document: dict[str, Any]) -> list[str]:
+    """What is wrong with the top level of a parsed file: apiVersion, kind,
+    sections that name no service, sections that are not mappings."""
     problems = []
     for key, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
         if document.get(key) != expected:
@@ -105,13 +122,11 @@ def parse_document(data: bytes | str, where: Path | str) -> dict[str, Any]:
             problems.append(f"{key}: unknown key{_hint(str(key), (COMMON, *SECTIONS))}")
         elif value is not None and not isinstance(value, dict):
             problems.append(f"{key}: expected a mapping of settings, got {type(value).__name__}")
-    if problems:
-        raise ConfigurationError(where, problems)
-    return document
+    return problems
 
 
-def read_document(path: Path | str) -> dict[str, Any]:
-    """`parse_document` of the file at `path`, read bounded (1 MiB)."""
+def read_bounded(path: Path | str) -> bytes:
+    """The bytes of the file at `path`, refused over 1 MiB; ConfigurationError naming the file."""
     try:
         with open(path, "rb") as handle:
             data = handle.read(MAX_FILE_BYTES + 1)
@@ -119,21 +134,36 @@ def read_document(path: Path | str) -> dict[str, Any]:
         raise ConfigurationError(path, [f"cannot be read: {exc.strerror or exc}"]) from None
     if len(data) > MAX_FILE_BYTES:
         raise ConfigurationError(path, [f"over {MAX_FILE_BYTES} bytes"])
-    return parse_document(data, path)
+    return data
 
 
-def section_values(document: dict[str, Any], cls: type[BaseSettings], section: str) -> tuple[dict[str, Any],
-                                                                                            dict[str, str]]:
-    """({field name: value}, {field name: key path}) that `document` sets for
-    settings `cls` of `section`: `common`, then the section over it.
-    ConfigurationError (without a file name) naming every unknown key."""
+def read_document(path: Path | str) -> dict[str, Any]:
+    """`parse_document` of the file at `path`, read bounded (1 MiB)."""
+    return parse_document(read_bounded(path), path)
+
+
+def section_values(document: dict[str, Any], cls: type[BaseSettings], section: str) -> dict[str, Any]:
+    """{field name: value} that `document` sets for settings `cls` of
+    `section`: `common`, then the section over it. ConfigurationError
+    (without a file name) naming every unknown key."""
+    values, _, problems = read_section(document, cls, section)
+    if problems:
+        raise ConfigurationError("", problems)
+    return values
+
+
+def read_section(document: dict[str, Any], cls: type[BaseSettings], section: str) -> tuple[
+        dict[str, Any], dict[str, str], list[str]]:
+    """({field name: value}, {field name: its key's path}, [problems]) of
+    `section_values`, the values of the known keys despite the problems."""
     values: dict[str, Any] = {}
     paths: dict[str, str] = {}
     problems: list[str] = []
     for name, model in ((COMMON, common_class()), *(((section, cls),) if section != COMMON else ())):
         known = file_fields(model)
         elsewhere = {file_key(n) for n, field in model.model_fields.items() if env_only(field)}
-        for key, value in (document.get(name) or {}).items():
+        given = document.get(name)
+        for key, value in (given if isinstance(given, dict) else {}).items():
             key = str(key)
             if key in known:
                 values[known[key]] = value
@@ -144,9 +174,7 @@ def section_values(document: dict[str, Any], cls: type[BaseSettings], section: s
                 problems.append(f"{name}.{key}: unknown key (did you mean {file_key(key)}?)")
             else:
                 problems.append(f"{name}.{key}: unknown key{_hint(key, known)}")
-    if problems:
-        raise ConfigurationError("", problems)
-    return values, paths
+    return values, paths, problems
 
 
 class TidalConfigSource(PydanticBaseSettingsSource):
@@ -162,8 +190,8 @@ class TidalConfigSource(PydanticBaseSettingsSource):
             return {}
         document = read_document(path)
         try:
-            values, _ = section_values(document, self.settings_cls, getattr(self.settings_cls, "config_section",
-                                                                           COMMON))
+            values = section_values(document, self.settings_cls, getattr(self.settings_cls, "config_section",
+                                                                        COMMON))
         except ConfigurationError as exc:
             raise ConfigurationError(path, exc.problems) from None
         return values
@@ -182,9 +210,38 @@ def config_file(path: Path | str | None) -> Iterator[None]:
 def load_settings(cls: type[S], path: Path | str | None = None, **overrides: Any) -> S:
     """`cls(**overrides)` reading the configuration file at `path` (None:
     the one `TIDAL_CONFIG` names, if any). ConfigurationError for a file
-    Tidal cannot use; pydantic's ValidationError for a bad value."""
+    Tidal cannot use, or naming the key of a bad value the file gave;
+    pydantic's ValidationError for a bad value from elsewhere."""
     with config_file(path):
-        return cls(**overrides)
+        try:
+            return cls(**overrides)
+        except ValidationError as exc:
+            where = _FILE.get() or os.environ.get(ENV_VAR)
+            if not where:
+                raise
+            _, paths, _ = read_section(read_document(where), cls, getattr(cls, "config_section", COMMON))
+            from_file = {name: key for name, key in paths.items()
+                         if name not in overrides and not any(e.upper() in _environ_names() for e in env_names(cls, name))}
+            errors = exc.errors(include_url=False)
+            if not all(e["loc"] and str(e["loc"][0]) in from_file for e in errors):
+                raise  # a bad value from the environment or the arguments: pydantic's error names it
+            located = [f"{from_file[str(e['loc'][0])]}: {e['msg'].removeprefix('Value error, ')}" for e in errors]
+            raise ConfigurationError(where, located) from None
+
+
+def env_names(cls: type[BaseSettings], name: str, prefix: str | None = None) -> list[str]:
+    """The environment variables that set field `name` of `cls` (`prefix`
+    in place of the class's own, e.g. `TIDAL_<SERVICE>_` for a reference)."""
+    alias = cls.model_fields[name].validation_alias
+    if isinstance(alias, AliasChoices):
+        named = [c for c in alias.choices if isinstance(c, str) and c.isupper()]
+        if named:
+            return named
+    return [f"{prefix or cls.model_config.get('env_prefix', '')}{name.upper()}"]
+
+
+def _environ_names() -> set[str]:  # pydantic-settings matches names case-insensitively
+    return {key.upper() for key in os.environ}
 
 
 def _hint(key: str, known) -> str:

@@ -14,11 +14,11 @@ from tidal_bus import BusError
 from tidal_schemas import SchemaError
 
 from . import demo_cmd, events_cmd, explain_cmd, replay_cmd, schemas_cmd, simulate_cmd, tenants_cmd, tools_cmd, up_cmd
-from . import audit_cmd, nats_config_cmd, nats_creds_cmd, node_cmd, webhook_cert_cmd
+from . import audit_cmd, config_cmd, nats_config_cmd, nats_creds_cmd, node_cmd, webhook_cert_cmd
 from .errors import CliError, one_line
 
 COMMANDS = [up_cmd, demo_cmd, simulate_cmd, replay_cmd, audit_cmd, events_cmd, explain_cmd, tenants_cmd, schemas_cmd,
-            tools_cmd, nats_config_cmd, nats_creds_cmd, node_cmd, webhook_cert_cmd]
+            tools_cmd, nats_config_cmd, nats_creds_cmd, node_cmd, webhook_cert_cmd, config_cmd]
 
 
 class _Parser(argparse.ArgumentParser):

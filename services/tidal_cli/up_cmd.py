@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from tidal_runtime import run_service
+from tidal_runtime.configuration import ENV_VAR, ConfigurationError, load_settings, read_document
 
 from .errors import CliError
 from .options import cluster_name, namespace_name, number, port
@@ -35,12 +36,14 @@ def add(subparsers) -> None:
     up.add_argument("--restart-delay", type=number(0.01, 60), default=1.0, metavar="SECONDS",
                     help="first back-off before restarting a crashed process; doubles per quick crash, "
                          "up to 30 s (default 1)")
+    up.add_argument("--config", type=Path, metavar="FILE", help="TidalConfiguration file every service reads")
     up.add_argument("--status", action="store_true",
                     help="print the status of the stack running in --data-dir (pids, restarts) and exit")
     up.set_defaults(func=run_up)
 
     run = subparsers.add_parser("run", help="run one service in the foreground (what containers do)")
     run.add_argument("service", help=f"one of: {', '.join(SERVICES) or '(none installed)'}")
+    run.add_argument("--config", type=Path, metavar="FILE", help="TidalConfiguration file (default: $TIDAL_CONFIG)")
     run.set_defaults(func=run_one)
 
 
@@ -53,6 +56,8 @@ def run_up(args: argparse.Namespace) -> int:
 
     if args.status:
         return show_status(args.data_dir)
+    if args.config is not None:  # every service started reads it; a file no service can read stops here, once
+        os.environ[ENV_VAR] = str(_checked(args.config).resolve())
     names = [s.strip() for s in args.services.split(",") if s.strip()] if args.services is not None else None
     stack = Stack(args.data_dir, bus_url=args.bus, nats_port=args.nats_port, namespace=args.namespace,
                   cluster=args.cluster, services=names)
@@ -118,8 +123,18 @@ def run_one(args: argparse.Namespace) -> int:
     except KeyError as exc:
         raise CliError(str(exc.args[0])) from None
     try:
-        settings = service_class.settings_class()
+        settings = load_settings(service_class.settings_class, args.config)
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from None
     except ValidationError as exc:
         first = exc.errors()[0]
         raise CliError(f"setting {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
     return run_service(service_class, settings)
+
+
+def _checked(path: Path) -> Path:
+    try:
+        read_document(path)
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from None
+    return path
