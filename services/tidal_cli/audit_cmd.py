@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .errors import CliError
 from .options import add_bus_options, bus_for
+from .output import add_output_option, emit
 
 
 def add(subparsers) -> None:
@@ -23,6 +24,7 @@ def add(subparsers) -> None:
     add_bus_options(p)
     p.add_argument("--recording", type=Path, metavar="DATA_DIR",
                    help="audit a stopped embedded stack's recording (serves DATA_DIR/nats) instead of --bus")
+    add_output_option(p)
     p.set_defaults(func=run)
 
 
@@ -41,9 +43,10 @@ def run(args: argparse.Namespace) -> int:
             violations = asyncio.run(_audit(args))
         finally:
             server.stop()
-    for violation in violations:
-        print(violation.line())
-    print(f"invariant violations: {len(violations)}")
+    document = {"cluster": args.cluster, "violations": [
+        {"invariant": v.invariant, "message": v.message, "evidence": list(v.evidence)} for v in violations]}
+    emit(args, document, lambda: "\n".join([v.line() for v in violations]
+                                           + [f"invariant violations: {len(violations)}"]))
     return 1 if violations else 0
 
 

@@ -18,6 +18,7 @@ from tidal_schemas.strict import unknown_field
 from .errors import CliError
 from .files import check_publishable, read_items
 from .options import add_bus_options, bus_for, count
+from .output import add_output_option, emit_item
 
 
 def add(subparsers) -> None:
@@ -30,6 +31,7 @@ def add(subparsers) -> None:
                       help="earliest, latest (default), an ISO time (2026-01-01T00:00:00Z) or a sequence")
     tail.add_argument("--limit", type=count, default=0, help="stop after this many events (0 = no limit)")
     tail.add_argument("--no-follow", action="store_true", help="stop at the end of the stream")
+    add_output_option(tail)
     add_bus_options(tail)
     tail.set_defaults(func=run_tail)
 
@@ -109,7 +111,8 @@ def run_tail(args: argparse.Namespace) -> int:
         count = 0
         async with bus_for(args, read_only=True) as bus:
             async for raw, event in bus.read(args.stream, start, follow=not args.no_follow):
-                print(format_event(raw.position, event), flush=True)
+                emit_item(args.output, event_document(raw.position, event),
+                          lambda: format_event(raw.position, event), first=count == 0)
                 count += 1
                 if args.limit and count >= args.limit:
                     return
@@ -119,6 +122,14 @@ def run_tail(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def event_document(position: int, event: Envelope[Any] | SchemaError) -> dict[str, Any]:
+    """One event for -o json|yaml: its stream position and the whole
+    envelope as on the wire, or the reason it was refused."""
+    if isinstance(event, SchemaError):
+        return {"position": position, "error": str(event)}
+    return {"position": position, "event": event.model_dump(mode="json")}
 
 
 def format_event(position: int, event: Envelope[Any] | SchemaError) -> str:

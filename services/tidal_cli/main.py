@@ -14,11 +14,11 @@ from tidal_bus import BusError
 from tidal_schemas import SchemaError
 
 from . import demo_cmd, events_cmd, explain_cmd, replay_cmd, schemas_cmd, simulate_cmd, tenants_cmd, tools_cmd, up_cmd
-from . import audit_cmd, config_cmd, nats_config_cmd, nats_creds_cmd, node_cmd, webhook_cert_cmd
+from . import audit_cmd, completion_cmd, config_cmd, nats_config_cmd, nats_creds_cmd, node_cmd, webhook_cert_cmd
 from .errors import CliError, one_line
 
 COMMANDS = [up_cmd, demo_cmd, simulate_cmd, replay_cmd, audit_cmd, events_cmd, explain_cmd, tenants_cmd, schemas_cmd,
-            tools_cmd, nats_config_cmd, nats_creds_cmd, node_cmd, webhook_cert_cmd, config_cmd]
+            tools_cmd, nats_config_cmd, nats_creds_cmd, node_cmd, webhook_cert_cmd, completion_cmd, config_cmd]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,11 +28,24 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tidal", description="Tidal: topology-aware scheduling control plane")
+    parser.add_argument("--version", action="version", version=f"tidal {version()}",
+                        help="print the installed version and exit")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                        parser_class=_Parser)
     for command in COMMANDS:
         command.add(subparsers)
     return parser
+
+
+def version() -> str:
+    """The installed package's version (its metadata), "unknown" when not installed."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("tidal")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,11 +1,16 @@
 """`tidal node audit`: the node agent's books against the real cgroup files
-(see tidal_topology.cli_audit)."""
+(see tidal_topology.cli_audit). `-o json|yaml` prints the counts and the
+violations as one document; `--json` is the older spelling of `-o json`."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import json
 
 from .errors import CliError
+from .output import FORMATS, render
 
 
 def add(subparsers) -> None:
@@ -17,7 +22,9 @@ def add(subparsers) -> None:
                              "orphaned, drifted (exit 1 on any)",
                              description="Reads the agent's CPU checkpoint and the cgroup files; settings default "
                                          "to the agent's TIDAL_TOPOLOGY_* environment.")
-    add_arguments(audit)
+    add_arguments(audit)  # has --json
+    audit.add_argument("-o", "--output", choices=FORMATS, default=None,
+                       help="output format: table (default), json or yaml (--json: the same as -o json)")
     audit.set_defaults(func=run)
 
 
@@ -25,7 +32,15 @@ def run(args: argparse.Namespace) -> int:
     from tidal_topology.cli_audit import BadInput
     from tidal_topology.cli_audit import run as audit
 
+    output = args.output or ("json" if args.json else "table")
+    args.json = output != "table"
     try:
-        return audit(args)
+        if output != "yaml":
+            return audit(args)
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):  # the audit prints JSON: the same document as YAML
+            code = audit(args)
+        print(render(json.loads(printed.getvalue()), "yaml"))
+        return code
     except BadInput as exc:
         raise CliError(f"node audit: {exc}") from None

@@ -1,7 +1,8 @@
 """`tidal tenants apply FILE.yaml`: validate tenant configurations (GPU
 groups, quotas, permissions), then publish them; a tenant's new
 configuration replaces its previous one. `tidal tenants delete NAME…`
-removes tenants (their last configuration is otherwise kept for ever).
+removes tenants (their last configuration is otherwise kept for ever);
+`tidal tenants list` prints the configuration in force of each tenant.
 
 For bus-only setups: on a cluster, `kubectl apply` the same content as
 `Tenant` objects and the bridge publishes them. The file holds plain tenant
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from tidal_runtime.settings import DEFAULT_CLUSTER
 from tidal_schemas import TenantConfig, make_envelope
 from tidal_schemas.envelope import describe_validation_error
 from tidal_schemas.tenancy import TenantDocumentError, deprecated_keys, tenant_config, tenant_deletion
@@ -24,11 +26,12 @@ from tidal_schemas.tenancy import TenantDocumentError, deprecated_keys, tenant_c
 from .errors import CliError
 from .files import check_publishable, read_items
 from .options import add_bus_options, bus_for
+from .output import add_output_option, emit
 
 
 def add(subparsers) -> None:
     tenants = subparsers.add_parser("tenants", help="tenant GPU groups, quotas and permissions")
-    verbs = tenants.add_subparsers(dest="verb", required=True, metavar="{apply,delete}")
+    verbs = tenants.add_subparsers(dest="verb", required=True, metavar="{apply,delete,list}")
     apply = verbs.add_parser("apply", help="validate a YAML file of tenants, then publish it",
                              description="FILE holds one tenant mapping or a list of them (fields of the "
                                          "tenant.config event: tenant, permissions, quota, groups or "
@@ -44,9 +47,15 @@ def add(subparsers) -> None:
     delete.add_argument("names", nargs="+", metavar="NAME")
     add_bus_options(delete)
     delete.set_defaults(func=run_delete)
+    listing = verbs.add_parser("list", help="each tenant's configuration in force, from the bus",
+                               description="Reads tenant.config (the last configuration of each tenant is kept) "
+                                           "and prints the tenants not deleted, for --cluster.")
+    add_output_option(listing)
+    add_bus_options(listing)
+    listing.set_defaults(func=run_list)
 
 
-def load_tenants(path: Path, cluster: str = "local") -> list[TenantConfig]:
+def load_tenants(path: Path, cluster: str = DEFAULT_CLUSTER) -> list[TenantConfig]:
     """Every tenant in the file, validated and publishable in `cluster`;
     CliError naming the first problem. A manifest's deprecated snake_case
     keys are read, each with a warning on stderr (when all are valid)."""
@@ -101,3 +110,33 @@ async def _publish(args: argparse.Namespace, configs: list[TenantConfig]) -> Non
     async with bus_for(args) as bus:
         for config in configs:
             await bus.publish(config)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from tidal_bus import StartAt
+    from tidal_schemas import SchemaError
+
+    async def read() -> dict[str, TenantConfig]:
+        latest: dict[str, TenantConfig] = {}
+        async with bus_for(args, read_only=True) as bus:
+            async for _, event in bus.read("tenant.config", StartAt.earliest()):
+                if not isinstance(event, SchemaError) and event.cluster == args.cluster:
+                    latest[event.payload.tenant] = event.payload
+        return {name: config for name, config in sorted(latest.items()) if not config.deleted}
+
+    tenants = asyncio.run(read())
+    document = {"cluster": args.cluster, "items": [
+        t.model_dump(mode="json", exclude={"deleted"}, exclude_defaults=True) | {"tenant": t.tenant}
+        for t in tenants.values()]}
+    emit(args, document, lambda: tenant_table(list(tenants.values())))
+    return 0
+
+
+def tenant_table(tenants: list[TenantConfig]) -> str:
+    """TENANT, QUOTA, GROUPS, NODES and GPUS permitted: one row a tenant."""
+    rows = [("TENANT", "QUOTA", "GROUPS", "NODES", "GPUS")] + [
+        (t.tenant, ",".join(f"{k}={v}" for k, v in sorted(t.quota.items())) or "-",
+         ",".join(g.name for g in t.groups) or ("auto" if t.auto_grouping else "-"),
+         ",".join(t.permissions.nodes) or "any", ",".join(t.permissions.gpus) or "any") for t in tenants]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)

@@ -13,9 +13,11 @@ from pydantic import ValidationError
 
 from tidal_runtime import run_service
 from tidal_runtime.configuration import ENV_VAR, ConfigurationError, load_settings, read_document
+from tidal_runtime.settings import DEFAULT_CLUSTER
 
 from .errors import CliError
 from .options import cluster_name, namespace_name, number, port
+from .output import add_output_option, render
 from .supervise import Backoff
 from .services import SERVICES, load
 
@@ -32,13 +34,15 @@ def add(subparsers) -> None:
     up.add_argument("--nats-port", type=port, default=4222, help="port of the embedded NATS (0 = any free)")
     up.add_argument("--services", help="comma-separated subset of services to start")
     up.add_argument("--namespace", type=namespace_name, default="tidal")
-    up.add_argument("--cluster", type=cluster_name, default="local")
+    up.add_argument("--cluster", type=cluster_name, default=DEFAULT_CLUSTER,
+                    help=f"cluster id of the services (TIDAL_CLUSTER; default {DEFAULT_CLUSTER}, as the manifests)")
     up.add_argument("--restart-delay", type=number(0.01, 60), default=1.0, metavar="SECONDS",
                     help="first back-off before restarting a crashed process; doubles per quick crash, "
                          "up to 30 s (default 1)")
     up.add_argument("--config", type=Path, metavar="FILE", help="TidalConfiguration file every service reads")
     up.add_argument("--status", action="store_true",
                     help="print the status of the stack running in --data-dir (pids, restarts) and exit")
+    add_output_option(up)  # of --status
     up.set_defaults(func=run_up)
 
     run = subparsers.add_parser("run", help="run one service in the foreground (what containers do)")
@@ -55,7 +59,7 @@ def run_up(args: argparse.Namespace) -> int:
     from .stack import Stack
 
     if args.status:
-        return show_status(args.data_dir)
+        return show_status(args.data_dir, args.output)
     if args.config is not None:  # every service started reads it; a file no service can read stops here, once
         os.environ[ENV_VAR] = str(_checked(args.config).resolve())
     names = [s.strip() for s in args.services.split(",") if s.strip()] if args.services is not None else None
@@ -88,8 +92,10 @@ def run_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def show_status(data_dir: Path) -> int:
-    """`tidal up --status`: the status file a running `tidal up` keeps."""
+def show_status(data_dir: Path, output: str = "table") -> int:
+    """`tidal up --status`: the status file a running `tidal up` keeps
+    (with -o json|yaml: that file, with `running` said of the stack and
+    of each process as the table says it)."""
     from .stack import STATUS_FILE
 
     path = data_dir / STATUS_FILE
@@ -98,6 +104,11 @@ def show_status(data_dir: Path) -> int:
     except (OSError, ValueError):
         raise CliError(f"--data-dir {data_dir}: no stack status there (is `tidal up` running with it?)") from None
     alive = _alive(status.get("supervisor_pid"))
+    if output != "table":
+        processes = {name: {**p, "running": bool(alive and p.get("running"))}
+                     for name, p in status.get("processes", {}).items()}
+        print(render({**status, "running": alive, "processes": processes}, output))
+        return 0
     print(f"stack in {data_dir}: {'running' if alive else 'not running'} (supervisor pid "
           f"{status.get('supervisor_pid')}), bus {status.get('bus')}")
     for name, p in status.get("processes", {}).items():
