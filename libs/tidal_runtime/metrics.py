@@ -1,8 +1,12 @@
 """Prometheus metrics of one service: events in/out, handler latency, dead
-letters and duplicates per stream; consumer lag per stream and partition."""
+letters and duplicates per stream; consumer lag per stream and partition;
+`tidal_build_info{version, python}` (1), as Kubernetes components export
+their `kubernetes_build_info`."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import platform
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +38,8 @@ class ServiceMetrics:
                                             "Events handled per partition (shows how replicas split the keys)",
                                             [*labels, "partition"], registry=self.registry)
         self._children: dict[tuple, Any] = {}
+        Gauge("tidal_build_info", "Always 1: the Tidal version and the Python version this service runs",
+              ["version", "python"], registry=self.registry).labels(build_version(), platform.python_version()).set(1)
 
     def _of(self, metric: Any, *values: str) -> Any:
         """`metric.labels(*values)`, kept: labels() takes a lock and checks
@@ -78,6 +84,15 @@ class ServiceMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def build_version() -> str:
+    """The installed `tidal` distribution's version, "unknown" when it is
+    run from a source tree that was never installed."""
+    try:
+        return importlib.metadata.version("tidal")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def node_actions_counter(registry: CollectorRegistry) -> Counter:
