@@ -58,7 +58,7 @@ async def test_placement_metrics(nats_server, namespace):
                 # attempt that holds it back is counted when a cycle reaches it.
                 return (value(f, "tidal_scheduler_pending_pods", reason="cpu") == 1
                         and value(f, "tidal_scheduler_pending_pods", reason="waiting") == 1
-                        and value(f, "tidal_scheduler_schedule_attempts_total", result="wait") >= 1
+                        and value(f, "tidal_scheduler_attempts_total", code="wait") >= 1
                         and value(f, "tidal_scheduler_pod_scheduling_duration_seconds_count") == 1)
 
             families = await eventually(service, settled, what="pending pods by reason and a bound pod")
@@ -68,9 +68,32 @@ async def test_placement_metrics(nats_server, namespace):
     assert value(families, "tidal_scheduler_pending_pods", cluster="c1", reason="cpu", resource_type="cpu") == 1
     assert value(families, "tidal_scheduler_pending_pods", reason="waiting", resource_type="cpu") == 1
     assert value(families, "tidal_scheduler_pending_pods") == 2
-    assert value(families, "tidal_scheduler_schedule_attempts_total", result="placed") == 2
-    assert value(families, "tidal_scheduler_schedule_attempts_total", result="unschedulable") >= 1
-    assert value(families, "tidal_scheduler_schedule_attempts_total", result="wait") == 1
+    # Tidal's codes: 2 placed, "huge" tried at least once, "later" held back once
+    assert value(families, "tidal_scheduler_attempts_total", code="placed") == 2
+    assert value(families, "tidal_scheduler_attempts_total", code="unschedulable") >= 1
+    assert value(families, "tidal_scheduler_attempts_total", code="wait") == 1
+    # kube-scheduler's results: placed -> scheduled; unschedulable and wait (held back) -> unschedulable
+    assert value(families, "scheduler_schedule_attempts_total", cluster="c1", result="scheduled") == 2
+    unschedulable = value(families, "tidal_scheduler_attempts_total", code="unschedulable") + 1
+    assert value(families, "scheduler_schedule_attempts_total", result="unschedulable") == unschedulable
+    assert value(families, "scheduler_schedule_attempts_total", result="error") == 0
+    # Every attempt timed but those right after a publish (the cycle was suspended): the first of each
+    # cycle is timed, so at least one placement; none takes a second on this stack.
+    timed = value(families, "scheduler_scheduling_attempt_duration_seconds_count", result="scheduled")
+    assert 1 <= timed <= 2
+    assert 0 < value(families, "scheduler_scheduling_attempt_duration_seconds_sum", result="scheduled") < timed
+    assert value(families, "scheduler_scheduling_attempt_duration_seconds_count") <= value(
+        families, "scheduler_schedule_attempts_total")
+    # Queues: "later" is held back (unschedulable), "huge" waits for room (unschedulable, or backoff once room
+    # may have appeared); nothing is gated, and the queues hold the same two pods as the reasons.
+    assert value(families, "scheduler_pending_pods", cluster="c1", queue="unschedulable") >= 1
+    assert value(families, "scheduler_pending_pods", queue="gated") == 0
+    assert value(families, "scheduler_pending_pods") == 2
+    # "share" was placed and no bind result came for it; "small"'s came
+    assert value(families, "tidal_scheduler_binds_awaiting", cluster="c1") == 1
+    assert value(families, "tidal_scheduler_stale_nodes", cluster="c1") == 0
+    (info,) = [s for s in families["tidal_build_info"] if s.name == "tidal_build_info"]
+    assert info.value == 1 and info.labels["version"] and info.labels["python"].count(".") == 2
     assert value(families, "tidal_scheduler_placements_total", strategy="best-fit") == 2
     # one bound pod, bound within the test's run; "share" has no bind result yet
     assert value(families, "tidal_scheduler_pod_scheduling_duration_seconds_bucket", le="+Inf") == 1

@@ -1,14 +1,22 @@
 """What the scheduling metrics compute, table-driven: the reason category of
-a pending pod, GPU use per model from the cache's device arrays, the
-pending-to-bound clock, and oversell's per-pool sums."""
+a pending pod, the kube-scheduler queue and attempt result it is counted
+under, the attempt stopwatch, GPU use per model from the cache's device
+arrays, the pending-to-bound clock, and oversell's per-pool sums."""
 
 from __future__ import annotations
+
+import asyncio
 
 import numpy as np
 import pytest
 
+from builders import pod
 from tidal_oversell.pool_metrics import MIB, pool_totals
-from tidal_placement.sched_metrics import REASONS, GpuModelUse, PendingClock, gpu_use_by_model, pending_reason
+from tidal_placement.metrics import AttemptStopwatch
+from tidal_placement.pod_request import ERROR, PLACED, UNRESOLVABLE, UNSCHEDULABLE, WAIT
+from tidal_placement.queue import SchedulingQueue
+from tidal_placement.sched_metrics import (QUEUES, REASONS, GpuModelUse, PendingClock, gpu_use_by_model, kube_queue,
+                                           kube_result, pending_reason)
 from tidal_schemas import Resources
 
 STALE = "stale: no metrics for 30s"
@@ -75,3 +83,78 @@ def test_pool_totals_sum_granted_and_own_per_pool():
     assert totals[("c1", "default", "cpu", "core")] == (20.0, 16.0)
     assert totals[("c1", "default", "memory", "byte")] == (1536.0 * MIB, 2048.0 * MIB)
     assert totals[("c1", "gpu", "cpu", "core")] == (8.0, 8.0)
+
+
+@pytest.mark.parametrize("code, result", [
+    (PLACED, "scheduled"), (UNSCHEDULABLE, "unschedulable"), (UNRESOLVABLE, "unschedulable"),
+    (WAIT, "unschedulable"),  # held back: kube-scheduler's PreFilter rejection
+    (ERROR, "error"), ("a-code-added-later", "error"),  # never a new label value
+])
+def test_kube_result(code, result):
+    assert kube_result(code) == result
+
+
+@pytest.mark.parametrize("held_back, due_now, due_later, queue", [
+    (True, True, True, "unschedulable"),      # held back behind a better pod, whatever its back-off
+    (False, True, True, "active"),            # tried at the next cycle
+    (False, False, True, "backoff"),          # tried once its back-off ends, no event needed
+    (False, False, False, "unschedulable"),   # waits for room or a tenant change
+])
+def test_kube_queue(held_back, due_now, due_later, queue):
+    assert kube_queue(held_back=held_back, due_now=due_now, due_later=due_later) == queue
+    assert queue in QUEUES
+
+
+def test_queue_states_map_to_kube_queues():
+    """The inputs as the metrics read them from a real queue: due now, and due at the end of time."""
+    queue = SchedulingQueue(backoff_s=1.0)
+    queue.add(pod("new", cpu_milli=1000), 1.0)  # a worse fair-share score than the others
+    queue.add(pod("waits", cpu_milli=1000), 0.0)
+    queue.add(pod("refused", cpu_milli=1000), 0.0)
+
+    def where(now: float) -> dict[str, str]:
+        return {e.pod.name: kube_queue(held_back=held is not None, due_now=queue.due(e, now),
+                                       due_later=queue.due(e, float("inf"))) for e, held in queue.cycle()}
+
+    assert where(100.0) == {"new": "active", "waits": "active", "refused": "active"}  # none tried yet
+    queue.wait("default/waits", "0/1 nodes fit", {"cpu": 1}, now=100.0)  # fits nowhere; back-off until 101
+    queue.refuse("default/refused", "quota: …", {}, now=100.0)           # a rule; back-off until 101
+    # both wait for an event; "new" (a worse cpu pod) is held back behind "waits"
+    assert where(100.5) == {"new": "unschedulable", "waits": "unschedulable", "refused": "unschedulable"}
+    queue.room_appeared()  # both may try again, each after its back-off
+    assert where(100.5) == {"new": "unschedulable", "waits": "backoff", "refused": "backoff"}
+    assert where(101.0) == {"new": "unschedulable", "waits": "active", "refused": "active"}
+    queue.wait("default/waits", "0/1 nodes fit", {"cpu": 1}, now=101.0)  # tried again: no room appeared since
+    assert where(200.0)["waits"] == "unschedulable"
+
+
+class Reads:
+    """A stopwatch's time source that advances by one each read."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += 1.0
+        return self.t
+
+
+def test_stopwatch_without_a_loop_times_every_lap_from_the_restart():
+    watch = AttemptStopwatch(Reads())
+    assert watch.lap() is None  # no start yet
+    watch.restart()             # t = 2
+    assert watch.lap() == 1.0   # t = 3
+    assert watch.lap() == 1.0   # t = 4
+
+
+async def test_stopwatch_drops_a_span_in_which_the_loop_ran():
+    watch = AttemptStopwatch(Reads())
+    watch.restart()                      # t = 1
+    assert watch.lap() == 1.0            # t = 2: no await in between
+    assert watch.lap() == 1.0            # t = 3
+    await asyncio.sleep(0)               # a publish: the loop runs other work
+    assert watch.lap() is None           # t = 4: that span held the wait, not an attempt
+    assert watch.lap() == 1.0            # t = 5: timed again
+    await asyncio.sleep(0)
+    watch.restart()                      # t = 6: a new cycle starts after the wait
+    assert watch.lap() == 1.0            # t = 7

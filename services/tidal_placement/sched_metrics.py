@@ -1,7 +1,28 @@
 """What placement's scheduling metrics compute, as pure functions over plain
-data: the reason category a pending pod is counted under, GPU allocation and
-fragmentation per model from the cache's device arrays, and the
+data: the reason category a pending pod is counted under, the
+kube-scheduler queue and attempt result it is counted under, GPU allocation
+and fragmentation per model from the cache's device arrays, and the
 pending-to-bound clock. The Prometheus wiring is `metrics.py`.
+
+kube-scheduler's queues, and the state of a Tidal queue entry counted under each
+(`scheduler_pending_pods{queue}`):
+
+    active         tried at the next cycle: new, changed, back from the
+                   waiting queue (permit expired), or room appeared since
+                   its last attempt, and its back-off is over
+    backoff        would be tried without any new event, once its back-off
+                   ends (kube-scheduler's backoffQ)
+    unschedulable  tried and waiting for an event to be tried again (room
+                   appearing, its tenant's configuration changing), or held
+                   back behind a better waiting pod of its resource type
+                   (a PreFilter rejection in kube-scheduler's words)
+    gated          none: Tidal honours no scheduling gates (`spec.schedulingGates`);
+                   exported as 0 so that queries over the four queues hold
+
+Attempt results (`scheduler_schedule_attempts_total{result}`) from the
+cycle's status codes: placed → scheduled; unschedulable, unresolvable and
+wait (held back) → unschedulable, as kube-scheduler counts a Filter or
+PreFilter rejection; error → error.
 
 Reason categories are a small fixed set (label values must not be free
 text, or every distinct message becomes a time series):
@@ -29,6 +50,7 @@ import numpy as np
 from tidal_schemas.filters import NODE_FILTERS
 
 from .cluster_arrays import GPU_MILLI
+from .pod_request import ERROR, PLACED, UNRESOLVABLE, UNSCHEDULABLE, WAIT
 
 REASONS = ("invalid", "waiting", "quota", "permission", "cpu", "memory", "gpu", "gpu-model", "numa", "taint",
            "stale", "gpu-group", "new")
@@ -59,6 +81,30 @@ def pending_reason(*, reason: str, filtered: Mapping[str, int], refused: bool, i
         stage = max(filtered, key=lambda k: filtered[k])  # max keeps the first of equal counts
         return STAGES.get(stage, "stale" if stage == stale_stage else "taint")
     return "gpu-group" if reason else "new"
+
+
+QUEUES = ("active", "backoff", "unschedulable", "gated")
+
+RESULTS = {PLACED: "scheduled", UNSCHEDULABLE: "unschedulable", UNRESOLVABLE: "unschedulable",
+           WAIT: "unschedulable", ERROR: "error"}  # attempt status code -> kube-scheduler's result
+
+
+def kube_queue(*, held_back: bool, due_now: bool, due_later: bool) -> str:
+    """The kube-scheduler queue (one of QUEUES) a pending pod is counted in:
+    held back → unschedulable; else tried at the next cycle (`due_now`) →
+    active; else tried once its back-off ends with no event needed
+    (`due_later`) → backoff; else unschedulable."""
+    if held_back:
+        return "unschedulable"
+    if due_now:
+        return "active"
+    return "backoff" if due_later else "unschedulable"
+
+
+def kube_result(code: str) -> str:
+    """kube-scheduler's attempt result for a cycle status code (RESULTS);
+    an unknown code is an error, not a new label value."""
+    return RESULTS.get(code, "error")
 
 
 @dataclass(frozen=True)
