@@ -53,6 +53,12 @@ class BindOutcome:
     reason: str = ""
     pod: dict[str, Any] | None = None  # the pod as last read (for events)
     bound_to: str | None = None  # refused: the node the pod is bound to already
+    unavailable: bool = False  # not refused: the API server kept failing (`bind_retrying` gave up)
+
+    @property
+    def result(self) -> str:
+        """bound, refused (the pod, its node or the API server said no) or unavailable."""
+        return "bound" if self.ok else "unavailable" if self.unavailable else "refused"
 
 
 def check_pod(pod: dict[str, Any], decision: PlacementDecision, scheduler_name: str) -> BindOutcome | None:
@@ -120,7 +126,7 @@ class Binder:
                 return await self.bind(decision)
             except BridgeError as exc:
                 if not worth_retrying(exc, attempt, retry.max_attempts):
-                    return BindOutcome(False, unavailable(exc, attempt, retry.max_attempts))
+                    return BindOutcome(False, unavailable(exc, attempt, retry.max_attempts), unavailable=True)
             await self.sleep(retry.delay(attempt))
             attempt += 1
 

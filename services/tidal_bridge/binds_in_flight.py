@@ -20,7 +20,11 @@ bind waits until the one before it in the gate was admitted by its kubelet
 `admission_wait_s` passed (a kubelet that is down must not stop the node's GPU
 binds for good). Pods of other sizes, and pods without GPUs, are not held.
 This is the node lock HAMi and Volcano take for shared devices, kept in the
-bridge because it is the one reader of the totally ordered decision log."""
+bridge because it is the one reader of the totally ordered decision log.
+
+`running` binds hold one of the `limit` places; `waiting` ones wait for
+their pod's bind before them, their gate, or a place (the bridge's
+`tidal_bridge_binds_in_flight{state}`)."""
 
 from __future__ import annotations
 
@@ -36,6 +40,8 @@ class BindsInFlight:
         self._last: dict[str, asyncio.Task[None]] = {}  # pod -> its latest bind
         self._gates: dict[str, asyncio.Future[None]] = {}  # gate -> the turn of its latest bind
         self._turns: dict[str, tuple[str, asyncio.Future[None]]] = {}  # pod -> (gate, its turn), until admitted
+        self._waiting: set[asyncio.Task[None]] = set()  # started, not yet holding a place
+        self.running = 0  # holding a place
         self.admission_wait_s = admission_wait_s
         self.log = log or logging.getLogger("tidal.bridge")
 
@@ -59,7 +65,12 @@ class BindsInFlight:
                 if ahead is not None:
                     await asyncio.wait([ahead])
                 async with self._limit:
-                    bound = bool(await bind())
+                    self._waiting.discard(asyncio.current_task())  # type: ignore[arg-type]
+                    self.running += 1
+                    try:
+                        bound = bool(await bind())
+                    finally:
+                        self.running -= 1
             finally:
                 if gate is not None and turn is not None:
                     if bound and not turn.done():
@@ -69,8 +80,14 @@ class BindsInFlight:
 
         task = loop.create_task(in_turn(), name=f"bind {pod}")
         self._last[pod] = task
+        self._waiting.add(task)
         task.add_done_callback(lambda ended: self._forget(pod, ended))
         return task
+
+    @property
+    def waiting(self) -> int:
+        """Binds started that do not hold a place yet."""
+        return len(self._waiting)
 
     def busy(self, pod: str) -> bool:
         """Whether a bind of `pod` is in flight (or waiting its turn)."""
@@ -97,5 +114,6 @@ class BindsInFlight:
             del self._gates[gate]
 
     def _forget(self, pod: str, ended: asyncio.Task[None]) -> None:
+        self._waiting.discard(ended)
         if self._last.get(pod) is ended:
             del self._last[pod]

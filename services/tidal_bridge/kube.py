@@ -10,6 +10,11 @@ Every call is made with `_preload_content=False` and the JSON read here:
 - with `_preload_content=False` the client does not check the status code,
   so `_checked` does: an error Status becomes `KubeStatusError(code, reason,
   message)`, a transport failure `KubeUnavailable`.
+
+Every request, a watch's too (until its response starts), is told to
+`observer` with its HTTP method, the resource it names (`pods/binding`,
+`tenants/status`: resource/subresource), its status code (`<error>` when
+none came, as client-go says) and its duration on the `elapsed()` stopwatch.
 """
 
 from __future__ import annotations
@@ -19,12 +24,13 @@ import functools
 import json
 import os
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import yarl
 from kubernetes_asyncio import client, config
 
+from tidal_clock import elapsed
 from tidal_schemas.tenancy import GROUP, VERSION
 
 from .errors import KubeStatusError, KubeUnavailable
@@ -33,6 +39,18 @@ from .settings import BridgeSettings
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"  # lists with a merge key (conditions) merge, not replace
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+NO_CODE = "<error>"  # a request that got no answer (client-go's code label for it)
+
+
+class RequestObserver(Protocol):
+    """Told of every API request the bridge makes (metrics.py counts them)."""
+
+    def request(self, method: str, resource: str, code: str, seconds: float) -> None: ...
+
+
+class NoObserver:
+    def request(self, method: str, resource: str, code: str, seconds: float) -> None:
+        pass
 
 
 async def kube_configuration(settings: BridgeSettings) -> client.Configuration:
@@ -67,6 +85,7 @@ class Kube:
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.request_timeout_s = request_timeout_s
+        self.observer: RequestObserver = NoObserver()
 
     @classmethod
     async def connect(cls, settings: BridgeSettings) -> "Kube":
@@ -84,54 +103,68 @@ class Kube:
     async def close(self) -> None:
         await self.api_client.close()
 
+    @property
+    def host(self) -> str:
+        """host:port of the API server (client-go's `host` label)."""
+        url = yarl.URL(self.api_client.configuration.host)
+        return f"{url.host}:{url.port}" if url.port else str(url.host)
+
     # -- plumbing ---------------------------------------------------------------
-    async def _call(self, method, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    async def _call(self, request: tuple[str, str], method, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """`method` called; `request` is (HTTP method, resource) for the observer."""
         timeout = aiohttp.ClientTimeout(total=self.request_timeout_s)
+        started, code = elapsed(), NO_CODE
         try:
             response = await method(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
+            code = str(response.status)
             try:
                 body = await response.read()
             finally:
                 response.release()
         except TRANSPORT_ERRORS as exc:
             raise KubeUnavailable(f"{getattr(method, '__name__', 'call')}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            self.observer.request(*request, code, elapsed() - started)
         return _checked(response.status, body)
 
     # -- pods -------------------------------------------------------------------
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        return await self._call(self.core.read_namespaced_pod, name, namespace)
+        return await self._call(("GET", "pods"), self.core.read_namespaced_pod, name, namespace)
 
     async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return await self._call(self.core.patch_namespaced_pod_status, name, namespace, patch,
-                                _content_type=STRATEGIC_PATCH)
+        return await self._call(("PATCH", "pods/status"), self.core.patch_namespaced_pod_status, name, namespace,
+                                patch, _content_type=STRATEGIC_PATCH)
 
     async def bind(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return await self._call(self.core.create_namespaced_pod_binding, name, namespace, body)
+        return await self._call(("POST", "pods/binding"), self.core.create_namespaced_pod_binding, name, namespace,
+                                body)
 
     async def evict(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return await self._call(self.core.create_namespaced_pod_eviction, name, namespace, body)
+        return await self._call(("POST", "pods/eviction"), self.core.create_namespaced_pod_eviction, name,
+                                namespace, body)
 
     async def create_event(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        return await self._call(self.core.create_namespaced_event, namespace, body)
+        return await self._call(("POST", "events"), self.core.create_namespaced_event, namespace, body)
 
     async def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return await self._call(self.core.patch_namespaced_event, name, namespace, patch,
+        return await self._call(("PATCH", "events"), self.core.patch_namespaced_event, name, namespace, patch,
                                 _content_type=STRATEGIC_PATCH)
 
     # -- nodes ------------------------------------------------------------------
     async def get_node(self, name: str) -> dict[str, Any]:
-        return await self._call(self.core.read_node, name)
+        return await self._call(("GET", "nodes"), self.core.read_node, name)
 
     async def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return await self._call(self.core.patch_node, name, patch, _content_type=MERGE_PATCH)
+        return await self._call(("PATCH", "nodes"), self.core.patch_node, name, patch, _content_type=MERGE_PATCH)
 
     # -- Tidal's custom resources (cluster-scoped, group tidal.dev) --------------
     async def create_custom(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
-        return await self._call(self.custom.create_cluster_custom_object, GROUP, VERSION, plural, body)
+        return await self._call(("POST", plural), self.custom.create_cluster_custom_object, GROUP, VERSION, plural,
+                                body)
 
     async def patch_custom_status(self, plural: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return await self._call(self.custom.patch_cluster_custom_object_status, GROUP, VERSION, plural, name, patch,
-                                _content_type=MERGE_PATCH)
+        return await self._call(("PATCH", f"{plural}/status"), self.custom.patch_cluster_custom_object_status,
+                                GROUP, VERSION, plural, name, patch, _content_type=MERGE_PATCH)
 
     # -- list and watch ---------------------------------------------------------
     def _lister(self, resource: str):
@@ -148,7 +181,7 @@ class Kube:
         at once. A `continue` token the server no longer serves raises 410."""
         options: dict[str, Any] = {"field_selector": field_selector} if field_selector else {}
         while True:
-            page = await self._call(self._lister(resource), limit=limit, **options)
+            page = await self._call(("GET", resource), self._lister(resource), limit=limit, **options)
             yield page
             token = (page.get("metadata") or {}).get("continue")
             if not token:
@@ -162,12 +195,16 @@ class Kube:
         options: dict[str, Any] = {"field_selector": field_selector} if field_selector else {}
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.request_timeout_s,
                                         sock_read=timeout_s + self.request_timeout_s)
+        started, code = elapsed(), NO_CODE
         try:
             response = await self._lister(resource)(
                 watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
                 timeout_seconds=timeout_s, _preload_content=False, _request_timeout=timeout, **options)
+            code = str(response.status)
         except TRANSPORT_ERRORS as exc:
             raise KubeUnavailable(f"watch {resource}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            self.observer.request("GET", resource, code, elapsed() - started)
         if response.status >= 300:
             try:
                 body = await response.read()

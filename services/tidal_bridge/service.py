@@ -61,6 +61,7 @@ from .binds_in_flight import BindsInFlight
 from .event_budget import EventBudget
 from .gpu_ask import asked_resource
 from .kube import Kube
+from .metrics import BridgeMetrics
 from .node_watch import NodeWatch
 from .objects import DECISION_UNREADABLE, INVALID_ANNOTATION, SCHEDULED
 from .pod_status import PodStatusReporter, create_pod_event
@@ -91,6 +92,9 @@ class BridgeService(Service):
         # cluster, so not the payload itself (about 6 KB)
         self._published: dict[str, tuple[bytes, bool]] = {}
         self._reported: dict[str, set[str]] = {}  # uid -> problems already reported as Events
+        self.bridge_metrics = BridgeMetrics(self.metrics.registry, self.settings.cluster, lambda: (
+            self.pods, self.nodes.reflector, self.tenants.reflector if self.tenants is not None else None),
+            lambda: getattr(self, "binds", None))
 
     # -- wiring -----------------------------------------------------------------
     @property
@@ -129,6 +133,7 @@ class BridgeService(Service):
         s = self.settings
         if self.kube is None:
             self.kube = await Kube.connect(s)
+        self.kube.observer = self.bridge_metrics.api(self.kube.host)
         # Every pod: a field selector cannot say "ours, or bound" (selectors only AND).
         self.pods = Reflector.of(self.kube, "pods", self._on_pod, s, accept=self._counted, keep=kept_pod,
                                  read_kept=read_kept_pod)
@@ -223,6 +228,7 @@ class BridgeService(Service):
         """Bind, publish the result; whether the pod was bound by it."""
         with processing(self.name, self.group, envelope, decision):
             outcome = await self.binder.bind_retrying(decision, self.api_retry)
+            self.bridge_metrics.bound(outcome.result)
             await self.publish(BindResult(decision_id=decision.decision_id, namespace=decision.namespace,
                                           name=decision.name, node=decision.node, ok=outcome.ok,
                                           reason=outcome.reason, bound_to=outcome.bound_to),

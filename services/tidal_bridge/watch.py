@@ -73,10 +73,13 @@ class Backoff:
 
 @dataclass
 class WatchStats:
-    lists: int = 0
-    watches: int = 0
-    expired: int = 0
-    failures: int = 0
+    """What a reflector has done, counted (metrics.py exports them)."""
+
+    lists: int = 0  # relists completed
+    watches: int = 0  # watch requests opened
+    ended: int = 0  # watches the server ended cleanly (timeoutSeconds): watched again from <last>
+    expired: int = 0  # 410 Gone: relisted
+    failures: int = 0  # a list, a watch or the sink failed: backed off, watched again from <last>
     bookmarks: int = 0
 
 
@@ -131,6 +134,7 @@ class Reflector:
                     relisted = True
                     await self._relist()
                 productive = await self._watch()
+                self.stats.ended += 1
             except WatchExpired:
                 log.info("%s watch: resourceVersion %s expired (410); relisting", self.resource, self.resource_version)
                 self.stats.expired += 1
