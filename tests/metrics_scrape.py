@@ -15,11 +15,18 @@ SERIES_SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_co
 
 async def scrape(service) -> dict[str, list]:
     """Family name -> samples, as the service serves them on /metrics."""
+    families, _ = await scrape_typed(service)
+    return families
+
+
+async def scrape_typed(service) -> tuple[dict[str, list], dict[str, str]]:
+    """`scrape`, and family name -> its type (counter, gauge, histogram …)."""
     async with aiohttp.ClientSession() as session:
         async with session.get(f"http://127.0.0.1:{service.http.port}/metrics") as response:
             assert response.status == 200
             text = await response.text()
-    return {family.name: family.samples for family in text_string_to_metric_families(text)}
+    families = list(text_string_to_metric_families(text))
+    return {f.name: f.samples for f in families}, {f.name: f.type for f in families}
 
 
 def value(families: dict[str, list], sample: str, **labels: str) -> float:

@@ -1,6 +1,7 @@
 """The Grafana dashboard and the ServiceMonitor: every metric a dashboard
 query names is exported by a service of the stack, and the ServiceMonitor
-selects every service's metrics port."""
+selects every service's metrics port. (The PrometheusRule and the
+dashboard's ConfigMap: test_monitoring_rules.py.)"""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 import yaml
 
 from metrics_scrape import series_names
+from tidal_bridge.service import BridgeService
+from tidal_bridge.settings import BridgeSettings
 from tidal_oversell.service import OversellService
 from tidal_oversell.settings import OversellSettings
 from tidal_placement.service import PlacementService
@@ -23,9 +26,12 @@ from tidal_scoring.settings import ScoringSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "k8s" / "dashboards" / "tidal.json"
-METRIC = re.compile(r"\btidal_[a-zA-Z0-9_:]+")  # Tidal's metric names; PromQL functions and labels never start so
+# Tidal's metric names, and kube-scheduler's and client-go's that Tidal exports; PromQL functions and labels
+# never start so
+METRIC = re.compile(r"\b(?:tidal|scheduler|rest_client)_[a-zA-Z0-9_:]+")
 SERVICES = [(PlacementService, PlacementSettings), (ScoringService, ScoringSettings),
-            (OversellService, OversellSettings), (RemediationService, RemediationSettings)]
+            (OversellService, OversellSettings), (RemediationService, RemediationSettings),
+            (BridgeService, BridgeSettings)]
 
 
 def _expressions(dashboard: dict) -> list[str]:
@@ -58,10 +64,17 @@ def test_every_dashboard_query_names_an_exported_metric():
 
 def test_dashboard_covers_the_scheduling_metrics():
     queried = {name for expr in _expressions(json.loads(DASHBOARD.read_text())) for name in METRIC.findall(expr)}
-    assert {"tidal_scheduler_pending_pods", "tidal_scheduler_schedule_attempts_total",
+    assert {"tidal_scheduler_pending_pods", "scheduler_pending_pods", "scheduler_schedule_attempts_total",
+            "scheduler_scheduling_attempt_duration_seconds_bucket",
             "tidal_scheduler_pod_scheduling_duration_seconds_bucket", "tidal_scheduler_placements_total",
             "tidal_gpu_allocated_milli", "tidal_gpu_fragmented_milli", "tidal_fair_share_score",
-            "tidal_node_actions_total", "tidal_oversell_allocatable"} <= queried
+            "tidal_node_actions_total", "tidal_oversell_allocatable", "tidal_build_info"} <= queried
+
+
+def test_dashboard_has_the_bridge_panels():
+    queried = {name for expr in _expressions(json.loads(DASHBOARD.read_text())) for name in METRIC.findall(expr)}
+    assert {"rest_client_request_duration_seconds_bucket", "rest_client_requests_total", "tidal_bridge_binds_total",
+            "tidal_bridge_binds_in_flight", "tidal_bridge_watch_restarts_total", "tidal_bridge_relists_total"} <= queried
 
 
 def test_the_check_catches_an_unknown_metric():
@@ -77,7 +90,7 @@ def test_service_monitor_selects_each_services_metrics_port(workload: str):
     (monitor,) = _docs(ROOT / "k8s" / "monitoring" / "servicemonitor.yaml")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["kind"] == "ServiceMonitor"
     kustomization = yaml.safe_load((ROOT / "k8s" / "monitoring" / "kustomization.yaml").read_text())
-    assert kustomization["resources"] == ["servicemonitor.yaml"]
+    assert "servicemonitor.yaml" in kustomization["resources"]
     assert monitor["spec"]["namespaceSelector"]["matchNames"] == [kustomization["namespace"]]
     (service,) = [d for d in _docs(ROOT / "k8s" / "base" / f"{workload}.yaml") if d["kind"] == "Service"]
     selector = monitor["spec"]["selector"]["matchLabels"]
