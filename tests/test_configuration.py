@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from tidal_cli.services import SERVICES, load
 from tidal_placement.settings import PlacementSettings
 from tidal_runtime.configuration import (API_VERSION, ENV_VAR, KIND, MAX_FILE_BYTES, SECTIONS, ConfigurationError,
-                                         env_only, file_key, load_settings, parse_document)
+                                         env_only, file_fields, file_key, load_settings, parse_document)
 from tidal_runtime.settings import ServiceSettings
 from tidal_scoring.settings import ScoringSettings
 from tidal_topology.settings import TopologySettings
@@ -215,3 +215,10 @@ def test_the_node_name_still_comes_from_the_downward_api_variable(tmp_path, monk
 def test_parse_document_returns_the_checked_mapping():
     document = parse_document(HEADER + "placement:\n  gpuStrategy: fgd\n", "inline")
     assert document["placement"] == {"gpuStrategy": "fgd"}
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_no_two_settings_share_a_file_key(name):
+    cls = load(name).settings_class
+    in_file = [field for field, info in cls.model_fields.items() if not env_only(info)]
+    assert sorted(file_fields(cls).values()) == sorted(in_file)

@@ -1,7 +1,7 @@
 """`tidal config default|check` and `tidal run --config`: the round trip
 default file -> check -> settings equal to the defaults, one changed field
 per service changing exactly that field, the environment over the file,
-refusals one line each without a traceback, and the manifests' file valid."""
+refusals one line each without a traceback."""
 
 from __future__ import annotations
 
@@ -16,8 +16,6 @@ from tidal_cli.main import main
 from tidal_cli.services import SERVICES, load
 from tidal_runtime.config_document import own_fields
 from tidal_runtime.configuration import file_key, load_settings
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # One setting per section, and a valid value other than its default.
 CHANGED = {
@@ -160,14 +158,3 @@ def test_up_refuses_a_file_no_service_can_read(tmp_path, capsys):
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"tidal: {path}: apiVersion: expected config.tidal.dev/v1alpha1, got 'v1'")
     assert "TIDAL_CONFIG" not in os.environ
-
-
-def test_the_manifests_configuration_passes_the_check(tmp_path, capsys):
-    documents = list(yaml.safe_load_all((ROOT / "k8s" / "base" / "configmap.yaml").read_text()))
-    (config_map,) = [d for d in documents if d["metadata"]["name"] == "tidal-config"]
-    path = tmp_path / "tidal.yaml"
-    path.write_text(config_map["data"]["tidal.yaml"])
-    assert main(["config", "check", str(path)]) == 0, capsys.readouterr().err
-    document = yaml.safe_load(path.read_text())
-    # the webhook's cap must be the oversell policy's: one file now holds both
-    assert document["webhook"]["maxFactor"] == document["oversell"]["maxFactor"]
