@@ -138,3 +138,19 @@ def test_figure(value, unit, missing, expected):
 def test_mapping_lines_nest_and_say_none_for_an_empty_mapping():
     assert mapping_lines({"a": 1, "bbb": None, "c": {}}) == ["  a:   1", "  bbb: not reached", "  c:", "    none"]
     assert mapping_lines({}) == []
+
+
+def test_the_demos_stream_table_keeps_its_columns_when_a_stream_has_many_publishers(capsys):
+    from collections import Counter
+
+    from tidal_cli.demo_cmd import _print_summary
+
+    sources = {"stage.journal": {"placement", "oversell", "remediation"}, "pod.lifecycle": {"bridge"}}
+    _print_summary(Counter({"stage.journal": 40, "pod.lifecycle": 39}), 0, sources,
+                   {"stage.journal", "pod.lifecycle", "node.metrics"}, ["bridge"], 1.0)
+    out = capsys.readouterr().out
+    assert_only_real_values(out)
+    marked = [line for line in out.splitlines() if line.endswith("expected")]
+    assert len(marked) == 3 and len({line.index("expected") for line in marked}) == 1, out  # one column
+    assert "stage.journal            40  oversell, placement, remediation expected" in out
+    assert "node.metrics              0  -" in out  # no events, no publisher: a dash, not None

@@ -163,9 +163,11 @@ async def _count(bus: Bus) -> tuple[Counter, int, dict[str, set[str]]]:
 
 def _print_summary(counts: Counter, invalid: int, sources: dict[str, set[str]], expected: set[str],
                    services: list[str], seconds: float) -> None:
+    publishers = {name: ", ".join(sorted(sources.get(name, ()))) or "-" for name in STREAMS}
+    width = max(28, *(len(who) for who in publishers.values()))
     print("\nstream               events  published by")
     for name in STREAMS:
         mark = "expected" if name in expected else ""
-        print(f"{name:<20} {counts.get(name, 0):>6}  {', '.join(sorted(sources.get(name, ()))) or '-':<28} {mark}")
+        print(f"{name:<20} {counts.get(name, 0):>6}  {publishers[name]:<{width}} {mark}".rstrip())
     print(f"\nparts: {', '.join(services)}; undecodable: {invalid}; "
           f"dead letters: {counts.get('dead.letter', 0)}; took {seconds:.1f}s")
