@@ -9,10 +9,11 @@ import asyncio
 
 import numpy as np
 import pytest
+from prometheus_client import CollectorRegistry
 
 from builders import pod
 from tidal_oversell.pool_metrics import MIB, pool_totals
-from tidal_placement.metrics import AttemptStopwatch
+from tidal_placement.metrics import AttemptStopwatch, SchedulingMetrics
 from tidal_placement.pod_request import ERROR, PLACED, UNRESOLVABLE, UNSCHEDULABLE, WAIT
 from tidal_placement.queue import SchedulingQueue
 from tidal_placement.sched_metrics import (QUEUES, REASONS, GpuModelUse, PendingClock, gpu_use_by_model, kube_queue,
@@ -158,3 +159,24 @@ async def test_stopwatch_drops_a_span_in_which_the_loop_ran():
     await asyncio.sleep(0)
     watch.restart()                      # t = 6: a new cycle starts after the wait
     assert watch.lap() == 1.0            # t = 7
+
+
+def test_attempts_are_counted_by_result_and_code_and_each_timed():
+    registry = CollectorRegistry()
+    metrics = SchedulingMetrics(registry, lambda: {}, lambda: [], stopwatch=AttemptStopwatch(Reads()))
+    attempts = metrics.attempts  # the service reads it as a cycle starts: t = 1
+    for code in (PLACED, WAIT, UNRESOLVABLE, ERROR, PLACED):
+        attempts.labels("c1", code).inc()  # t = 2 … 6: one second each
+
+    def sample(name, **labels):
+        return registry.get_sample_value(name, {"cluster": "c1", **labels}) or 0.0
+
+    assert sample("scheduler_schedule_attempts_total", result="scheduled") == 2
+    assert sample("scheduler_schedule_attempts_total", result="unschedulable") == 2  # wait and unresolvable
+    assert sample("scheduler_schedule_attempts_total", result="error") == 1
+    assert sample("tidal_scheduler_attempts_total", code="wait") == 1
+    assert sample("tidal_scheduler_attempts_total", code="unresolvable") == 1
+    assert sample("scheduler_scheduling_attempt_duration_seconds_count", result="unschedulable") == 2
+    assert sample("scheduler_scheduling_attempt_duration_seconds_sum", result="scheduled") == 2.0
+    assert sample("scheduler_scheduling_attempt_duration_seconds_bucket", result="error", le="1.024") == 1
+    assert sample("scheduler_scheduling_attempt_duration_seconds_bucket", result="error", le="0.512") == 0

@@ -80,26 +80,37 @@ class AttemptStopwatch:
 class Attempts:
     """What the service counts each attempt on: `labels(cluster, code).inc()`
     (cycle.py tells the status code). Counts it under kube-scheduler's result
-    and under Tidal's code, and times it (`AttemptStopwatch`)."""
+    and under Tidal's code, and times it (`AttemptStopwatch`). The labelled
+    children are kept per (cluster, code): `labels()` of prometheus_client
+    takes a lock and checks its values at each call, and a burst tries
+    thousands of pods a second."""
 
     def __init__(self, by_result: Counter, by_code: Counter, seconds: Histogram,
                  stopwatch: AttemptStopwatch) -> None:
         self.by_result, self.by_code, self.seconds, self.stopwatch = by_result, by_code, seconds, stopwatch
+        self._kept: dict[tuple[str, str], Attempts.One] = {}
 
     def labels(self, cluster: str, code: str) -> "Attempts.One":
-        return Attempts.One(self, cluster, code)
+        one = self._kept.get((cluster, code))
+        if one is None:
+            result = kube_result(code)
+            one = self._kept[(cluster, code)] = Attempts.One(
+                self.stopwatch, self.by_result.labels(cluster, result), self.by_code.labels(cluster, code),
+                self.seconds.labels(cluster, result))
+        return one
 
     class One:
-        def __init__(self, attempts: "Attempts", cluster: str, code: str) -> None:
-            self.attempts, self.cluster, self.code = attempts, cluster, code
+        """One (cluster, code)'s children."""
+
+        def __init__(self, stopwatch: AttemptStopwatch, by_result: Any, by_code: Any, seconds: Any) -> None:
+            self.stopwatch, self.by_result, self.by_code, self.seconds = stopwatch, by_result, by_code, seconds
 
         def inc(self, amount: float = 1) -> None:
-            a, result = self.attempts, kube_result(self.code)
-            a.by_result.labels(self.cluster, result).inc(amount)
-            a.by_code.labels(self.cluster, self.code).inc(amount)
-            seconds = a.stopwatch.lap()
+            self.by_result.inc(amount)
+            self.by_code.inc(amount)
+            seconds = self.stopwatch.lap()
             if seconds is not None:
-                a.seconds.labels(self.cluster, result).observe(seconds)
+                self.seconds.observe(seconds)
 
 
 class SchedulingMetrics:
