@@ -102,7 +102,7 @@ async def test_a_tenant_object_sets_the_quota_placement_applies_and_shows_its_us
         objects = Objects(path.kube.url)
         try:
             placement = await path.start_placement(tenant_report_s=0.2)
-            await objects.apply(tenant("team-a", {"quota": {"A100": 2000}, "auto_grouping": {"by_model": True}}))
+            await objects.apply(tenant("team-a", {"quota": {"A100": 2000}, "autoGrouping": {"byModel": True}}))
             await wait_until(lambda: "team-a" in placement.clusters[CLUSTER].tenants, 20, "placement has the tenant")
             path.pod("p1", gpus=2, annotations=A100, labels=TEAM)
             await path.wait_bound("p1")
@@ -142,13 +142,14 @@ async def test_invalid_tenants_are_refused_by_the_schema_or_marked_and_never_pub
             with pytest.raises(ApiException) as refused:
                 await objects.apply(tenant("negative", {"quota": {"cpu": -1}}))
             assert refused.value.status == 422 and "spec.quota.cpu" in refused.value.body
-            # what no schema can say: groups and auto_grouping together
+            # groups and autoGrouping together: a CEL rule of the CRD (tests/test_crd_rules.py), which this
+            # API server does not evaluate, as one without CEL would not: the bridge marks it
             group = {"name": "g", "bindings": [{"node": "g1", "gpus": ["g1-gpu0"]}]}
-            await objects.apply(tenant("both", {"groups": [group], "auto_grouping": {"by_model": True}}))
+            await objects.apply(tenant("both", {"groups": [group], "autoGrouping": {"byModel": True}}))
             obj = await wait_status(objects, "tenants", "both", lambda s: ready(s).get("status") == "False",
                                     "InvalidSpec condition")
             condition = ready(obj["status"])
-            assert condition["reason"] == "InvalidSpec" and "auto_grouping" in condition["message"]
+            assert condition["reason"] == "InvalidSpec" and "either groups (manual)" in condition["message"]
             assert condition["observedGeneration"] == 1
             # repeated group names: the condition names the field
             await objects.apply(tenant("twice", {"groups": [group, group]}))
@@ -161,6 +162,15 @@ async def test_invalid_tenants_are_refused_by_the_schema_or_marked_and_never_pub
                                     "Ready once fixed")
             assert ready(obj["status"])["observedGeneration"] == 2
             assert [c.groups[0].name for c in await configs(path.bus, "twice")] == ["g"]
+            # the former snake_case spelling: published all the same, each deprecated key named
+            await objects.apply(tenant("old", {"auto_grouping": {"by_model": False, "gpus_per_container": 2}}))
+            obj = await wait_status(objects, "tenants", "old", lambda s: ready(s).get("status") == "True",
+                                    "published despite the old spelling")
+            message = ready(obj["status"])["message"]
+            assert message.startswith("generation 1 published as tenant.config; spec.auto_grouping is deprecated, "
+                                      "write spec.autoGrouping") and "spec.autoGrouping.gpusPerContainer" in message
+            (old,) = await configs(path.bus, "old")
+            assert (old.auto_grouping.by_model, old.auto_grouping.gpus_per_container) == (False, 2)
             # valid, but over the bus's event size (1 MiB): said so, not retried
             await objects.apply(tenant("huge", {"permissions": {"nodes": [f"node-{i:07d}" for i in range(90_000)]}}))
             obj = await wait_status(objects, "tenants", "huge", lambda s: ready(s).get("status") == "False",
@@ -180,13 +190,19 @@ async def test_a_users_fair_share_record_shows_the_scores_of_the_pipeline(nats_s
                 bus_url=nats_server.url, namespace=namespace, cluster=CLUSTER, http_port=0, http_host="127.0.0.1",
                 period_s=0.2, settle_time="8s", drain_timeout_s=2), bus=await path.own_bus("scoring")))
             await path.start_placement()
-            path.pod("run", gpus=1, annotations=A100, labels={"tidal.dev/user": "alice"}, phase="Running")
+            (bridge, _), = path.services[:1]
+            team = await objects.apply(tenant("team-a", {}))
+            await wait_until(lambda: "team-a" in bridge.tenants.published, 20, "the tenant seen by the bridge")
+            path.pod("run", gpus=1, annotations=A100, labels={"tidal.dev/user": "alice", **TEAM}, phase="Running")
             await path.wait_bound("run")
             path.kube.update_pod("default", "run", lambda pod: pod["status"].update(phase="Running"))
             # her pod's GPU is charged to its model and to all GPUs ("gpu"), each a score.user of its own
             obj = await wait_status(objects, "fairshares", "alice", lambda s: min(
                 s.get("scores", {}).get(kind, 0) for kind in ("A100", "gpu")) > 0, "alice's A100 and gpu scores")
             assert obj["spec"] == {"user": "alice"} and obj["status"]["lastUpdate"]
+            # owned by her pod's Tenant: the API server's garbage collector deletes it with the tenant
+            assert obj["metadata"]["ownerReferences"] == [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "Tenant",
+                                                           "name": "team-a", "uid": team["metadata"]["uid"]}]
             assert obj["status"]["usage"]["A100"] > 0
             first = obj["status"]["scores"]["A100"]
             await wait_status(objects, "fairshares", "alice", lambda s: s["scores"]["A100"] > first, "score grows")
@@ -225,7 +241,7 @@ async def test_a_tenant_deleted_while_the_bridge_was_down_is_deleted_when_it_sta
 def test_tidal_tenants_apply_takes_the_manifests_kubectl_takes(nats_server, namespace, tmp_path):
     manifests = tmp_path / "tenant.yaml"
     manifests.write_text(yaml.safe_dump_all([
-        tenant("vision", {"quota": {"A100": 4000}, "auto_grouping": {"by_model": True}}),
+        tenant("vision", {"quota": {"A100": 4000}, "autoGrouping": {"byModel": True}}),
         {"apiVersion": "v1", "kind": "List", "items": [tenant("speech", {"permissions": {"nodes": ["g1"]}})]}]))
     bus = ["--bus", nats_server.url, "--namespace", namespace]
     assert cli_main(["tenants", "apply", str(manifests), *bus]) == 0

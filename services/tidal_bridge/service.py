@@ -175,6 +175,8 @@ class BridgeService(Service):
         gone = change.type == "DELETED"
         pod, unread = read_pod(obj, deleted=gone, gpu_resource=self.settings.gpu_resource,
                                scheduler_name=self.settings.scheduler_name)
+        if self.tenants is not None:
+            self.tenants.saw_pod(pod)  # the owners of its user's FairShare
         if gone or kubelet_admitted(obj):
             self.binds.admitted(pod.event_key())
         # A finished pod was published as deleted already; its DELETED then adds nothing.

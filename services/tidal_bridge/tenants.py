@@ -5,17 +5,25 @@
   and published; a deleted object publishes the tenant's deletion. Event
   ids come from (cluster, uid, generation), so a relist or a second
   replica republishes nothing new, and a status write (no new generation)
-  publishes nothing. A spec the CRD schema let through but the model
-  refuses (group names repeated, groups and auto_grouping together) is not
-  published: the object gets `Ready=False`, reason `InvalidSpec`, with a
-  message naming the field, and placement keeps the last good spec (one
-  too large for the bus: reason `NotPublishable`).
+  publishes nothing. The CRD's CEL rules refuse at admission a spec the
+  model refuses (group names repeated, groups and autoGrouping together);
+  one that gets past them all the same (an API server without CEL, an
+  object stored before the rules) is not published: the object gets
+  `Ready=False`, reason `InvalidSpec`, with a message naming the field,
+  and placement keeps the last good spec (one too large for the bus:
+  reason `NotPublishable`). A spec in the former snake_case spelling is
+  published, its Ready message (and the log) naming each deprecated key.
 - A Tenant deleted while no bridge ran is caught at start: once the first
   list is in, every tenant whose last `tenant.config` this cluster's bridge
   published and that no object names any more is deleted.
 - `tenant.usage` → the Tenant's status (held against quota, free groups);
   `score.user` → the user's `FairShare` status (created when missing).
   Both through the rate-limited `StatusWriter`.
+- A `FairShare` is created owned (`ownerReferences`) by the `Tenant`
+  objects of its user's tenants, as the user's pods name them: the API
+  server's garbage collector deletes it with the last of them. A user
+  scored after that gets a new one, owned by the tenants that exist then;
+  one whose tenants have no `Tenant` object gets one without owners.
 """
 
 from __future__ import annotations
@@ -26,9 +34,10 @@ from typing import Any
 
 from tidal_bus import Delivery, EventTooLarge, StartAt
 from tidal_clock import now_utc
-from tidal_schemas import Envelope, SchemaError, TenantConfig, TenantUsage, UserScore, derived_id
+from tidal_schemas import Envelope, PodLifecycle, SchemaError, TenantConfig, TenantUsage, UserScore, derived_id
 from tidal_schemas.tenancy import (API_VERSION, Condition, FairShareSpec, FairShareStatus, TenantDocumentError,
-                                   TenantStatus, fair_share_name, gpu_summary, tenant_config, tenant_deletion)
+                                   TenantStatus, deprecated_keys, fair_share_name, gpu_summary, tenant_config,
+                                   tenant_deletion)
 
 from .kube import Kube
 from .settings import BridgeSettings
@@ -69,8 +78,13 @@ def score_status(score: UserScore) -> dict[str, Any]:
     return status.model_dump(by_alias=True, mode="json")
 
 
-def fair_share_object(user: str) -> dict[str, Any]:
-    return {"apiVersion": API_VERSION, "kind": "FairShare", "metadata": {"name": fair_share_name(user)},
+def fair_share_object(user: str, owners: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """A user's new `FairShare`, owned by `owners` (Tenant objects)."""
+    meta: dict[str, Any] = {"name": fair_share_name(user)}
+    if owners:
+        meta["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": "Tenant", "name": owner["metadata"]["name"],
+                                    "uid": owner["metadata"]["uid"]} for owner in owners]
+    return {"apiVersion": API_VERSION, "kind": "FairShare", "metadata": meta,
             "spec": FairShareSpec(user=user).model_dump(by_alias=True, mode="json")}
 
 
@@ -82,6 +96,7 @@ class TenantBridge:
         self.published: dict[str, tuple[str, int]] = {}  # name -> (uid, generation) published
         self.status: StatusWriter | None = None
         self.reflector: Reflector | None = None
+        self.user_tenants: dict[str, set[str]] = {}  # user -> tenants their pods named (since the start)
 
     def connect(self, kube: Kube, settings: BridgeSettings) -> None:
         """Once the API server is reached (the service's start)."""
@@ -90,6 +105,19 @@ class TenantBridge:
 
     def loops(self) -> list:
         return [self.reflector.run, self.status.run, self.reconcile]
+
+    def saw_pod(self, pod: PodLifecycle) -> None:
+        """Note a pod's user and tenant: the owners of the user's FairShare."""
+        tenants = self.user_tenants.get(pod.user)
+        if tenants is None:
+            self.user_tenants[pod.user] = {pod.tenant}
+        elif pod.tenant not in tenants:
+            tenants.add(pod.tenant)
+
+    def owners(self, user: str) -> list[dict[str, Any]]:
+        """The Tenant objects of the user's tenants that exist now, by name."""
+        found = (self.reflector.get("", name) for name in sorted(self.user_tenants.get(user, ())))
+        return [obj for obj in found if obj and (obj.get("metadata") or {}).get("uid")]
 
     def _event_id(self, uid: str, version: str) -> str:
         return derived_id(f"kube:{self.service.settings.cluster}:{uid}", TenantConfig.TYPE, version)
@@ -115,8 +143,12 @@ class TenantBridge:
             reason = "InvalidSpec" if isinstance(exc, TenantDocumentError) else "NotPublishable"
             condition = ready_condition(False, reason, str(exc), generation, now, conditions)
         else:
-            condition = ready_condition(True, "Published", f"generation {generation} published as tenant.config",
-                                        generation, now, conditions)
+            message = f"generation {generation} published as tenant.config"
+            warnings = deprecated_keys(change.object)
+            if warnings:
+                log.warning("tenant %s: %s", name, "; ".join(warnings))
+                message += "; " + "; ".join(warnings)
+            condition = ready_condition(True, "Published", message, generation, now, conditions)
         self.published[name] = (uid, generation)
         self.status.put(TENANTS, name, {"conditions": [condition]})
 
@@ -147,4 +179,4 @@ class TenantBridge:
         score = envelope.payload
         if envelope.cluster == self.service.settings.cluster:
             self.status.put(FAIR_SHARES, fair_share_name(score.user), score_status(score),
-                            create=fair_share_object(score.user))
+                            create=fair_share_object(score.user, self.owners(score.user)))
