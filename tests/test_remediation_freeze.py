@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from test_remediation_state import NODE, SETTINGS, T0, action, ago, be, kinds, ls, plan, remember
+from test_remediation_state import NODE, SETTINGS, T0, action, ago, be, kinds, ls, plan, remember, result
 from tidal_remediation.events import actions_to_events
 from tidal_remediation.memory import RemediationMemory
 from tidal_remediation.policy_settings import PolicySettings
@@ -89,6 +89,19 @@ def test_confirmed_freeze_of_a_pod_measured_running_is_not_believed():
     # memory says a is frozen, but the agent measures it running at 900: it is frozen again
     memory = remember(action("freeze", "a", cpu=900))
     assert kinds(plan([0.85], [be("a", 900)], memory, now=ago(-60))) == [("freeze", "a")]
+
+
+@pytest.mark.parametrize("acted_s_ago, frozen_again", [
+    (5, False),   # the sample's window (T0 − 10 s … T0) began before the freeze: its 900 milli are of before
+    (10, True),   # the window began as the agent froze it: a pod measured running was thawed by hand
+    (15, True),
+])
+def test_a_confirmed_freeze_is_doubted_only_by_a_sample_measured_wholly_after_it(acted_s_ago, frozen_again):
+    memory = RemediationMemory()
+    freeze = action("freeze", "a", cpu=900, at=ago(60))
+    memory.record_action(freeze)
+    memory.record_result(result(freeze).model_copy(update={"acted_at": ago(acted_s_ago)}))
+    assert kinds(plan([0.85], [be("a", 900)], memory)) == ([("freeze", "a")] if frozen_again else [])
 
 
 def test_pod_with_an_unanswered_action_is_left_alone():

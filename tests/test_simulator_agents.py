@@ -174,7 +174,7 @@ async def test_an_action_seen_again_gets_its_first_answer_and_is_not_carried_out
     await m.run("p")
     again = await m.agents.on_action(action("freeze", action_id="f1"))  # a re-send that crossed the answer
     assert (early.status, again.status) == ("unknown-pod", "unknown-pod") and not m.tree.pod_frozen(m.uid("p"))
-    assert m.published[-1] == again
+    assert m.published[-1] == again and again.acted_at == early.acted_at is not None  # the first answer, as it was
     # a freeze redelivered after its pod's thaw leaves the pod thawed
     frozen = action("freeze", action_id="f2")
     assert (await m.agents.on_action(frozen)).status == "done"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import AwareDatetime, Field, model_validator
 
 from .common import CpuId, Name, NonNegInt, NumaId
 from .envelope import Payload, register
@@ -69,6 +69,9 @@ class ActionResult(Payload):
     pod: str | None = None
     status: Literal["done", "failed", "unknown-pod", "refused", "skipped"]
     reason: str = ""
+    # When the agent acted, on the clock its usage samples are taken by: a sample
+    # whose window began before it may still show a frozen pod's CPU use.
+    acted_at: AwareDatetime | None = None
 
     def event_key(self) -> str:
         return self.node

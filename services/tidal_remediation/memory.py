@@ -67,6 +67,7 @@ class FrozenPod:
     shares: tuple[tuple[int, float], ...]
     action_id: str
     confirmed: bool = False
+    acted_at: datetime | None = None  # when the agent froze it, on its samples' clock (once confirmed)
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ class RemediationMemory:
         done = result.status == "done"
         if action.kind == "freeze" and frozen is not None and frozen.action_id == action.action_id:
             if done:
-                self._set_frozen(replace(frozen, confirmed=True))
+                self._set_frozen(replace(frozen, confirmed=True, acted_at=result.acted_at))
             else:
                 self._thawed(*key)
         elif action.kind == "thaw" and done:

@@ -89,9 +89,16 @@ class RoundState:
         if pod.frozen:
             return True
         record = self.memory.frozen.get((self.state.node, pod.name))
-        # a confirmed freeze of a pod now measured using CPU (thawed by hand,
-        # restarted) is stale: believing it would move LS pods needlessly
-        return record is not None and not (record.confirmed and pod.cpu_milli > 0)
+        # a confirmed freeze of a pod measured using CPU over a window wholly after
+        # the freeze (thawed by hand, restarted) is stale: believing it would move
+        # LS pods needlessly; a sample whose window began before it (one delivered
+        # late, across a broker failover) still shows the CPU of before
+        return record is not None and not (record.confirmed and pod.cpu_milli > 0 and self._after(record.acted_at))
+
+    def _after(self, acted_at: datetime | None) -> bool:
+        """Whether this round's sample was measured wholly after `acted_at` (unknown: taken as after)."""
+        since = self.state.sampled_since
+        return acted_at is None or since is None or since >= acted_at
 
     def shift(self, shares: Mapping[int, float], sign: int) -> None:
         """load'(m) = max(load(m) ± share(m) / capacity(m), 0) for each m."""

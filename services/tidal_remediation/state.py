@@ -32,6 +32,7 @@ import weakref
 from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from functools import cached_property
 from types import MappingProxyType
 
@@ -76,6 +77,7 @@ class NodeState:
     pods: tuple[PodState, ...]
     reserved_cpus: frozenset[int] = frozenset()
     cpu_core: Mapping[int, int] = field(default_factory=dict)
+    sampled_since: datetime | None = None  # the start of the window the pods' usage was measured over
 
     def pod(self, name: str) -> PodState | None:
         """The pod called `name`, if the node runs it."""
@@ -190,4 +192,5 @@ def node_state_from(metrics: NodeMetrics, layout: NodeLayout,
         pods.append(PodState(usage.pod, float(usage.cpu_milli), usage.qos, cpuset, numas, usage.frozen,
                              exclusive and bool(cpuset)))
     numa = {n: NumaState(n, cpus, metrics.numa_load.get(n)) for n, cpus in layout.numa_cpus}
-    return NodeState(metrics.node, numa, tuple(sorted(pods, key=lambda p: p.name)), layout.reserved, layout.cpu_core)
+    return NodeState(metrics.node, numa, tuple(sorted(pods, key=lambda p: p.name)), layout.reserved, layout.cpu_core,
+                     metrics.sampled_at - timedelta(seconds=metrics.interval_s))

@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tidal_clock import Clock
 from tidal_schemas import ActionResult, BindResult, NodeAction, NodeTopology, PlacementDecision, PodLifecycle
 from tidal_topology import books
 from tidal_topology import AgentCore
@@ -49,13 +50,14 @@ class NodeAgents:
     """Every simulated node's agent (see the module docstring)."""
 
     def __init__(self, topologies: Iterable[NodeTopology], trees: Mapping[str, MemoryCgroups],
-                 publish: Publish) -> None:
+                 publish: Publish, sample_clock: Clock | None = None) -> None:
         self.cores: dict[str, AgentCore] = {}
         self.audit_peak: dict[str, int] = dict.fromkeys(KINDS, 0)  # the most any node audit found, by kind
         for topology in topologies:
             core = AgentCore(topology=topology, fs=trees[topology.node], state_file=None, publish=publish,
                              memory_nodes=frozenset(n.id for n in topology.numa_nodes),
-                             exclusive_cpus=topology.exclusive_cpus, on_audit=self._audited, log=LOG)
+                             exclusive_cpus=topology.exclusive_cpus, sample_clock=sample_clock,
+                             on_audit=self._audited, log=LOG)
             core.cpus.live = True  # a machine that starts empty: no pod table to catch up with first
             self.cores[topology.node] = core
         self._read: dict[str, set[str]] = {}  # pod key -> nodes whose agent read of it

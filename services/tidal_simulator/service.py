@@ -76,7 +76,8 @@ class SimulatorService(Service):
         self.model = ClusterModel(workload.nodes, workload.pods)
         self.agents = NodeAgents((n.topology for n in workload.nodes), self.model.cgroups,
                                  lambda payload, cause=None, delivery=None, discriminator="":
-                                 self.emit(payload, cause=cause, discriminator=discriminator))
+                                 self.emit(payload, cause=cause, discriminator=discriminator),
+                                 sample_clock=lambda: self.clock.now().timestamp())  # the samples' scenario time
         self.clock = SimClock(s.start or now_utc().replace(microsecond=0),
                               s.tick_s or workload.tick_s, real_time=s.clock == "real-time")
         self.bind_rng = np.random.default_rng([s.seed, 1])

@@ -29,7 +29,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from tidal_clock import Clock, wall_clock
+from tidal_clock import Clock, now_utc, wall_clock
 from tidal_schemas import ActionResult, BindResult, NodeAction, NodeTopology, PlacementDecision, PodLifecycle
 from tidal_schemas.fence import DecisionFence
 
@@ -58,17 +58,20 @@ def _decided_at(cause: Any) -> float | None:
 
 
 class AgentCore:
+    """`clock` times the books (bind timeouts); `sample_clock`, the node's usage samples and so the
+    `acted_at` of each answer — the same clock on a machine, the scenario's in the simulator."""
+
     def __init__(self, *, topology: NodeTopology, fs: CgroupTree, state: checkpoint.CpuState | None = None,
                  memory_nodes: frozenset[int], exclusive_cpus: bool, state_file, publish: Publish,
-                 clock: Clock = wall_clock, on_audit: Callable[[dict[str, int]], None] = lambda c: None,
+                 clock: Clock = wall_clock, sample_clock: Clock | None = None, on_audit: Callable[[dict[str, int]], None] = lambda c: None,
                  log: logging.Logger | None = None, devices: DeviceFeed | None = None) -> None:
         self.devices = devices
         self.node, self.topology, self.fs, self.exclusive_cpus = topology.node, topology, fs, exclusive_cpus
-        self.publish, self.clock = publish, clock
+        self.publish, self.clock, self.sample_clock = publish, clock, sample_clock or clock
         self.log = log or logging.getLogger("tidal.topology")
         self.pods = NodePods(self.node)
         self.fence = DecisionFence()
-        self.answers: OrderedDict[str, tuple[str, str]] = OrderedDict()  # action id -> (status, reason), newest last
+        self.answers: OrderedDict[str, ActionResult] = OrderedDict()  # action id -> its answer, newest last
         if state is None:
             state = checkpoint.new_state([c.cpu for c in topology.cpus], topology.reserved_cpus)
         self.cpus = CpuAuthority(node=self.node, topology=topology.cpus, state=state, fs=fs,
@@ -108,21 +111,20 @@ class AgentCore:
         """Carry out an action for this node and publish its result (None: not the agent's)."""
         if action.node != self.node or action.kind not in AGENT_ACTIONS:
             return None
-        answered = self.answers.get(action.action_id)
-        if answered is None:
+        result = self.answers.get(action.action_id)
+        repeated = result is not None
+        if result is None:
             status, reason = await self.execute(action)
-            self._answered(action.action_id, status, reason)
-        else:
-            status, reason = answered
-        self.log.info("action %s %s on %s: %s %s%s", shown(action.action_id), action.kind, shown(action.pod), status,
-                      reason, "" if answered is None else " (answered before: the answer repeated)")
-        result = ActionResult(action_id=action.action_id, node=self.node, kind=action.kind, pod=action.pod,
-                              status=status, reason=reason)
+            result = ActionResult(action_id=action.action_id, node=self.node, kind=action.kind, pod=action.pod,
+                                  status=status, reason=reason, acted_at=now_utc(self.sample_clock))
+            self._answered(result)
+        self.log.info("action %s %s on %s: %s %s%s", shown(action.action_id), action.kind, shown(action.pod),
+                      result.status, result.reason, " (answered before: the answer repeated)" if repeated else "")
         await self.publish(result, cause=cause, delivery=delivery)
         return result
 
-    def _answered(self, action_id: str, status: str, reason: str) -> None:
-        self.answers[action_id] = (status, reason)
+    def _answered(self, result: ActionResult) -> None:
+        self.answers[result.action_id] = result
         if len(self.answers) > ANSWERS_KEPT:
             self.answers.popitem(last=False)
 
