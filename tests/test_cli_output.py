@@ -57,8 +57,8 @@ def test_version_is_the_installed_packages_one_line_exit_0():
 
 
 def test_the_cluster_default_is_the_manifests_everywhere(monkeypatch):
-    configmap = yaml.safe_load((ROOT / "k8s/base/configmap.yaml").read_text())
-    assert DEFAULT_CLUSTER == configmap["data"]["cluster"] == "default"
+    maps = {d["metadata"]["name"]: d for d in yaml.safe_load_all((ROOT / "k8s/base/configmap.yaml").read_text())}
+    assert DEFAULT_CLUSTER == maps["tidal-bus"]["data"]["cluster"] == "default"
     monkeypatch.delenv("TIDAL_CLUSTER", raising=False)
     assert ServiceSettings().cluster == DEFAULT_CLUSTER
     parser = cli.build_parser()

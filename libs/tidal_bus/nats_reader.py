@@ -45,9 +45,14 @@ async def read_stream(
     follow: bool = False,
     linger_s: float = 0.0,
     main_lane_only: bool = False,
+    subjects: list[str] | None = None,
 ) -> AsyncIterator[RawMessage]:
+    """`subjects`: only the messages of these subject filters (one key's,
+    one cluster's: `keyed_read`), instead of the partitions'."""
     await backend.ensure_stream(spec)
-    if partitions is None:
+    if subjects is not None:
+        filters = list(subjects)
+    elif partitions is None:
         filters = [nats_partition_filter(backend.namespace, spec, None, main_lane_only=main_lane_only)]
     else:
         filters = [nats_partition_filter(backend.namespace, spec, p, main_lane_only=main_lane_only)
@@ -74,7 +79,8 @@ async def read_stream(
             while True:
                 raise_if_cancelling()
                 try:
-                    batch = await psub.fetch(backend.read_batch, timeout=1.0, linger=linger_s if follow else 0.0)
+                    batch = await psub.fetch(fetch_size(backend.read_batch, start, last, limit), timeout=1.0,
+                                             linger=linger_s if follow else 0.0)
                 except (nats.errors.TimeoutError, asyncio.TimeoutError):
                     if follow:
                         continue
@@ -100,6 +106,16 @@ async def read_stream(
                 await psub.close()
             except Exception:
                 pass
+
+def fetch_size(read_batch: int, start: StartAt, last: int | None, limit: int | None) -> int:
+    """Messages to ask for: `read_batch`, but a read up to sequence `limit`
+    asks for no more than the sequences left (a short read, such as a few
+    positions of the decision log, then takes only those from the broker)."""
+    first = last + 1 if last is not None else start.sequence if start.kind == "sequence" else None
+    if limit is None or first is None:
+        return read_batch
+    return max(1, min(read_batch, limit - first + 1))
+
 
 async def _reader(backend: "NatsBackend", spec: StreamSpec, filters: list[str], start: StartAt):
     """An ephemeral, unacknowledged pull consumer over `filters` from `start`."""

@@ -1,53 +1,62 @@
 """`tidal explain NAMESPACE/POD`: why a pod was placed where it was, or why
-it is still pending, from the decision log."""
+it is still pending, from the decision log: on NATS from the broker's index
+(the pod's own events, the fences, a bounded scan back to its decision:
+`decision_lookup`), so the answer costs the same whatever the log's length;
+on Kafka, which has no such index, from the whole log."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 
-from tidal_bus import StartAt
-from tidal_schemas import PlacementDecision, PodLifecycle, SchemaError, resource_type
-from tidal_schemas.fence import DecisionFence
+from tidal_schemas import PlacementDecision, PodLifecycle, resource_type
 
+from .decision_lookup import DecisionLookup, Found, read_whole_log
 from .errors import CliError
-from .options import add_bus_options, bus_for
+from .options import add_bus_options, bus_for, count
+from .output import add_output_option, emit
+
+SCAN_LIMIT = 100_000
 
 
 def add(subparsers) -> None:
     explain = subparsers.add_parser("explain", help="why a pod was placed where it was, or why it is pending",
-                                    description="Read the decision log and print the latest decision that "
-                                                "counts for the pod, with scores, filtered nodes and queue data.")
+                                    description="Find the latest decision that counts for the pod in the decision "
+                                                "log and print it, with scores, filtered nodes and queue data.")
     explain.add_argument("pod", help="namespace/name (namespace defaults to 'default')")
+    explain.add_argument("--scan-limit", type=count, default=SCAN_LIMIT, metavar="EVENTS",
+                         help=f"decision events to look back through at most (default {SCAN_LIMIT}; 0: no limit)")
+    add_output_option(explain)
     add_bus_options(explain)
     explain.set_defaults(func=run)
+
+
+async def lookup(bus, cluster: str, namespace: str, name: str, scan_limit: int = SCAN_LIMIT) -> Found:
+    """The pod's latest decision that counts, from the index where the broker has one."""
+    from tidal_bus.keyed_read import indexed
+
+    if indexed(bus):
+        return await DecisionLookup(bus, cluster, namespace, name, scan_limit).find()
+    return await read_whole_log(bus, cluster, namespace, name)
 
 
 def run(args: argparse.Namespace) -> int:
     namespace, _, name = args.pod.rpartition("/")
     namespace = namespace or "default"
 
-    async def latest() -> tuple[PlacementDecision | None, PodLifecycle | None]:
-        fence, found, pod = DecisionFence(), None, None
+    async def find() -> Found:
         async with bus_for(args, read_only=True) as bus:
-            async for _, event in bus.read("placement.decision", StartAt.earliest()):
-                if isinstance(event, SchemaError) or event.cluster != args.cluster:
-                    continue
-                for d in event.payload.items:
-                    if fence.admit(d) and (d.namespace, d.name) == (namespace, name):
-                        found = d
-            if found is not None:  # the pod's own event says what it asked for
-                async for _, event in bus.read("pod.lifecycle", StartAt.earliest()):
-                    if not isinstance(event, SchemaError) and event.cluster == args.cluster \
-                            and (event.payload.namespace, event.payload.name) == (namespace, name):
-                        pod = event.payload
-        return found, pod
+            return await lookup(bus, args.cluster, namespace, name, args.scan_limit)
 
-    decision, pod = asyncio.run(latest())
+    found = asyncio.run(find())
+    decision, pod = found.decision, found.pod
     if decision is None:
-        raise CliError(f"no decision for {namespace}/{name} in cluster {args.cluster} (is it pending on "
+        where = "" if found.complete else f" in the last {args.scan_limit} decision events (--scan-limit 0: all)"
+        raise CliError(f"no decision for {namespace}/{name} in cluster {args.cluster}{where} (is it pending on "
                        "a scheduler named tidal, and is placement running?)", exit_code=1)
-    print(describe(decision, pod))
+    document = {"cluster": args.cluster, "decision": decision.model_dump(mode="json"),
+                "resource_type": resource_type(pod) if pod is not None else None}
+    emit(args, document, lambda: describe(decision, pod))
     return 0
 
 
