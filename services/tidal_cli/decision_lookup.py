@@ -4,13 +4,15 @@ the broker's index (`tidal_bus.keyed_read`, NATS) rather than the whole log:
 1. the pod's own events, by its key: its last `pod.lifecycle` event (what
    it asked for; a bound pod names the decision it was bound by) and its
    `bind.result`s;
-2. the fences, by theirs (one key, a few per leader change): which
+2. the fences, by theirs (a new leader publishes its fence alone in an
+   event, so their one key finds each; a few per leader change): which
    (epoch, leader) counts at every position of the log (`fence.py`);
 3. the decision itself. Decisions travel in batches keyed by their first
    pod, so a pod's key does not find them all: the log is scanned backwards
    in chunks from a known position — for a bound pod, the first decision
    stored after its bind result (its decision is just before); else the
-   log's end — until the pod's latest decision that counts.
+   log's end — until the pod's latest decision that counts (a bound pod:
+   the one it is bound by).
 
 The work is the pod's own events, the fences, and the decisions between
 that position and the pod's: not the log before them, however long.
@@ -28,12 +30,12 @@ from tidal_bus import Bus, StartAt
 from tidal_bus.keyed_read import bounds, position_at, read_key, read_span
 from tidal_schemas import BindResult, PlacementDecision, PodLifecycle, SchemaError, pod_key
 from tidal_schemas.fence import DecisionFence, fence_decision
+from tidal_schemas.pod import HOLDING_PHASES
 
 DECISIONS = "placement.decision"
 FENCE_KEY = fence_decision(1, "-").event_key()
 FIRST_CHUNK = 16
 MAX_CHUNK = 4096
-BOUND_PHASES = ("bound", "running")
 
 
 @dataclass
@@ -81,7 +83,7 @@ class DecisionLookup:
         first, last = await bounds(self.bus, DECISIONS)
         start, wanted = last, None
         pod = found.pod
-        if pod is not None and pod.phase in BOUND_PHASES and pod.decision_id:
+        if pod is not None and pod.phase in HOLDING_PHASES and pod.decision_id:
             wanted = pod.decision_id
             stored = binds.get(wanted)
             if stored is not None:
