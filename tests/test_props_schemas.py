@@ -326,3 +326,16 @@ def test_non_finite_floats_are_refused_where_json_cannot_carry_them():
     for value in (math.inf, -math.inf, math.nan):
         document = replaced(wire("node.metrics"), ("payload", "interval_s"), value)
         assert isinstance(outcome(document, as_object=True), SchemaError)
+
+
+def test_journal_settings_nested_past_what_encodes_are_refused_on_one_line():
+    # found by test_deep_nesting: settings 256 deep were accepted, then could not be encoded to publish
+    document = wire("stage.journal")
+    for depth, accepted in ((32, True), (33, False), (256, False)):
+        nested = b'{"a":' * (depth - 1) + b"1" + b"}" * (depth - 1)
+        text = orjson.dumps(replaced(document, ("payload", "settings"), "@@N@@")).replace(
+            b'"@@N@@"', b'{"k":' + nested + b"}" if depth > 1 else b"{}")
+        result = outcome(text)
+        assert isinstance(result, SchemaError) != accepted, (depth, result)
+        if not accepted:
+            assert "nested deeper than 32 levels" in str(result)

@@ -22,12 +22,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from .common import Name
 from .envelope import Payload, register
 
 Step = tuple[str, float, str, str]
+MAX_SETTINGS_DEPTH = 32
+
+
+def _depth(value: Any) -> int:
+    """How many containers deep `value` goes (a scalar: 0)."""
+    depth, level = 0, [value]
+    while True:
+        containers = [v for v in level if isinstance(v, (dict, list))]
+        if not containers:
+            return depth
+        depth += 1
+        level = [c for v in containers for c in (v.values() if isinstance(v, dict) else v)]
 
 
 @register
@@ -43,6 +55,15 @@ class StageJournal(Payload):
     steps: list[Step] = Field(default_factory=list)
     settings: dict[str, Any] = Field(default_factory=dict, description="the settings its decisions depend on "
                                      "(on the first event, seq 0): what an unchanged replay runs with")
+
+    @field_validator("settings")
+    @classmethod
+    def _shallow(cls, settings: dict[str, Any]) -> dict[str, Any]:
+        # settings are a few levels deep; one nested past what JSON encoders
+        # write back (orjson: 255) would be accepted here and fail to publish
+        if _depth(settings) > MAX_SETTINGS_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_SETTINGS_DEPTH} levels")
+        return settings
 
     def event_key(self) -> str:
         return f"{self.stage}/{self.member}"
