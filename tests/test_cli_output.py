@@ -19,6 +19,7 @@ import yaml
 
 from conftest import make_bus
 from test_cli import tidal
+from test_replay import recorded_run  # noqa: F401  (40 pods placed by the real placement, recorded)
 from tidal_cli import main as cli
 from tidal_cli.output import render
 from tidal_runtime.settings import DEFAULT_CLUSTER, ServiceSettings
@@ -165,6 +166,20 @@ def test_up_status_json(tmp_path, capsys):
     shown = json.loads(out)
     assert shown["running"] is False and shown["bus"] == "nats://127.0.0.1:1"
     assert shown["processes"]["placement"] == {"pid": 12, "running": False, "restarts": 2, "last_exit": None}
+
+
+def test_replay_json_is_its_report_document(nats_server, recorded_run, tmp_path, capsys):  # noqa: F811
+    namespace, _ = recorded_run
+    path = tmp_path / "replay.json"
+    code, out, err = run(capsys, "replay", "--bus", nats_server.url, "--namespace", namespace, "--cluster", "sim",
+                         "--from", "earliest", "-o", "json", "--report", str(path))
+    assert code == 0, err
+    document = json.loads(out)  # stdout holds the document only: the file's name went to stderr
+    assert document == json.loads(path.read_text()) and document["exact"]["equal"] is True
+    assert f"report: {path}" in err
+    code, out, _ = run(capsys, "replay", "--bus", nats_server.url, "--namespace", namespace, "--cluster", "sim",
+                       "--from", "earliest", "-o", "yaml")
+    assert code == 0 and yaml.safe_load(out) == document
 
 
 @pytest.mark.parametrize("argv, words", [

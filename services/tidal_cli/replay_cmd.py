@@ -22,6 +22,7 @@ from tidal_clock import now_utc
 from .errors import CliError
 from .explain_cmd import describe as describe_decision
 from .options import add_bus_options, bus_for, count, write_file
+from .output import add_output_option, render
 
 SETTABLE = {"placement"}
 NOT_SETTABLE = {"bus_url", "namespace", "cluster", "clusters", "all_clusters", "http_host", "http_port", "http_fd", "log_level"}
@@ -47,6 +48,7 @@ def add(subparsers) -> None:
     replay.add_argument("--recording", type=Path, metavar="DATA_DIR",
                         help="replay what a stopped `tidal simulate`/`tidal up` left in DATA_DIR (e.g. "
                              ".tidal/simulate): its nats-server store is served on a free port instead of --bus")
+    add_output_option(replay)  # json|yaml: the --report document on stdout
     add_bus_options(replay)
     replay.set_defaults(func=run)
 
@@ -105,19 +107,24 @@ def run(args: argparse.Namespace) -> int:
         exact, result = _replay_recording(args, start, end, overrides)
     else:
         exact, result = asyncio.run(_replay(args, start, end, overrides))
-    print(exact.describe())
-    if result is not None:
-        print()
-        print(describe(result, show=args.show))
+    report = {"exact": exact.to_json(), **(result.to_json() if result is not None else {})}
+    table = args.output == "table"
+    if table:
+        print(exact.describe())
+        if result is not None:
+            print()
+            print(describe(result, show=args.show))
+    else:  # the report's document, as plain data (times as ISO strings), and nothing else on stdout
+        print(render(json.loads(json.dumps(report, default=str)), args.output))
+    said = sys.stdout if table else sys.stderr
     if args.report:
-        report = {"exact": exact.to_json(), **(result.to_json() if result is not None else {})}
         write_file(args.report, json.dumps(report, indent=2, default=str), "--report")
-        print(f"report: {args.report}")
+        print(f"report: {args.report}", file=said)
     if args.html:
         from tidal_simulator.replay_html import render_replay_html
 
         write_file(args.html, render_replay_html(exact, result), "--html")
-        print(f"html report: {args.html}")
+        print(f"html report: {args.html}", file=said)
     return 0 if exact.equal else 1
 
 
