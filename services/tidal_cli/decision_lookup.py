@@ -73,7 +73,7 @@ class DecisionLookup:
     def __init__(self, bus: Bus, cluster: str, namespace: str, name: str, scan_limit: int = 0) -> None:
         self.bus, self.cluster, self.key = bus, cluster, pod_key(namespace, name)
         self.namespace, self.name = namespace, name
-        self.scan_limit = scan_limit  # 0: no limit
+        self.scan_limit, self.scanned = scan_limit, 0  # 0: no limit; positions looked at, every scan counted
         self.found = Found()
 
     async def find(self) -> Found:
@@ -123,13 +123,13 @@ class DecisionLookup:
     async def _scan(self, fences: Fences, first: int, start: int, wanted: str | None) -> PlacementDecision | None:
         """Backwards from position `start`: the pod's latest decision that
         counts (with `wanted`, only that decision id)."""
-        high, chunk, scanned = start, FIRST_CHUNK, 0
+        high, chunk = start, FIRST_CHUNK
         while high >= first:
-            if self.scan_limit and scanned >= self.scan_limit:
+            if self.scan_limit and self.scanned >= self.scan_limit:
                 self.found.complete = False
                 return None
             if self.scan_limit:
-                chunk = min(chunk, self.scan_limit - scanned)
+                chunk = min(chunk, self.scan_limit - self.scanned)
             low = max(first, high - chunk + 1)
             batch = []
             async with aclosing(read_span(self.bus, DECISIONS, cluster=self.cluster, first=low, last=high)) as events:
@@ -142,7 +142,7 @@ class DecisionLookup:
                     if (d.namespace, d.name) == (self.namespace, self.name) and d.outcome != "fence" \
                             and (wanted is None or d.decision_id == wanted) and fences.counts(position, d):
                         return d
-            scanned += high - low + 1
+            self.scanned += high - low + 1
             high, chunk = low - 1, min(chunk * 2, MAX_CHUNK)
         return None
 
