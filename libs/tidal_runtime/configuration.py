@@ -76,6 +76,7 @@ def file_fields(cls: type[BaseSettings]) -> dict[str, str]:
 
 
 def common_class() -> type[BaseSettings]:
+    """ServiceSettings: the fields of the `common` section."""
     from .settings import ServiceSettings  # settings imports this module for its source
 
     return ServiceSettings
