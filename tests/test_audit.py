@@ -5,7 +5,7 @@ then `tidal audit` on a recording (exit 1 and one line per violation)."""
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -146,6 +146,16 @@ CASES = {
          ActionResult(action_id="f1", node="n1", kind="freeze", pod="t/be", status="unknown-pod",
                       reason="not known here yet"),
          action("freeze", "be", "f1", by="remediation"), action("freeze", "be", "f2", by="remediation")],
+    ),
+    "ineligible-action/lagging": (
+        # a move of a pod no sample and no pod event ever put on the node
+        [usage(("ls", "LS", 100)), action("set-cpuset", "gone", "m1", by="remediation")],
+        # decided on the sample of T0, stored after the pod ended and a later sample left it out: the
+        # stage decided on what it was shown (its stream lagged), so the pod counts as there
+        [pod("ls", qos="LS"), usage(("ls", "LS", 100)), pod("ls", "deleted", qos="LS"),
+         usage().model_copy(update={"sampled_at": T0 + timedelta(seconds=10)}),
+         action("set-cpuset", "ls", "m1", by="remediation").model_copy(
+             update={"measured": {"at": T0.timestamp()}})],
     ),
     "bind-not-rolled-back": (
         [placed("p", "d1"), bound("p", "d1", ok=False), pod("p", "bound", decision="d1")],

@@ -7,7 +7,10 @@
   evicted, that use memory in the node's last sample (§D never picks a pod
   that frees nothing);
   A pod the node's last usage sample shows there counts as there (the node
-  agent can report a pod before the bridge does);
+  agent can report a pod before the bridge does), or the sample the action
+  was decided on, when it names one (`measured["at"]`, a remediation round's
+  sample time): a stage reading a stream that lags still decides on what it
+  was shown, even if the pod has gone since;
 - freeze (§E): the pod is on that node, best-effort, not
   system-critical and not frozen already;
 - move (set-cpuset, asked by remediation, §E): the pod is latency-sensitive;
@@ -34,6 +37,7 @@ from .violation import Violation, cite
 
 NAME = "ineligible-action"
 CHECKED = ("evict", "freeze", "set-cpuset")
+SAMPLES_KEPT = 16  # per node: far more than a stage lags behind
 
 
 class IneligibleAction:
@@ -41,6 +45,7 @@ class IneligibleAction:
         self.pods: dict[str, PodLifecycle] = {}
         self.on_node: dict[str, set[str]] = defaultdict(set)
         self.sampled: dict[str, dict[str, PodUsage]] = {}  # node -> pod -> its usage in the node's last sample
+        self.recent: dict[str, dict[float, dict[str, PodUsage]]] = defaultdict(dict)  # node -> sample time -> pods
         self.asked: dict[tuple[str, str], tuple[str, Envelope[Any]]] = {}  # (kind, pod) -> standing action id
         self.frozen: set[str] = set()
         self.over: set[str] = set()  # ids whose ask ended: a copy of one reopens nothing
@@ -51,6 +56,10 @@ class IneligibleAction:
             self._pod(p)
         elif isinstance(p, NodeMetrics):
             self.sampled[p.node] = {u.pod: u for u in p.pods}
+            recent = self.recent[p.node]
+            recent[p.sampled_at.timestamp()] = self.sampled[p.node]
+            if len(recent) > SAMPLES_KEPT:
+                del recent[min(recent)]
         elif isinstance(p, ActionResult):
             self._result(p)
         elif isinstance(p, NodeAction) and p.kind in CHECKED and p.pod and not p.dry_run:
@@ -99,7 +108,8 @@ class IneligibleAction:
                               (cite(standing[1], standing[0]), cite(envelope, action.action_id)))]
         self.asked[(action.kind, key)] = (action.action_id, envelope)
         pod = self.pods.get(key)
-        sample = self.sampled.get(action.node, {}).get(key)
+        decided_on = self.recent[action.node].get(action.measured.get("at", -1.0))
+        sample = (decided_on if decided_on is not None else self.sampled.get(action.node, {})).get(key)
         if pod is not None and pod.node != action.node:
             pod = None
         qos, critical = (pod.qos, pod.system_critical) if pod else (sample.qos if sample else "", False)
