@@ -50,7 +50,7 @@ $(KUBECTL):
 # Test files run on 3 workers, each with its own brokers: the tests mostly
 # wait on brokers and processes (2.5 CPU-minutes in 9 wall-minutes serially).
 test: $(STAMP) $(CHROMIUM) $(KUBECTL)
-	$(BIN)/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=20
+	$(BIN)/python -m pytest -q -n 4 --dist loadfile --no-loadscope-reorder --durations=20
 
 schemas: $(STAMP)
 	$(BIN)/tidal schemas export
