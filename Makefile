@@ -47,8 +47,9 @@ $(KUBECTL):
 		apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null; \
 	else echo "kubectl not installed: the kubectl test will skip"; fi
 
-# Test files run on 3 workers, each with its own brokers: the tests mostly
-# wait on brokers and processes (2.5 CPU-minutes in 9 wall-minutes serially).
+# Test files run on 4 workers, each with its own brokers: much of the suite
+# waits on brokers and processes, so four keep a 2-core machine busy (about
+# 1.6 cores on average) where three left it idle more often.
 test: $(STAMP) $(CHROMIUM) $(KUBECTL)
 	$(BIN)/python -m pytest -q -n 4 --dist loadfile --no-loadscope-reorder --durations=20
 
