@@ -916,14 +916,14 @@ def test_sample_pod_asks_tidal_for_exclusive_cpus_and_a_gpu_share() -> None:
     annotations = pod["metadata"]["annotations"]
     assert annotations["tidal.dev/exclusive-cpus"] == "true"
     assert annotations["tidal.dev/cpu-policy"] == "single-numa"
-    assert annotations["tidal.dev/gpu-count"] == "1"
-    assert annotations["tidal.dev/gpu-milli"] == "500"
+    assert "tidal.dev/gpu-count" not in annotations and "tidal.dev/gpu-milli" not in annotations
     assert annotations["tidal.dev/gpu-models"].split("|") == ["A100", "V100"]
     labels = pod["metadata"]["labels"]
     assert (labels["tidal.dev/tenant"], labels["tidal.dev/user"], labels["tidal.dev/qos"]) == ("team-a", "alice", "LS")
     (container,) = pod["spec"]["containers"]
     resources = container["resources"]
-    assert resources["requests"] == resources["limits"] == {"cpu": "4", "memory": "8Gi"}
+    # the GPU share is the device plugin's resource, which the kubelet admits and hands out (docs/last-mile.md)
+    assert resources["requests"] == resources["limits"] == {"cpu": "4", "memory": "8Gi", "tidal.dev/gpu-milli": "500"}
 
 
 # --------------------------------------------------------------------------
