@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from conftest import wait_until
 from tidal_kubelet_api import HEALTHY, KUBELET_SOCKET, UNHEALTHY, VERSION, pb2, pb2_grpc
 from tidal_schemas import Gpu, GpuShare, PlacementDecision
 from tidal_topology.device_plugin import GpuDevicePlugin
@@ -137,7 +138,8 @@ async def test_registers_when_the_kubelet_comes_and_again_when_it_restarts(plugi
         request = await kubelet.wait_registered()
         async with kubelet.plugin(request.endpoint) as stub:  # served again on a socket of its own
             assert (await stub.GetDevicePluginOptions(pb2.Empty())).get_preferred_allocation_available
-        assert plugin.registrations == 2
+        # the kubelet has the request before the plugin has its answer and counts it
+        await wait_until(lambda: plugin.registrations == 2, what="the second registration counted")
     finally:
         await plugin.stop()
         await kubelet.stop()
