@@ -63,7 +63,8 @@ class AgentCore:
 
     def __init__(self, *, topology: NodeTopology, fs: CgroupTree, state: checkpoint.CpuState | None = None,
                  memory_nodes: frozenset[int], exclusive_cpus: bool, state_file, publish: Publish,
-                 clock: Clock = wall_clock, sample_clock: Clock | None = None, on_audit: Callable[[dict[str, int]], None] = lambda c: None,
+                 clock: Clock = wall_clock, sample_clock: Clock | None = None,
+                 on_audit: Callable[[dict[str, int]], None] = lambda c: None,
                  log: logging.Logger | None = None, devices: DeviceFeed | None = None) -> None:
         self.devices = devices
         self.node, self.topology, self.fs, self.exclusive_cpus = topology.node, topology, fs, exclusive_cpus
