@@ -35,6 +35,7 @@ from tidal_bus.embedded import EmbeddedKafka, EmbeddedNatsCluster
 ROOT = Path(__file__).resolve().parents[1]
 TIDAL = [sys.executable, "-m", "tidal_cli.main"]
 SCENARIO = ROOT / "examples" / "demo" / "scenario.yaml"
+ACTIONS = ROOT / "examples" / "demo" / "actions.yaml"  # the scenario expects actions carried out
 NAMESPACE, CLUSTER = "kt", "sim"
 READY_WITHIN_S = 10.0  # issue 52: every service ready again within 10 s of a kill
 
@@ -42,7 +43,8 @@ READY_WITHIN_S = 10.0  # issue 52: every service ready again within 10 s of a ki
 def start_stack(url: str, data: Path) -> tuple[subprocess.Popen, dict[str, str]]:
     log = data / "up.log"
     up = subprocess.Popen(TIDAL + ["up", "--bus", url, "--namespace", NAMESPACE, "--cluster", CLUSTER,
-                                   "--data-dir", str(data / "up")], stdout=log.open("w"), stderr=subprocess.STDOUT)
+                                   "--data-dir", str(data / "up"), "--config", str(ACTIONS)],
+                          stdout=log.open("w"), stderr=subprocess.STDOUT)
     while "ready;" not in log.read_text():
         if up.poll() is not None:
             sys.exit(f"tidal up exited with {up.returncode}: {log.read_text()[-2000:]}")

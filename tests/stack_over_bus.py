@@ -13,6 +13,8 @@ import urllib.request
 from pathlib import Path
 
 CLI = [sys.executable, "-m", "tidal_cli.main"]
+# The scenarios run against this stack expect evictions and freezes carried out (their default is dry-run).
+ACTIONS = Path(__file__).resolve().parents[1] / "examples" / "demo" / "actions.yaml"
 
 
 def readiness(urls: dict[str, str]) -> dict[str, str]:
@@ -40,7 +42,8 @@ def wait_for(condition, timeout: float, what: str, pause: float = 0.25):
 
 def start_stack(url: str, namespace: str, data_dir: Path, services: str | None = None) -> tuple[subprocess.Popen,
                                                                                                  dict[str, str]]:
-    argv = CLI + ["up", "--bus", url, "--namespace", namespace, "--cluster", "sim", "--data-dir", str(data_dir)]
+    argv = CLI + ["up", "--bus", url, "--namespace", namespace, "--cluster", "sim", "--data-dir", str(data_dir),
+                  "--config", str(ACTIONS)]
     up = subprocess.Popen(argv + (["--services", services] if services else []), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
     seen = []

@@ -53,13 +53,14 @@ from tidal_topology.audit import KINDS
 SCENARIO = ROOT / "tests" / "fixtures" / "faults" / "scenario.yaml"
 SERVICES = ["placement", "scoring", "oversell", "remediation"]
 CLUSTER = "sim"
-# What `tidal simulate` sets; a crash noticed within seconds (a dead member's
+# What `tidal simulate` sets (every action carried out); a crash noticed within seconds (a dead member's
 # partitions move after 2 s, what it had in hand comes back after 3 s, not 6 and
 # 30); a quick leader hand-over. A long permit timeout: no pod of the scenario
 # waits, and an elected placement must not sit out its idle wait before claiming.
 ENV = {"TIDAL_SCORING_PERIOD_S": "1", "TIDAL_SCORING_SETTLE_TIME": "2m", "TIDAL_LOG_LEVEL": "INFO",
        "TIDAL_BUS_ACK_WAIT_S": "3", "TIDAL_BUS_MEMBER_TTL_S": "2",
-       "TIDAL_PLACEMENT_TAKEOVER_SETTLE_S": "1", "TIDAL_PLACEMENT_PERMIT_TIMEOUT_S": "600"}
+       "TIDAL_PLACEMENT_TAKEOVER_SETTLE_S": "1", "TIDAL_PLACEMENT_PERMIT_TIMEOUT_S": "600",
+       **simulate_cmd.ACTIONS_ENABLED}
 RECOVERY_TIMEOUT_S = 60.0
 
 

@@ -117,8 +117,8 @@ async def test_garbage_on_every_stream_the_services_read(nats_server, namespace,
         ScoringService(ScoringSettings(**common, period_s=0.2, settle_time="4s", peak_min_samples=3)),
         PlacementService(PlacementSettings(**common, gpu_strategy="best-fit", bind_timeout_s=patience(30),
                                            takeover_settle_s=1.5)),
-        OversellService(OversellSettings(**common, eviction_cooldown_s=0, dry_run=True)),
-        RemediationService(RemediationSettings(**common, dry_run=True)),
+        OversellService(OversellSettings(**common, eviction_cooldown_s=0, taint="dry-run")),  # evict: dry-run
+        RemediationService(RemediationSettings(**common)),  # freeze, migrate: dry-run
         TopologyService(TopologySettings(**common, node_name=AGENT_NODE, numa_override="0:0,1:1", interval_s=0.3,
                                          state_file=str(tmp_path / "cpu-state.json"), cgroup_parent="tidal-none")),
     ]

@@ -23,7 +23,7 @@ PODS = [("be-evictable", "BE", 0, True, 100, 100), ("low", "LS", 0, False, 100, 
 
 def _settings(url, namespace) -> OversellSettings:
     return OversellSettings(bus_url=url, namespace=namespace, cluster="c1", http_port=0, http_host="127.0.0.1",
-                            eviction_cooldown_s=0, max_evictions_per_round=3)
+                            eviction_cooldown_s=0, max_evictions_per_round=3, evict="enabled")
 
 
 def _metrics(used_mib: int, at: datetime, gone: set[str] = frozenset()) -> NodeMetrics:

@@ -128,7 +128,7 @@ def test_cool_down_per_numa_node(age, expected):
 
 
 def test_dry_run_marks_actions_and_leaves_memory_untouched():
-    settings = PolicySettings(dry_run=True)
+    settings = PolicySettings(dry_run=frozenset({"freeze"}))
     memory = RemediationMemory()
     result = plan([0.96], [be("a", 200), be("b", 600), be("c", 400)], memory, settings)
     assert kinds(result) == [("freeze", "b"), ("freeze", "c")]     # the same decisions as for real

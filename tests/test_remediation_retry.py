@@ -101,7 +101,7 @@ def test_no_retries_allowed_gives_up_at_once():
 
 def test_dry_run_actions_are_never_retried():
     memory = RemediationMemory()
-    events = run([0.96], [be("a", 200), be("b", 600)], memory, T0, settings=PolicySettings(dry_run=True))
+    events = run([0.96], [be("a", 200), be("b", 600)], memory, T0, settings=PolicySettings(dry_run=frozenset({"freeze"})))
     assert len(events) == 2 and memory.actions.pending == {}
     decision = plan_retries(memory.actions, at(3600), TIMEOUT, RETRIES)
     assert decision.resend == [] and decision.give_up == []

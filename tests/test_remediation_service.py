@@ -242,7 +242,8 @@ async def _freeze_then_move_then_thaw(nats_server, namespace, tmp_path, parent, 
         procfs_root=str(load.root), cgroup_parent=parent, cgroup_version="v1", state_file=str(tmp_path / "cpus.json"),
         exclusive_cpus=False))
     remediation_settings = RemediationSettings(**common, cool_down_s=1.0, max_actions_per_round=1,
-                                               action_timeout_s=10, retry_check_s=1)
+                                               action_timeout_s=10, retry_check_s=1, freeze="enabled",
+                                               migrate="enabled")
     remediation = RemediationService(remediation_settings)
     agent_task = await _start(agent)
     remediation_task = await _start(remediation)

@@ -215,7 +215,7 @@ async def test_scenario_expectations_met_and_not_met(nats_server, namespace, tmp
     plan = simulate_cmd.build_plan(args)
     placement = real_placement(nats_server.url, namespace)
     remediation = RemediationService(RemediationSettings(bus_url=nats_server.url, namespace=namespace, cluster="sim",
-                                                         http_port=0, http_host="127.0.0.1"))
+                                                         http_port=0, http_host="127.0.0.1", freeze="enabled"))
     sims = []
     result = await run_with([placement, remediation], plan, keeping(sims, waits_for_nodes(placement, 2)))
     verdicts = {e["expect"]: e["ok"] for e in result.report["expectations"]}

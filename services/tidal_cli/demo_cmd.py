@@ -51,14 +51,17 @@ def run_demo(args: argparse.Namespace) -> int:
     from tidal_simulator.bridge import stack_bridge
     from tidal_simulator.report_text import node_agents_line
 
+    from .simulate_cmd import ACTIONS_ENABLED
+
     started = elapsed()
     shutil.rmtree(args.data_dir, ignore_errors=True)
     services = [s for s in SERVICES if s in available()]
     if "placement" not in services:
         raise CliError("the placement service is not installed in this tidal (not in the service registry)",
                        exit_code=1)
-    # Short periods so a demo of a minute shows several rounds of every stage.
-    demo_env = {"TIDAL_SCORING_PERIOD_S": "1", "TIDAL_LOG_LEVEL": "WARNING"}
+    # Short periods so a demo of a minute shows several rounds of every stage; the simulated
+    # cluster's actions carried out (a real cluster's start dry-run).
+    demo_env = {**ACTIONS_ENABLED, "TIDAL_SCORING_PERIOD_S": "1", "TIDAL_LOG_LEVEL": "WARNING"}
     plan = _plan(args.data_dir)
     with Stack(args.data_dir, nats_port=0, namespace="demo", cluster="demo", services=services,
                extra_env=demo_env) as stack:

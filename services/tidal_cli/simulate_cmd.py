@@ -32,6 +32,10 @@ from .options import cluster_name, count, make_dir, namespace_name, number, seco
 
 # The webhook is part of the default path, as in a deployment: without it no node is oversold.
 DEFAULT_SERVICES = "placement,scoring,oversell,remediation,webhook"
+# The simulated cluster is the simulator's own: the services started for it carry out every action,
+# which on a real cluster start dry-run (docs/operations.md; examples/demo/actions.yaml is the same as a file).
+ACTIONS_ENABLED = {"TIDAL_OVERSELL_EVICT": "enabled", "TIDAL_REMEDIATION_FREEZE": "enabled",
+                   "TIDAL_REMEDIATION_MIGRATE": "enabled"}
 
 
 def add(subparsers) -> None:
@@ -66,7 +70,8 @@ def add(subparsers) -> None:
     p.add_argument("--real-time", action="store_true", help="scenario time runs with the wall clock")
     p.add_argument("--services", default=DEFAULT_SERVICES, help="services to start on the embedded stack")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                   help="a setting for the started services, e.g. TIDAL_OVERSELL_STOP_THRESHOLD=0.8")
+                   help="a setting for the started services, e.g. TIDAL_OVERSELL_STOP_THRESHOLD=0.8 (they "
+                        "evict, freeze and migrate for real: TIDAL_OVERSELL_EVICT=dry-run shows the default)")
     p.add_argument("--data-dir", type=Path, default=Path(".tidal/simulate"), help="embedded stack (wiped at start)")
     p.add_argument("--bus", help="use the services running on this bus instead of starting them")
     p.add_argument("--namespace", type=namespace_name, default="sim", help="stream namespace (the services' TIDAL_NAMESPACE)")
@@ -159,10 +164,12 @@ def _services(args: argparse.Namespace) -> list[str]:
 
 
 def stack_env(args: argparse.Namespace) -> dict[str, str]:
-    """Settings for the started services: fast fair-share updates, the GPU
-    strategy, and for the arrive-only protocol no oversell and no holding
-    back behind a waiting pod (each pod gets one try, as in the paper)."""
-    env = {"TIDAL_SCORING_PERIOD_S": "1", "TIDAL_SCORING_SETTLE_TIME": "2m", "TIDAL_LOG_LEVEL": "WARNING"}
+    """Settings for the started services: every action enabled, fast
+    fair-share updates, the GPU strategy, and for the arrive-only protocol
+    no oversell and no holding back behind a waiting pod (each pod gets one
+    try, as in the paper); `--env` over them."""
+    env = {**ACTIONS_ENABLED, "TIDAL_SCORING_PERIOD_S": "1", "TIDAL_SCORING_SETTLE_TIME": "2m",
+           "TIDAL_LOG_LEVEL": "WARNING"}
     if args.gpu_strategy:
         env["TIDAL_PLACEMENT_GPU_STRATEGY"] = args.gpu_strategy
     if args.arrive_only:

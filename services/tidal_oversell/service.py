@@ -19,6 +19,7 @@ from tidal_schemas import (
 )
 
 from tidal_policy.action_memory import SENT_AT
+from tidal_policy.action_modes import dry_run_notice
 from tidal_runtime import InventoryGate, OutputBatches, Service, Subscription
 from tidal_runtime.action_log import follow_action_log
 from tidal_runtime.journal import Journal
@@ -52,6 +53,9 @@ class OversellService(Service):
         self.inventories = InventoryGate(self.settings.topology_wait_s)
         self.journal = Journal()  # every step that changes what it knows, in order: what a replay re-runs
         self.clock: Clock = wall_clock  # the journal's; decisions take the sample's own time
+        self.dry_run = self.settings.dry_run_kinds()  # published marked dry_run, carried out by nobody
+        if notice := dry_run_notice(self.dry_run, self.settings.dry_run, "oversell.evict: enabled"):
+            self.log.warning("%s", notice)
 
     def subscriptions(self) -> list[Subscription]:
         return [Subscription("node.topology", self.on_topology), Subscription("score.node", self.on_score),
@@ -181,8 +185,9 @@ class OversellService(Service):
         # the log says when it was sent, so the memory rebuilt from it equals the live one
         measured = {**measured, SENT_AT: cause.payload.sampled_at.timestamp()}
         action = NodeAction(action_id=action_id, node=node, kind=kind, pod=pod, reason=reason, measured=measured,
-                            dry_run=self.settings.dry_run, requested_by=self.name, **fields)
+                            dry_run=kind in self.dry_run, requested_by=self.name, **fields)
         self.log_of_actions.record(cause.cluster, action, cause.payload.sampled_at)
         self.pool_metrics.action(cause.cluster, action.kind, action.dry_run)
-        self.log.info("node %s: %s %s (%s)", action.node, action.kind, action.pod or "", action.reason)
+        self.log.info("node %s: %s%s %s (%s)", action.node, "dry run: " if action.dry_run else "", action.kind,
+                      action.pod or "", action.reason)
         await self.publish(action, cause=cause, discriminator=f"{action.kind}/{action.pod or ''}")

@@ -7,6 +7,7 @@ from typing import ClassVar
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from tidal_policy.action_modes import ActionMode, dry_run_kinds
 from tidal_runtime import ServiceSettings
 from tidal_schemas import STOP_SCHEDULING_TAINT
 from tidal_schemas.node import OversellPolicy
@@ -48,10 +49,21 @@ class OversellSettings(ServiceSettings):
     eviction_cooldown_s: float = Field(60.0, ge=0, description="no new eviction on a node this soon after its "
                                        "last one")
     eviction_timeout_s: float = Field(300.0, gt=0, description="an eviction without the pod gone is retried after")
-    dry_run: bool = Field(False, description="decide and publish taints and evictions marked dry-run; the bridge "
-                          "does not carry them out")
+    evict: ActionMode = Field("dry-run", description="evictions past evictFraction. dry-run (the default): "
+                              "decided, logged, counted and published marked dry_run, and the bridge evicts "
+                              "nothing; enabled: the bridge evicts through the Eviction API. Dry-run until an "
+                              "operator has watched the would-be evictions, since an eviction kills a running pod")
+    taint: ActionMode = Field("enabled", description="the stop-scheduling taint past stopThreshold and its "
+                              "removal. Enabled by default: it only keeps new pods off the node, touches no "
+                              "running pod, and oversell removes it itself below stopThreshold − hysteresis")
+    dry_run: bool = Field(False, description="deprecated, removed in the next release: true makes every action "
+                          "dry-run, taints included, whatever evict and taint say")
     topology_wait_s: float = Field(10.0, gt=0, description="how long a node's first sample waits for its "
                                    "topology (read by another consumer); a node still without one is refused")
+
+    def dry_run_kinds(self) -> frozenset[str]:
+        """The action kinds oversell publishes dry-run (see `evict`, `taint`)."""
+        return dry_run_kinds({"evict": self.evict, "taint": self.taint, "untaint": self.taint}, self.dry_run)
 
     def policy_for(self, pool: str) -> Policy:
         return self.pool_policies.get(pool, self.default_policy)

@@ -29,8 +29,8 @@ choice (remediation names the NUMA node and the count); no action on a NUMA node
 the cool-down (a move's target included) — within one round actions chain
 on projected loads, the cool-down separates rounds so that each starts
 from a measurement that shows the previous round's effect; at most
-`max_actions_per_round`; with `dry_run` every action is marked so (the
-service publishes it for visibility and does not record it). A pod is
+`max_actions_per_round`; an action whose kind is in `dry_run` is marked so
+(the service publishes it for visibility and does not record it). A pod is
 frozen if the agent says so or the memory does — except a confirmed freeze
 of a pod measured using CPU again (thawed by hand, restarted), which is
 frozen anew rather than believed. Everything not done is said in `notes`.

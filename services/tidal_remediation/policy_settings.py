@@ -25,7 +25,7 @@ class PolicySettings:
     low_threshold: float = DEFAULT_LOW
     cool_down_s: float = 30.0
     max_actions_per_round: int = 3
-    dry_run: bool = False
+    dry_run: frozenset[str] = frozenset()  # the action kinds planned marked dry-run
     enabled: bool = True
     thaw_unrecorded_frozen: bool = True
     action_timeout_s: float = 60.0

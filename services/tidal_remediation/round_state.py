@@ -111,4 +111,4 @@ class RoundState:
         """Plan an action; call after `shift`, so its projected load is the new one."""
         self.busy.add(pod)
         self.actions.append(PlannedAction(kind, pod, numa, reason, self.measured[numa], before, self.loads[numa],
-                                          threshold, cpu, dict(shares), self.settings.dry_run, **move))
+                                          threshold, cpu, dict(shares), kind in self.settings.dry_run, **move))

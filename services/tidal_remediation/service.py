@@ -12,6 +12,7 @@ from typing import Any
 from tidal_bus import Delivery
 from tidal_clock import Clock, now_utc, wall_clock
 from tidal_policy.action_memory import plan_retries
+from tidal_policy.action_modes import dry_run_notice
 from tidal_schemas import ActionResult, CpuAssignment, Envelope, NodeAction, NodeMetrics, NodeTopology, derived_id
 
 from tidal_runtime import InventoryGate, Service, Subscription
@@ -40,6 +41,8 @@ class RemediationService(Service):
         super().__init__(settings, **kwargs)
         self.settings: RemediationSettings
         self.policy = self.settings.policy()
+        if notice := dry_run_notice(self.policy.dry_run, self.settings.dry_run, "remediation.freeze: enabled"):
+            self.log.warning("%s", notice)
         self.layouts: dict[tuple[str, str], NodeLayout] = {}  # not the topologies: see NodeLayout
         self.exclusive: dict[tuple[str, str], set[str]] = {}
         self.memory: dict[str, RemediationMemory] = {}  # per cluster
@@ -132,7 +135,8 @@ class RemediationService(Service):
             memory.record_action(action)
             self.actions.labels(cluster, action.kind, ACTION_REASONS.get(action.kind, "other"),
                                 str(action.dry_run).lower()).inc()
-            self.log.info("node %s: %s %s (%s)", action.node, action.kind, action.pod, action.reason)
+            self.log.info("node %s: %s%s %s (%s)", action.node, "dry run: " if action.dry_run else "", action.kind,
+                          action.pod, action.reason)
             await self.publish(action, event_id=action.action_id, cluster=cluster)
 
     async def retry_unanswered(self) -> None:

@@ -22,6 +22,10 @@ from tidal_runtime.journal import recorded_input
 from tidal_schemas import ActionResult, Envelope, NodeAction, NodeAllocatables, make_envelope
 
 LIVE = Delivery(stream="", partition=0, position=0, attempt=1, replaying=False)
+# A journal recorded before the per-action switches names none of them: those
+# releases carried out every action (unless the service-wide dry_run said otherwise).
+BEFORE_SWITCHES = {"oversell": {"evict": "enabled", "taint": "enabled"},
+                   "remediation": {"freeze": "enabled", "migrate": "enabled"}}
 
 
 class CapturedOutputs:
@@ -45,6 +49,12 @@ class CapturedOutputs:
         return envelope
 
 
+def replay_settings(stage: str, recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings `stage`'s journal replays with: the `recorded` ones,
+    over what a release before the per-action switches did (acted)."""
+    return {**BEFORE_SWITCHES[stage], **recorded}
+
+
 @dataclass
 class StageReplay:
     stage: str
@@ -59,6 +69,7 @@ async def replay_acting(stage: str, member: str, steps: list[tuple[str, float, s
     """Run `stage`'s (`oversell` or `remediation`) journal `steps` again."""
     bus = CapturedOutputs(member)
     run = StageReplay(stage, member)
+    settings = replay_settings(stage, settings)
     if stage == "oversell":
         svc: Any = OversellService(OversellSettings(**settings, cluster=cluster), bus=bus)
         svc.action_log_ready.set()

@@ -204,13 +204,13 @@ class SimulatorService(Service):
         self._awaiting_allocatable -= {f.sample or "" for f in envelope.payload.items if f.node in self.model.nodes}
 
     async def on_action(self, envelope: Envelope[NodeAction], delivery: Delivery) -> None:
-        """Every action is counted; the node agent's kinds are carried out by
+        """Every action is counted (a dry run apart); the node agent's kinds are carried out by
         the node's agent (the bridge carries out taints and evictions through
         the API server)."""
         action, t = envelope.payload, self.clock.t_s
         self._touch()
         by = action.requested_by or envelope.source
-        self.record.actions[(by, action.kind)] += 1
+        self.record.actions[(by, action.kind + (" (dry run)" if action.dry_run else ""))] += 1
         self.record.asked[(action.kind, action.node, action.pod)] = by
         if envelope.cluster != self.settings.cluster:
             return
