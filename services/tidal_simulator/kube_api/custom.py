@@ -99,16 +99,16 @@ class CustomResources:
                                   "metadata": {"resourceVersion": str(self.store.rv)},
                                   "items": [c.document for c in self.crds.values()]})
 
-    def _crd_named(self, name: str) -> Crd | None:
+    def crd_named(self, name: str) -> Crd | None:
         return next((c for c in self.crds.values() if c.document["metadata"]["name"] == name), None)
 
     async def _get_crd(self, request: web.Request) -> web.StreamResponse:
-        crd = self._crd_named(request.match_info["name"])
+        crd = self.crd_named(request.match_info["name"])
         return web.json_response(crd.document) if crd else not_found("customresourcedefinitions",
                                                                         request.match_info["name"])
 
     async def _delete_crd(self, request: web.Request) -> web.StreamResponse:
-        crd = self._crd_named(request.match_info["name"])
+        crd = self.crd_named(request.match_info["name"])
         if crd is None:
             return not_found("customresourcedefinitions", request.match_info["name"])
         for obj in list(self.store.objects.get(crd.resource, {}).values()):  # its objects go with it

@@ -1,20 +1,21 @@
-"""core/v1 Events as the API server keeps them: get, patch (how client-go's
+"""core/v1 Events as the API server keeps them: create, get, patch (how client-go's
 event correlator counts a repeat: `count` and `lastTimestamp` patched on
 the one Event object), and lists filtered by field selector (how `kubectl
 describe pod` finds a pod's events: `involvedObject.name=…,
 involvedObject.namespace=…,involvedObject.uid=…`).
 
-Create and the unfiltered list live with the server (`server.py`); every
-write here stamps the store's next resourceVersion, as they do.
+Every write here stamps the store's next resourceVersion, as the server's
+writes do.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from aiohttp import web
 
-from .protocol import MERGE_TYPES, field_value, not_found, status
+from .protocol import MERGE_TYPES, field_value, not_found, now_stamp, status
 from .strategic import apply_patch
 
 FIELDS = {"involvedObject.kind", "involvedObject.name", "involvedObject.namespace", "involvedObject.uid",
@@ -51,6 +52,18 @@ class EventRoutes:
 
     def __init__(self, server: Any) -> None:
         self.server = server
+
+    async def create(self, request: web.Request) -> web.StreamResponse:
+        ns = request.match_info["ns"]
+        body = await request.json()
+        name = (body.get("metadata") or {}).get("name") or f"event.{uuid.uuid4().hex[:16]}"
+        if (ns, name) in self.server.events:
+            return status(409, "AlreadyExists", f'events "{name}" already exists', name=name, kind="events")
+        self.server.store.rv += 1
+        body["metadata"] = {**body.get("metadata", {}), "name": name, "namespace": ns, "uid": str(uuid.uuid4()),
+                            "resourceVersion": str(self.server.rv), "creationTimestamp": now_stamp()}
+        self.server.events[(ns, name)] = body
+        return web.json_response(body, status=201)
 
     async def get(self, request: web.Request) -> web.StreamResponse:
         ns, name = request.match_info["ns"], request.match_info["name"]

@@ -18,6 +18,7 @@ and kubectl use.
     GET, PATCH /api/v1/namespaces/{ns}/events/{name}      a repeat counted (`events.py`)
     GET    /api, /apis, /api/v1, /version                 discovery (kubectl)
     /apis/...                                             custom resources (`custom.py`)
+    PATCH  any object's URL, apply-patch+yaml              server-side apply (`server_side_apply.py`)
 
 As the API server does: one global resourceVersion (see `store.py`); list
 responses carry `metadata.resourceVersion`; a watch from a resourceVersion
@@ -46,7 +47,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -57,10 +57,11 @@ from .custom import CustomResources
 from .events import EventRoutes
 from .objects import node_object, pod_object
 from .paging import ContinueError, Pages
-from .protocol import KINDS, MERGE_TYPES, Watcher, not_found, now_stamp, parse_selector, status
+from .protocol import KINDS, MERGE_TYPES, Watcher, not_found, parse_selector, status
 from .faults import FaultInjection
 from .node_status import NodeStatusWrites
 from .pod_writes import PodWrites
+from .server_side_apply import ServerSideApply
 from .store import Store
 from .strategic import apply_patch
 from .watch import serve_watch
@@ -86,6 +87,7 @@ class KubeApiServer(FaultInjection, PodWrites, NodeStatusWrites):
         self.evictions: list[tuple[str, str]] = []
         self.bindings: list[tuple[str, str, str]] = []
         FaultInjection.__init__(self)
+        self.server_side_apply = ServerSideApply(self)  # kubectl apply --server-side, and the kinds only it writes
         NodeStatusWrites.__init__(self, bookmark_interval_s)  # nodes/status through admission, its webhooks
         self.bookmark_interval_s = bookmark_interval_s
         self._runner: web.AppRunner | None = None
@@ -129,7 +131,7 @@ class KubeApiServer(FaultInjection, PodWrites, NodeStatusWrites):
         events = EventRoutes(self)
         r.add_get("/api/v1/events", events.list)
         r.add_get("/api/v1/namespaces/{ns}/events", events.list)
-        r.add_post("/api/v1/namespaces/{ns}/events", self._create_event)
+        r.add_post("/api/v1/namespaces/{ns}/events", events.create)
         r.add_get("/api/v1/namespaces/{ns}/events/{name}", events.get)
         r.add_patch("/api/v1/namespaces/{ns}/events/{name}", events.patch)
         self.custom.add_routes(r)
@@ -202,7 +204,7 @@ class KubeApiServer(FaultInjection, PodWrites, NodeStatusWrites):
         code = self.injected(request.method, request.path, request.query)
         if code is not None:
             return status(code, "InternalError" if code >= 500 else "Failure", f"injected {code}")
-        return await handler(request)
+        return await self.server_side_apply.serve(request) or await handler(request)
 
     @staticmethod
     def _discovery(document: Callable[[], dict[str, Any]]):
@@ -243,18 +245,6 @@ class KubeApiServer(FaultInjection, PodWrites, NodeStatusWrites):
                 return web.json_response(obj)
             return web.json_response(self.store.write(resource, "MODIFIED", patched))
         return handle
-
-    async def _create_event(self, request: web.Request) -> web.StreamResponse:
-        ns = request.match_info["ns"]
-        body = await request.json()
-        name = (body.get("metadata") or {}).get("name") or f"event.{uuid.uuid4().hex[:16]}"
-        if (ns, name) in self.events:
-            return status(409, "AlreadyExists", f'events "{name}" already exists', name=name, kind="events")
-        self.store.rv += 1
-        body["metadata"] = {**body.get("metadata", {}), "name": name, "namespace": ns, "uid": str(uuid.uuid4()),
-                            "resourceVersion": str(self.rv), "creationTimestamp": now_stamp()}
-        self.events[(ns, name)] = body
-        return web.json_response(body, status=201)
 
     def _list_or_watch(self, resource: str):
         async def handle(request: web.Request) -> web.StreamResponse:
