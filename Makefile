@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install schemas clean bench
+.PHONY: demo test install schemas manifests clean bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,11 @@ test: $(STAMP) $(CHROMIUM) $(KUBECTL)
 schemas: $(STAMP)
 	$(BIN)/tidal schemas export
 	$(BIN)/tidal schemas crds
+
+# The rendered install files, k8s/install/<bus>.yaml, one per overlay: run after
+# any change under k8s/ (tests/test_install.py fails while they differ).
+manifests: $(STAMP)
+	$(BIN)/python -m tidal_cli.manifests
 
 bench: $(STAMP)
 	$(BIN)/python bench/placement.py --nodes 1000 5000

@@ -2,12 +2,12 @@
 Dockerfile.
 
 Everything runs offline. The `kustomize` binary is not assumed, so a small
-loader below builds each kustomization the way kustomize would for the
-features these manifests use (resources, nested bases, `namespace:`, and
-strategic-merge patches of ConfigMap data and of workloads' pod templates,
-lists merged by their Kubernetes merge keys). It refuses anything else, so a
-kustomization that starts using another feature fails here instead of being
-checked wrongly.
+loader (`tidal_cli.manifests`, which also renders k8s/install/) builds each
+kustomization the way kustomize would for the features these manifests use
+(resources, nested bases, `namespace:`, and strategic-merge patches of
+ConfigMap data and of workloads' pod templates, lists merged by their
+Kubernetes merge keys). It refuses anything else, so a kustomization that
+starts using another feature fails here instead of being checked wrongly.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ import pytest
 import yaml
 
 from tidal_bus.embedded import free_port, nats_server_binary
+from tidal_cli.manifests import CLUSTER_SCOPED, build, load_documents
+from tidal_cli.manifests import merge as _merge
 from tidal_schemas import crd
 from tidal_schemas.tenancy import TenantDocumentError, tenant_config
 from tidal_simulator.kube_api import openapi
@@ -82,104 +84,8 @@ BRIDGE_REQUIRED = frozenset(
     | {("", "pods/status", "patch"), ("", "events", "patch")}
 )
 
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PersistentVolume", "StorageClass",
-                  "CustomResourceDefinition"}
-SUPPORTED_KUSTOMIZATION_KEYS = {"apiVersion", "kind", "namespace", "resources", "patches"}
-
-
 # --------------------------------------------------------------------------
-# A tiny kustomize
-
-
-def load_documents(path: Path) -> list[dict]:
-    """The non-empty YAML documents of one file."""
-    with path.open() as f:
-        docs = [d for d in yaml.safe_load_all(f) if d is not None]
-    for doc in docs:
-        assert isinstance(doc, dict) and "kind" in doc, f"{path}: not a Kubernetes object: {doc!r}"
-    return docs
-
-
-# Strategic-merge keys of the pod-template lists patched here (as in the
-# Kubernetes API's patchMergeKey); any other list is replaced whole.
-MERGE_KEYS = {"containers": "name", "env": "name", "volumes": "name", "volumeMounts": "mountPath"}
-PATCHABLE_WORKLOADS = {"Deployment", "DaemonSet", "StatefulSet"}
-
-
-def _merge(target: dict, patch: dict) -> None:
-    """Strategic merge of `patch` into `target`, in place."""
-    for key, value in patch.items():
-        if isinstance(value, dict) and isinstance(target.get(key), dict):
-            _merge(target[key], value)
-        elif isinstance(value, list) and key in MERGE_KEYS and isinstance(target.get(key), list):
-            by_key = {item[MERGE_KEYS[key]]: item for item in target[key]}
-            added = []
-            for item in value:
-                if item[MERGE_KEYS[key]] in by_key:
-                    _merge(by_key[item[MERGE_KEYS[key]]], item)
-                else:
-                    added.append(copy.deepcopy(item))
-            target[key][:0] = added  # kustomize puts new items first, in the patch's order
-        else:
-            target[key] = copy.deepcopy(value)
-
-
-def _apply_patch(objects: list[dict], patch: dict, origin: Path) -> None:
-    """Strategic-merge patch of a ConfigMap's data or of a workload's pod template."""
-    if patch.get("kind") in PATCHABLE_WORKLOADS and set(patch) <= {"apiVersion", "kind", "metadata", "spec"} \
-            and set(patch.get("spec", {})) <= {"template"}:
-        name = patch["metadata"]["name"]
-        targets = [o for o in objects if o["kind"] == patch["kind"] and o["metadata"]["name"] == name]
-        assert len(targets) == 1, f"{origin}: patch target {patch['kind']} {name!r} found {len(targets)} times"
-        _merge(targets[0]["spec"], patch.get("spec", {}))
-        return
-    if patch.get("kind") != "ConfigMap" or set(patch) - {"apiVersion", "kind", "metadata", "data"}:
-        raise NotImplementedError(f"{origin}: the test loader only patches ConfigMap data and pod templates")
-    name = patch["metadata"]["name"]
-    targets = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == name]
-    assert len(targets) == 1, f"{origin}: patch target ConfigMap {name!r} found {len(targets)} times"
-    data = targets[0].setdefault("data", {})
-    for key, value in (patch.get("data") or {}).items():
-        if value is None:  # strategic merge: null deletes the key
-            data.pop(key, None)
-        else:
-            data[key] = value
-
-
-def build(directory: Path) -> list[dict]:
-    """The objects `kustomize build directory` would emit (for our subset)."""
-    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
-    unsupported = set(kustomization) - SUPPORTED_KUSTOMIZATION_KEYS
-    if unsupported:
-        raise NotImplementedError(f"{directory}: test loader does not support {sorted(unsupported)}")
-
-    objects: list[dict] = []
-    for resource in kustomization.get("resources", []):
-        path = (directory / resource).resolve()
-        assert path.exists(), f"{directory}: missing resource {resource}"
-        objects += build(path) if path.is_dir() else load_documents(path)
-
-    for entry in kustomization.get("patches", []):
-        if not isinstance(entry, dict) or set(entry) != {"path"}:
-            raise NotImplementedError(f"{directory}: only file patches (`- path: FILE`) are supported")
-        patch_file = directory / entry["path"]
-        for patch in load_documents(patch_file):
-            _apply_patch(objects, patch, patch_file)
-
-    namespace = kustomization.get("namespace")
-    if namespace:
-        for obj in objects:
-            if obj["kind"] not in CLUSTER_SCOPED:
-                obj["metadata"]["namespace"] = namespace
-            if obj["kind"] in {"RoleBinding", "ClusterRoleBinding"}:
-                for subject in obj.get("subjects", []):
-                    if subject.get("kind") == "ServiceAccount":
-                        subject["namespace"] = namespace
-
-    ids = [(o["apiVersion"], o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects]
-    duplicates = {i for i in ids if ids.count(i) > 1}
-    assert not duplicates, f"{directory}: objects defined twice: {sorted(duplicates)}"
-    return objects
+# The loader (a tiny kustomize) is tidal_cli.manifests, which renders k8s/install/.
 
 
 @functools.cache

@@ -1,0 +1,77 @@
+"""The rendered install files, k8s/install/<bus>.yaml: each is the render of
+its overlay (`make manifests`; a change under k8s/ without it fails here),
+valid for the oldest Kubernetes the manifests support, in an order
+`kubectl apply --server-side -f` can create, and applied to the stand-in
+API server cleanly, twice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from kube_apply import apply_file
+from test_manifests import K8S_VERSION
+from tidal_cli import manifests
+from tidal_simulator.kube_api import KubeApiServer
+
+INSTALL = manifests.INSTALL
+FILES = sorted(manifests.OVERLAYS)
+
+
+def documents(name: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all((INSTALL / name).read_text()) if d]
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_the_install_file_is_the_render_of_its_overlay(name):
+    overlay = manifests.OVERLAYS[name]
+    assert (INSTALL / name).read_text() == manifests.render(overlay), (
+        f"k8s/install/{name} differs from the render of k8s/{overlay}: run `make manifests`")
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_the_install_file_holds_every_object_of_its_overlay_valid(name):
+    objects = documents(name)
+    key = manifests.legacy_order
+    assert sorted(objects, key=key) == sorted(manifests.build(manifests.K8S / manifests.OVERLAYS[name]), key=key)
+    errors = []
+    for obj in objects:
+        try:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        except (kubernetes_validate.ValidationError, kubernetes_validate.SchemaNotFoundError) as exc:
+            errors.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc.message}")
+    assert not errors, "\n".join(errors)
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_what_an_object_needs_comes_before_it(name):
+    kinds = [o["kind"] for o in documents(name)]
+    assert kinds[0] == "Namespace"
+    last_crd = max(i for i, k in enumerate(kinds) if k == "CustomResourceDefinition")
+    assert last_crd < min(i for i, k in enumerate(kinds) if k not in ("Namespace", "CustomResourceDefinition"))
+    assert kinds.index("ServiceAccount") < min(kinds.index(k) for k in ("Deployment", "DaemonSet", "StatefulSet"))
+    assert kinds.index("ConfigMap") < kinds.index("Deployment")
+
+
+def test_check_names_a_stale_file_and_the_render_rewrites_it(tmp_path: Path, capsys):
+    assert manifests.main(["--out", str(tmp_path)]) == 0
+    assert manifests.main(["--check", "--out", str(tmp_path)]) == 0
+    (tmp_path / "kafka.yaml").write_text((tmp_path / "kafka.yaml").read_text().replace("replicas: 3", "replicas: 2"))
+    assert manifests.main(["--check", "--out", str(tmp_path)]) == 1
+    assert "kafka.yaml: differs from its render" in capsys.readouterr().err
+    assert manifests.stale(tmp_path) == ["kafka.yaml"]
+
+
+@pytest.mark.parametrize("name", FILES)
+async def test_the_install_file_applies_server_side_to_an_empty_stand_in_twice(name):
+    async with KubeApiServer() as api:
+        first = await apply_file(api.url, INSTALL / name)
+        assert set(first) == {201}, first
+        written = api.rv
+        assert set(await apply_file(api.url, INSTALL / name)) == {200}  # the same file again: nothing changes
+        assert api.rv == written
+        assert {crd.kind for crd in api.custom.crds.values()} == {"Tenant", "FairShare"}
+        assert len(api.objects["deployments.apps"]) == sum(o["kind"] == "Deployment" for o in documents(name))
