@@ -51,6 +51,8 @@ K8S_VERSION = "1.30.0"
 FIXED_SERVICES = ("topology", "scoring", "placement", "oversell", "remediation", "bridge")
 # Service packages that exist but are not deployed.
 NOT_DEPLOYED = {"simulator", "cli", "audit"}  # the auditor is a tool (`tidal audit`), not a service
+# The NATS overlay's credential issuer (`python -m tidal_credentials`): tests/test_manifests_credentials.py.
+NOT_DEPLOYED |= {"credentials"}
 # Per-node stages that scale horizontally on CPU.
 AUTOSCALED = {"scoring", "oversell", "remediation"}
 
@@ -389,7 +391,7 @@ def _granted(role: dict) -> set[tuple[str, str, str]]:
 
 @pytest.mark.parametrize("name", BUNDLES)
 def test_only_the_bridge_is_bound_to_a_role(name: str) -> None:
-    objects = bundle(name)
+    objects = without_the_credential_issuer(bundle(name))
     bridge_account = workload_for(objects, "bridge")["spec"]["template"]["spec"]["serviceAccountName"]
     assert _service_accounts_of_bindings(objects) == {bridge_account}
 
@@ -404,7 +406,7 @@ def test_only_the_bridge_is_bound_to_a_role(name: str) -> None:
 
 @pytest.mark.parametrize("name", BUNDLES)
 def test_bridge_cluster_role_stays_within_allow_list(name: str) -> None:
-    (role,) = of_kind(bundle(name), "ClusterRole")
+    (role,) = of_kind(without_the_credential_issuer(bundle(name)), "ClusterRole")
     granted = _granted(role)
     extra = granted - BRIDGE_ALLOWED
     assert not extra, f"bridge ClusterRole grants more than it needs: {sorted(extra)}"
@@ -420,7 +422,7 @@ def test_allow_list_check_catches_an_added_rule() -> None:
 
 @pytest.mark.parametrize("name", BUNDLES)
 def test_no_token_outside_the_bridge(name: str) -> None:
-    objects = bundle(name)
+    objects = without_the_credential_issuer(bundle(name))
     bridge_account = workload_for(objects, "bridge")["spec"]["template"]["spec"]["serviceAccountName"]
     accounts = {sa["metadata"]["name"]: sa for sa in of_kind(objects, "ServiceAccount")}
     assert {f"tidal-{s}" for s in FIXED_SERVICES} <= set(accounts)
@@ -731,6 +733,9 @@ def test_nats_overlay_mounts_each_services_own_bus_credentials(service: str) -> 
     (container,) = pod["containers"]
     env = env_of(container)
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    if service == "topology":  # no Secret: credentials from the issuer (tests/test_manifests_credentials.py)
+        assert "secret" not in volumes["bus-credentials"] and "TIDAL_BUS_CREDS_FILE" not in env
+        return
     secret = volumes["bus-credentials"]["secret"]
     assert secret["secretName"] == f"tidal-bus-{service}" and not secret.get("optional")
     mounts = {m["mountPath"]: m for m in container["volumeMounts"] if m["name"] == "bus-credentials"}
@@ -741,25 +746,24 @@ def test_nats_overlay_mounts_each_services_own_bus_credentials(service: str) -> 
     seeds = _fake_seeds()
     creds = {user: SimpleNamespace(text=lambda user=user: f"JWT+SEED-{user}") for user in seeds}
     generated = {d["metadata"]["name"]: d["stringData"]
-                 for d in yaml.safe_load_all(k8s_secrets("{}", seeds, ["node-a"], creds=creds))}
-    if service == "topology":
-        # every node's user and creds in the Secret; each agent mounts only its own node's
-        assert {p: m["subPathExpr"] for p, m in mounts.items()} == {
-            user_file: "$(TIDAL_NODE_NAME).user", creds_file: "$(TIDAL_NODE_NAME).creds"}
-        keys = generated[secret["secretName"]]
-        assert (keys["node-a.user"], keys["node-a.creds"]) == ("topology-node-a", "JWT+SEED-topology-node-a")
-    else:
-        (mount,) = mounts.values()
-        assert (user_file, creds_file) == (f"{mount['mountPath']}/user", f"{mount['mountPath']}/creds")
-        assert generated[secret["secretName"]]["creds"] == f"JWT+SEED-{service}"
-        assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
-        assert secret["defaultMode"] & 0o007 == 0, "the seed must not be world-readable"
+                 for d in yaml.safe_load_all(k8s_secrets("{}", seeds, creds=creds))}
+    (mount,) = mounts.values()
+    assert (user_file, creds_file) == (f"{mount['mountPath']}/user", f"{mount['mountPath']}/creds")
+    assert generated[secret["secretName"]]["creds"] == f"JWT+SEED-{service}"
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
+    assert secret["defaultMode"] & 0o007 == 0, "the seed must not be world-readable"
 
 
 def _fake_seeds() -> dict[str, str]:
     from tidal_bus.nats_permissions import users
 
-    return {user: f"SU-{user}" for user in users("tidal", "default", ["node-a"])}
+    return {user: f"SU-{user}" for user in users("tidal", "default", [])}
+
+
+def without_the_credential_issuer(objects: list[dict]) -> list[dict]:
+    """The objects but the NATS overlay's credential issuer's (its own RBAC and
+    token are checked in tests/test_manifests_credentials.py)."""
+    return [o for o in objects if o["metadata"].get("labels", {}).get("app.kubernetes.io/name") != "tidal-credentials"]
 
 
 @pytest.mark.parametrize("name", BUNDLES)

@@ -151,32 +151,31 @@ def test_cli_writes_config_creds_and_secrets_and_keeps_the_keys(tmp_path, capsys
     assert check.returncode == 0, check.stderr
 
     secrets = {d["metadata"]["name"]: d for d in yaml.safe_load_all(secrets_file.read_text())}
-    assert set(secrets) == {"nats-config", "tidal-bus-topology", f"tidal-bus-{ADMIN}", "tidal-nats-account-signing",
+    # nothing per node: node agents get their credentials from the issuer, whose TLS Secret is here
+    assert set(secrets) == {"nats-config", f"tidal-bus-{ADMIN}", "tidal-nats-account-signing", "tidal-credentials-tls",
                             *(f"tidal-bus-{s}" for s in ACCESS if s != "topology")}
     assert secrets["nats-config"]["stringData"] == {"nats.conf": text}
     assert secrets["tidal-bus-scoring"]["stringData"] == {
         "user": "scoring", "seed": first["scoring.nk"].strip(), "creds": (credentials / "scoring.creds").read_text()}
-    assert secrets["tidal-bus-topology"]["stringData"] == {
-        f"{n}.{k}": {"user": f"topology-{n}", "seed": first[f"topology-{n}.nk"].strip(),
-                     "creds": (credentials / f"topology-{n}.creds").read_text()}[k]
-        for n in ("node-a", "node-b") for k in ("user", "seed", "creds")}
+    assert set(secrets["tidal-credentials-tls"]["data"]) == {"tls.crt", "tls.key", "ca.crt"}
     assert secrets["tidal-nats-account-signing"]["stringData"] == {"seed": first["account-signing.nk"].strip(),
                                                                    "account": account}
-    assert not [s for s in secrets.values() for v in s["stringData"].values()
+    assert not [s for s in secrets.values() for v in s.get("stringData", {}).values()
                 if first["operator.nk"].strip() in v or first["account.nk"].strip() in v]  # those stay offline
     assert stat.S_IMODE(secrets_file.stat().st_mode) == 0o600
     assert "10 new key(s), 0 kept; 10 JWT(s) issued; 0 node(s) revoked" in capsys.readouterr().out
 
-    # node-c joins, node-b leaves: every key is kept, node-c gets its own, node-b's JWT is revoked
-    # in the account JWT (the server refuses it), and node-b is in no Secret
+    # off Kubernetes, node-c joins and node-b leaves: every key is kept, node-c gets its own, node-b's JWT
+    # is revoked in the account JWT (the server refuses it); no node is in any Secret, and the issuer's
+    # certificate is kept
     assert main([*argv[:4], "node-a,node-c", *argv[5:]]) == 0
     again = {p.name: p.read_text() for p in credentials.glob("*.nk")}
     assert {k: v for k, v in again.items() if k in first} == first
     node_b = _claims(parse_creds((credentials / "topology-node-b.creds").read_text()).jwt)
     assert _preloaded(out)[account]["nats"]["revocations"] == {node_b["sub"]: node_b["iat"]}
-    topology = yaml.safe_load_all(secrets_file.read_text())
-    assert {k for d in topology if d["metadata"]["name"] == "tidal-bus-topology" for k in d["stringData"]} == {
-        "node-a.user", "node-a.seed", "node-a.creds", "node-c.user", "node-c.seed", "node-c.creds"}
+    again_secrets = {d["metadata"]["name"]: d for d in yaml.safe_load_all(secrets_file.read_text())}
+    assert set(again_secrets) == set(secrets)
+    assert again_secrets["tidal-credentials-tls"] == secrets["tidal-credentials-tls"]
     assert "1 new key(s), 9 kept; 1 JWT(s) issued; 1 node(s) revoked" in capsys.readouterr().out
 
 

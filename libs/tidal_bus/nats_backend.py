@@ -1,11 +1,10 @@
 """NATS JetStream backend.
 
 Layout: one file-backed stream per Tidal stream (`TIDAL_NODE_METRICS`),
-subjects `{ns}.{stream}.{cluster}.{partition}.{key}` (and `.{lane}` after it
-for the stream's side lane, `StreamSpec.side_lane`). A consumer group is one
-durable pull consumer per partition (filtered on the partition token); the
-group's members split the partitions between them (see membership.py), so a
-key is handled by one member at a time, in order.
+subjects `{ns}.{stream}.{cluster}.{partition}.{key}` (and `.{lane}` after it for
+the stream's side lane, `StreamSpec.side_lane`). A consumer group is one durable
+pull consumer per partition (filtered on the partition token); the group's members
+split the partitions between them (membership.py): a key is handled by one at a time.
 """
 
 from __future__ import annotations
@@ -166,6 +165,10 @@ class NatsBackend(Backend):
             await self._nc.drain()
         self._nc = None
 
+    async def reconnect(self) -> None:
+        """Log in again now, reading the creds file anew (renewed credentials)."""
+        await (self._nc.force_reconnect() if self._nc is not None else asyncio.sleep(0))
+
     @property
     def connected(self) -> bool:
         return self._nc is not None and self._nc.is_connected
@@ -268,15 +271,8 @@ class NatsBackend(Backend):
         return subject, headers
 
     # -- consuming -----------------------------------------------------------
-    async def subscribe(
-        self,
-        spec: StreamSpec,
-        group: str,
-        start: StartAt,
-        *,
-        on_assign: AssignmentListener | None = None,
-        linger_s: float = 0.0,
-    ) -> GroupSubscription:
+    async def subscribe(self, spec: StreamSpec, group: str, start: StartAt, *,
+                        on_assign: AssignmentListener | None = None, linger_s: float = 0.0) -> GroupSubscription:
         await self.ensure_stream(spec)
         sub = NatsGroupSubscription(self, spec, group, start, on_assign, linger_s)
         try:

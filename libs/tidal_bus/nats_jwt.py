@@ -119,16 +119,18 @@ def account_claims(account: str, *, name: str, iat: int, signing_keys: tuple[str
 
 
 def user_claims(user: str, *, name: str, iat: int, publish: tuple[str, ...], subscribe: tuple[str, ...],
-                issuer_account: str | None = None) -> dict[str, Any]:
+                issuer_account: str | None = None, exp: int | None = None) -> dict[str, Any]:
     """A user's claims: it may publish to `publish` and subscribe to
     `subscribe` only (everything else denied). `issuer_account` names the
-    account when a signing key, not the account's own key, signs them."""
+    account when a signing key, not the account's own key, signs them;
+    `exp` (Unix seconds) is when the server stops admitting it and closes
+    the connections that logged in with it."""
     nats: dict[str, Any] = {"pub": {"allow": list(publish)}, "sub": {"allow": list(subscribe)},
                             "subs": UNLIMITED, "data": UNLIMITED, "payload": UNLIMITED}
     if issuer_account:
         nats["issuer_account"] = issuer_account
     nats.update(type="user", version=2)
-    return {"iat": iat, "name": name, "sub": user, "nats": nats}
+    return {**({"exp": exp} if exp is not None else {}), "iat": iat, "name": name, "sub": user, "nats": nats}
 
 
 @dataclass(frozen=True)

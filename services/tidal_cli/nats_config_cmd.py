@@ -6,11 +6,14 @@ decentralized authentication) and the credentials of every Tidal user.
 
 The server configuration holds the operator JWT, the system account and a
 MEMORY resolver preloaded with the deployment's account JWT: no user, so it
-does not grow with nodes, and a node that joins needs no reload. Each user
-(a service, a node agent, the admin) gets a `.creds` file: a user JWT with
-exactly its permissions (nats_permissions), signed by the account's signing
-key, and its nkey seed. `tidal nats-creds` mints one for a joining node
-with the signing key alone.
+does not grow with nodes, and a node that joins needs no reload. Each
+central service and the admin get a `.creds` file: a user JWT with exactly
+its permissions (nats_permissions), signed by the account's signing key,
+and its nkey seed. Node agents get theirs at run time from the credential
+issuer (`python -m tidal_credentials`, which holds the signing key) with
+their ServiceAccount token: no Secret holds anything per node. Off
+Kubernetes, `--nodes` (or `tidal nats-creds --node`) mints node agents'
+`.creds` files into DIR, never into a Secret.
 
 Every key is made on the first run and kept in DIR (`*.nk`, mode 0600), and
 a JWT is re-issued only when what it says changes, so a re-run rewrites
@@ -24,6 +27,7 @@ import argparse
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -31,12 +35,15 @@ from tidal_clock import wall_clock
 from tidal_bus.nats_identity import SYSTEM_ACCOUNT_NAME, Authority, account_jwt, mint, operator_jwt, \
     render_server_config
 from tidal_bus.nats_jwt import MAX_CREDS_BYTES, Creds, InvalidCreds, decode_claims, parse_creds
-from tidal_bus.nats_permissions import ADMIN, topology_user, users
+from tidal_bus.nats_permissions import ADMIN, users
 from tidal_bus.nkey import MAX_SEED_BYTES, InvalidSeed, Role, new_key, new_user_key, public_key
 
 from .errors import CliError
 from .files import read_bounded
 from .options import cluster_name, make_dir, namespace_name, write_file
+
+if TYPE_CHECKING:
+    from .webhook_tls import WebhookTls
 
 _NODE = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")  # a Kubernetes node name
 SEED_SUFFIX, CREDS_SUFFIX = ".nk", ".creds"
@@ -57,17 +64,17 @@ def add(subparsers) -> None:
     parser.add_argument("--namespace", type=namespace_name, default=os.environ.get("TIDAL_NAMESPACE", "tidal"))
     parser.add_argument("--cluster", type=cluster_name, required=True,
                         help="the cluster id (TIDAL_CLUSTER of the services)")
-    nodes = parser.add_mutually_exclusive_group(required=True)
-    nodes.add_argument("--nodes", help="comma-separated node names, one agent user each")
-    nodes.add_argument("--nodes-file", type=Path, help="node names, one per line or comma-separated (thousands "
-                       "of nodes do not fit on a command line)")
+    nodes = parser.add_mutually_exclusive_group()
+    nodes.add_argument("--nodes", help="off Kubernetes only: comma-separated node names, a .creds file each in "
+                       "DIR (on Kubernetes the agents get theirs from the credential issuer)")
+    nodes.add_argument("--nodes-file", type=Path, help="the same, one name per line or comma-separated")
     parser.add_argument("--out", type=Path, required=True, help="where to write the server config")
     parser.add_argument("--credentials-dir", type=Path,
                         help="keys and credentials: <user>.nk, <user>.creds, the operator's and account's "
                              "seeds and JWTs (default: OUT.credentials/)")
     parser.add_argument("--k8s-secrets", type=Path,
                         help="also write the Kubernetes Secrets (server config, per-service credentials, "
-                             "the account signing key)")
+                             "the account signing key the credential issuer holds); none per node")
     parser.add_argument("--store-dir", default="/data", help="JetStream store directory of the server")
     parser.add_argument("--tls-cert", help="server certificate file (turns TLS on)")
     parser.add_argument("--tls-key", help="server key file")
@@ -168,15 +175,18 @@ def revoked_users(directory: Path, listed: set[str]) -> dict[str, int]:
     return found
 
 
-def k8s_secrets(server_config: str, seeds: dict[str, str], nodes: list[str], namespace: str = "tidal-system", *,
-                creds: dict[str, Creds] | None = None, authority: Authority | None = None) -> str:
-    """The Secrets the NATS overlay mounts: `nats-config` (the server config),
-    `tidal-bus-<service>` (user, seed, and `creds` when given),
-    `tidal-bus-topology` (`<node>.user`, `<node>.seed`, `<node>.creds` per
-    node, each agent mounting only its own node's keys) and, with the
-    authority, `tidal-nats-account-signing` (`seed`, `account`: what
-    `tidal nats-creds` needs to admit a node). The operator's and the
-    account's own seeds are in no Secret: they stay offline."""
+def k8s_secrets(server_config: str, seeds: dict[str, str], namespace: str = "tidal-system", *,
+                creds: dict[str, Creds] | None = None, authority: Authority | None = None,
+                issuer: "WebhookTls | None" = None) -> str:
+    """The Secrets the NATS overlay mounts, each the same size whatever the
+    number of nodes: `nats-config` (the server config), `tidal-bus-<service>`
+    (user, seed, and `creds` when given) for each central service and the
+    admin and, with the authority, `tidal-nats-account-signing` (`seed`,
+    `account`: what the credential issuer signs node agents' JWTs with) and,
+    with `issuer`, its serving certificate `tidal-credentials-tls` (the
+    agents mount its `ca.crt` only). Nothing per node: agents ask the
+    issuer. The operator's and the account's own seeds are in no Secret:
+    they stay offline."""
     def secret(name: str, data: dict[str, str]) -> dict:
         return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                 "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "tidal"}},
@@ -190,11 +200,13 @@ def k8s_secrets(server_config: str, seeds: dict[str, str], nodes: list[str], nam
 
     docs = [secret("nats-config", {"nats.conf": server_config})]
     docs += [secret(f"tidal-bus-{user}", keys(user)) for user in seeds if not user.startswith("topology-")]
-    docs.append(secret("tidal-bus-topology", {f"{node}.{what}": value for node in nodes
-                                              for what, value in keys(topology_user(node)).items()}))
     if authority is not None:
         docs.append(secret("tidal-nats-account-signing", {"seed": authority.account_signing,
                                                           "account": authority.public("account")}))
+    if issuer is not None:
+        from .issuer_tls import ISSUER_SECRET
+        from .webhook_tls import secret_manifest  # cryptography: only when Secrets are written
+        docs.append(secret_manifest(issuer, ISSUER_SECRET, namespace))
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
@@ -202,8 +214,9 @@ def run(args: argparse.Namespace) -> int:
     namespace, cluster = args.namespace, args.cluster  # checked by their argument types
     if bool(args.tls_cert) != bool(args.tls_key) or (args.tls_verify and not args.tls_ca):
         raise CliError("TLS needs --tls-cert and --tls-key together, and --tls-verify needs --tls-ca")
+    listed = args.nodes is not None or args.nodes_file is not None
     nodes = parse_nodes(args.nodes if args.nodes is not None else
-                        read_bounded(args.nodes_file).decode(errors="replace").replace("\n", ","))
+                        read_bounded(args.nodes_file).decode(errors="replace").replace("\n", ",")) if listed else []
     permissions = users(namespace, cluster, nodes)
     credentials = args.credentials_dir or args.out.with_name(args.out.name + ".credentials")
     make_dir(args.out.parent, "--out")
@@ -219,7 +232,8 @@ def run(args: argparse.Namespace) -> int:
         if creds[user] is not previous:
             minted += 1
             write_file(path, creds[user].text(), "--credentials-dir", mode=0o600)
-    revoked = revoked_users(credentials, set(permissions))
+    # node agents with files in DIR but no longer listed are revoked; without a list, nodes are the issuer's
+    revoked = revoked_users(credentials, set(permissions)) if listed else {}
     jwts = {"operator.jwt": operator_jwt(authority, f"tidal-{namespace}", now,
                                          _read_text(credentials / "operator.jwt")),
             "account.jwt": account_jwt(authority, "account", namespace, now, revocations=revoked,
@@ -250,7 +264,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {len(old)} password file(s) of an earlier run in {credentials}/ are no longer used (users log "
               "in with their .creds file now): re-apply the Secrets, then delete them")
     if args.k8s_secrets:
-        write_file(args.k8s_secrets, k8s_secrets(config, seeds, nodes, creds=creds, authority=authority),
+        from .issuer_tls import issuer_tls
+        write_file(args.k8s_secrets, k8s_secrets(config, seeds, creds=creds, authority=authority,
+                                                 issuer=issuer_tls(credentials)),
                    "--k8s-secrets", mode=0o600)
         print(f"wrote {args.k8s_secrets}: kubectl apply -f {args.k8s_secrets} before kubectl apply -k "
               f"k8s/overlays/nats (the CLI as {ADMIN}: TIDAL_BUS_CREDS_FILE={credentials / (ADMIN + CREDS_SUFFIX)})")

@@ -17,7 +17,9 @@ from typing import Any
 
 from prometheus_client import Gauge
 
-from tidal_bus import Delivery
+from tidal_bus import Bus, Delivery
+from tidal_bus.auth import BusAuth
+from tidal_bus.node_login import NodeLogin
 from tidal_bus.tracing import processing
 from tidal_clock import Clock, now_utc, wall_clock
 from tidal_schemas import BindResult, Envelope, NodeAction, PlacementDecisions, PodLifecycle
@@ -76,6 +78,7 @@ class TopologyService(Service):
             on_audit=lambda found: [self.audit_gauge.labels(self.name, k).set(n) for k, n in found.items()],
             log=self.log, devices=self.gpu_plugin)
         self.pods, self.cpus = self.core.pods, self.core.cpus
+        self.login: NodeLogin | None = None  # credentials from the issuer, when s.credentials_url is set
 
     @property
     def cpu_state(self) -> checkpoint.CpuState:
@@ -107,7 +110,25 @@ class TopologyService(Service):
 
     def loops(self):
         loops = [self.follow_pods, self.follow_binds, self.expire_binds, self.watch_cgroups, self.sample_usage]
+        loops += [self.renew_credentials] if self.login is not None else []
         return loops + ([self.serve_gpu_devices] if self.gpu_plugin is not None else [])
+
+    async def run(self) -> None:
+        s: TopologySettings = self.settings  # type: ignore[assignment]
+        if s.credentials_url and self._owns_bus:
+            if not s.bus_url.startswith(("nats://", "tls://")):
+                raise ValueError("TIDAL_TOPOLOGY_CREDENTIALS_URL issues NATS credentials: the bus is not NATS")
+            self.login = NodeLogin(s.credentials_url, s.credentials_token_file, s.credentials_file,
+                                   ca_file=s.credentials_ca_file, clock=lambda: self.clock())
+            await self.login.obtain_retrying()
+            self.bus = Bus.from_url(s.bus_url, namespace=s.namespace, cluster=s.cluster, source=self.name,
+                                    auth=BusAuth(creds_file=s.credentials_file), **s.bus_options())
+        await super().run()
+
+    async def renew_credentials(self) -> None:
+        """Renew the bus credentials before they expire, and log in with them."""
+        assert self.login is not None
+        await self.login.keep_renewed(self.bus.backend.reconnect)  # type: ignore[attr-defined]
 
     async def on_start(self) -> None:
         self.log.info("node %s: %d cpus, %d NUMA nodes, GPUs: %s", self.node, len(self.topology.cpus),

@@ -53,6 +53,15 @@ class TopologySettings(ServiceSettings):
                                    description="kubelet's CPU manager checkpoint: its policy must be none")
     audit_interval_s: float = Field(30.0, gt=0, description="node audit period, besides after every change")
     pool: str = Field("default", description="the node pool this node belongs to (oversell's pool_policies)")
+    credentials_url: str | None = Field(None, description="NATS: the credential issuer (python -m "
+                                        "tidal_credentials); set, the agent logs in with a user JWT the issuer "
+                                        "grants its ServiceAccount token, renewed before it expires, instead of "
+                                        "TIDAL_BUS_CREDS_FILE")
+    credentials_token_file: str = Field("/var/run/secrets/tidal/bus-token/token", description="the projected "
+                                        "ServiceAccount token (audience tidal-bus) sent to the issuer")
+    credentials_ca_file: str | None = Field(None, description="CA of the issuer's certificate (https)")
+    credentials_file: str = Field("/run/tidal/bus/creds", description="where the issued .creds file is "
+                                  "written (a memory volume: the agent's own seed is in it)")
 
     @field_validator("reserved_cpus")
     @classmethod

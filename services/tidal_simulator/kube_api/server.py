@@ -1,6 +1,5 @@
-"""The simulated cluster's Kubernetes API server (aiohttp, localhost): the
-real REST and watch protocol for what the bridge, the simulated kubelets
-and kubectl use.
+"""The simulated cluster's Kubernetes API server (aiohttp, localhost): the real REST
+and watch protocol for what the bridge, the simulated kubelets and kubectl use.
 
     GET    /api/v1/pods, /api/v1/namespaces/{ns}/pods     list, or watch=true
     POST   /api/v1/namespaces/{ns}/pods                   409 when the name exists
@@ -14,6 +13,7 @@ and kubectl use.
     PATCH  /api/v1/nodes/{name}
     GET, PATCH, PUT /api/v1/nodes/{name}/status          through mutating admission (`node_status.py`)
     /apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations   (`webhook_configs.py`)
+    POST   /apis/authentication.k8s.io/v1/tokenreviews    tokens it minted (`token_reviews.py`)
     GET, POST /api/v1/namespaces/{ns}/events, GET /api/v1/events   field selectors on involvedObject.*
     GET, PATCH /api/v1/namespaces/{ns}/events/{name}      a repeat counted (`events.py`)
     GET    /api, /apis, /api/v1, /version                 discovery (kubectl)
@@ -30,17 +30,16 @@ object changed; errors are `Status` objects; `Accept: ...;as=Table` gets
 the server-side table kubectl prints (`tables.py`); a list asked with
 `limit` comes in pages of one snapshot (`paging.py`).
 
-`admit_binding(pod, node)` plays an admission webhook on bindings, shown
-the pod as the binding would leave it: a message refuses the binding with
-403. Nothing checks resources at a binding, as in kube-apiserver: the
-simulated kubelets admit or reject the bound pod (`tidal_simulator.kubelet`);
-the simulator refuses bindings only at its injected bind-failure rate.
+`admit_binding(pod, node)` plays an admission webhook on bindings, shown the pod as
+the binding would leave it: a message refuses the binding with 403. Nothing checks
+resources at a binding, as in kube-apiserver: the simulated kubelets admit or reject
+the bound pod (`tidal_simulator.kubelet`); the simulator refuses bindings only at its
+injected bind-failure rate.
 
-Fault injection for tests: `compact()`, `break_watches(mode)` (abort the
-connection, end the stream, or tear a line in half first),
-`send_bookmarks()`, `block_eviction()`, `conflict_binding()`, `fail()`
-(answer the next matching requests with an error status), and `requests`
-(everything asked, for assertions).
+Fault injection for tests: `compact()`, `break_watches(mode)` (abort the connection, end
+the stream, or tear a line in half first), `send_bookmarks()`, `block_eviction()`,
+`conflict_binding()`, `fail()` (answer the next matching requests with an error
+status), and `requests` (everything asked, for assertions).
 """
 
 from __future__ import annotations
@@ -64,13 +63,14 @@ from .pod_writes import PodWrites
 from .server_side_apply import ServerSideApply
 from .store import Store
 from .strategic import apply_patch
+from .token_reviews import TokenReviews
 from .watch import serve_watch
 
 ADMISSION = {"admissionregistration.k8s.io": "v1"}
 BindingAdmission = Callable[[dict[str, Any], str], "str | None"]
 
 
-class KubeApiServer(FaultInjection, PodWrites, NodeStatusWrites):
+class KubeApiServer(FaultInjection, PodWrites, NodeStatusWrites, TokenReviews):
     """`await start()` (or `async with`), then point a client at `url`."""
 
     def __init__(self, *, bookmark_interval_s: float | None = None, history_limit: int | None = None,
@@ -128,6 +128,7 @@ class KubeApiServer(FaultInjection, PodWrites, NodeStatusWrites):
         r.add_get("/api/v1/nodes/{name}", self._get("nodes"))
         r.add_patch("/api/v1/nodes/{name}", self._patch("nodes"))
         self.add_node_status_routes(r)  # before the custom resources' /apis/{group}/… routes
+        self.add_token_review_routes(r)
         events = EventRoutes(self)
         r.add_get("/api/v1/events", events.list)
         r.add_get("/api/v1/namespaces/{ns}/events", events.list)

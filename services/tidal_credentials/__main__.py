@@ -1,0 +1,3 @@
+from .service import main
+
+raise SystemExit(main())

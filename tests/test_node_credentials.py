@@ -1,0 +1,190 @@
+"""Node agents' NATS credentials issued at run time from their ServiceAccount
+token (issue 55 item 3, issue 52 item 5): nothing per node in any Secret.
+
+A real nats-server runs the operator-mode config `tidal nats-config` writes
+with no node listed; the stand-in API server mints pod-bound tokens and
+reviews them as kube-apiserver does; the issuer (`tidal_credentials`) is
+served over real HTTP. A token bound to node-a's pod gets node-a's
+permissions and nothing else; anything else is refused with its reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.error
+import urllib.request
+import uuid
+
+import orjson
+import pytest
+
+from builders import metrics
+from conftest import NATS_TEST_OPTIONS
+from tidal_bus import Bus
+from tidal_bus.auth import BusAuth, BusPermissionError
+from tidal_bus.embedded import EmbeddedNats
+from tidal_bus.nats_jwt import decode_claims, parse_creds
+from tidal_bus.nats_permissions import service_permissions
+from tidal_bus.nkey import new_user_key
+from tidal_bus.node_login import LoginError, NodeLogin
+from tidal_cli.main import main as tidal
+from tidal_clock import wall_clock
+from tidal_credentials.service import CredentialIssuer
+from tidal_credentials.settings import CredentialsSettings
+from tidal_simulator.kube_api import KubeApiServer
+
+CLUSTER, AGENTS, AUDIENCE, TTL = "c1", "tidal-system", "tidal-bus", 600
+
+
+class Clock:
+    """A clock the test moves; it starts at the wall time because nats-server
+    checks a JWT's expiry against its own."""
+
+    def __init__(self) -> None:
+        self.t = wall_clock()
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class World:
+    def __init__(self, tmp, server, api, issuer, namespace, credentials, clock) -> None:
+        self.tmp, self.server, self.api, self.issuer = tmp, server, api, issuer
+        self.namespace, self.credentials, self.clock = namespace, credentials, clock
+
+    def token_file(self, token: str):
+        path = self.tmp / f"token-{uuid.uuid4().hex[:8]}"
+        path.write_text(token + "\n")
+        return path
+
+    def login(self, token: str, **options) -> NodeLogin:
+        return NodeLogin(self.issuer.url, self.token_file(token), self.tmp / f"{uuid.uuid4().hex[:8]}.creds",
+                         clock=self.clock, **options)
+
+    def bus(self, creds_file, **options) -> Bus:
+        return Bus.from_url(self.server.url, namespace=self.namespace, cluster=CLUSTER, source="topology",
+                            auth=BusAuth(creds_file=creds_file),
+                            **{**NATS_TEST_OPTIONS, "connect_deadline_s": 10.0, "publish_timeout_s": 10.0,
+                               **options})
+
+    def agent_token(self, pod: str, audiences=(AUDIENCE,), service_account: str = "tidal-topology") -> str:
+        return self.api.mint_token(AGENTS, service_account, pod=pod, audiences=audiences)
+
+
+@pytest.fixture(scope="module")
+async def world(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("node-credentials")
+    namespace = "n" + uuid.uuid4().hex[:10]
+    config, credentials = tmp / "nats.conf", tmp / "creds"
+    assert tidal(["nats-config", "--namespace", namespace, "--cluster", CLUSTER, "--out", str(config),
+                  "--credentials-dir", str(credentials), "--store-dir", ""]) == 0
+    assert not list(credentials.glob("topology-*")), "no node agent is listed anywhere"
+    server = EmbeddedNats(tmp / "server", config_file=config).start()
+    api = await KubeApiServer().start()
+    for node in ("node-a", "node-b"):
+        api.add_node(node)
+    api.add_pod("agent-a", AGENTS, node="node-a")
+    api.add_pod("agent-b", AGENTS, node="node-b")
+    api.add_pod("unbound", AGENTS)  # not scheduled: its token names no node
+    (tmp / "issuer-token").write_text("the issuer's own token\n")
+    clock = Clock()
+    settings = CredentialsSettings(namespace=namespace, cluster=CLUSTER, http_host="127.0.0.1", http_port=0,
+                                   signing_key_file=credentials / "account-signing.nk",
+                                   account=(credentials / "account.pub").read_text().strip(),
+                                   kube_api_url=api.url, kube_token_file=tmp / "issuer-token", kube_ca_file=None,
+                                   agent_service_account=f"{AGENTS}:tidal-topology", ttl_s=TTL)
+    issuer = await CredentialIssuer(settings, clock=clock).start()
+    async with Bus.from_url(server.url, namespace=namespace, cluster=CLUSTER, source="admin",
+                            auth=BusAuth(creds_file=credentials / "admin.creds"), **NATS_TEST_OPTIONS) as admin:
+        await admin.ensure_streams(["node.metrics"])
+    try:
+        yield World(tmp, server, api, issuer, namespace, credentials, clock)
+    finally:
+        await issuer.stop()
+        await api.stop()
+        server.stop()
+
+
+async def test_a_node_agent_gets_its_own_nodes_permissions_and_publishes_them(world):
+    login = world.login(world.agent_token("agent-a"))
+    creds = await login.obtain()
+    claims = decode_claims(creds.jwt)
+    assert claims["name"] == "topology-node-a" and claims["sub"] == login.public_key
+    assert claims["exp"] == int(world.clock()) + TTL  # bounded
+    granted = service_permissions("topology", namespace=world.namespace, cluster=CLUSTER, node="node-a")
+    assert (tuple(claims["nats"]["pub"]["allow"]), tuple(claims["nats"]["sub"]["allow"])) == \
+        (granted.publish, granted.subscribe)  # what `tidal nats-config` granted node-a's user
+    assert parse_creds(login.creds_file.read_text()).seed == login.seed  # the seed only in the agent's file
+    assert login.creds_file.stat().st_mode & 0o077 == 0
+    async with world.bus(login.creds_file) as bus:
+        await bus.publish(metrics("node-a"))
+        with pytest.raises(BusPermissionError) as refused:  # node-a's token never gets node-b's subjects
+            await bus.publish(metrics("node-b"))
+    assert "node-b" in str(refused.value) and "topology-node-a" in str(refused.value)
+
+
+def _ask(url: str, token: str | None, public: object) -> tuple[int, str]:
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+    request = urllib.request.Request(url, data=orjson.dumps({"publicKey": public}), headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, ""
+    except urllib.error.HTTPError as exc:
+        return exc.code, orjson.loads(exc.read())["reason"]
+
+
+@pytest.mark.parametrize("token, public, code, reason", [
+    (None, "agent", 401, "no ServiceAccount token"),
+    ("sim.not-a-token-it-minted", "agent", 401, "invalid bearer token"),
+    ("agent-a for the API server", "agent", 401, "invalid for the target audiences"),
+    ("scoring's token on node-b", "agent", 403, "system:serviceaccount:tidal-system:tidal-scoring is not the node"),
+    ("agent, unscheduled pod", "agent", 403, "bound to no node"),
+    ("agent-a", "SUAKEYTHATISNOTAPUBLICKEY", 400, "publicKey"),
+], ids=["no-token", "unknown", "other-audience", "other-service-account", "no-node", "bad-key"])
+async def test_what_is_not_node_agent_on_one_node_is_refused_with_its_reason(world, token, public, code, reason):
+    tokens = {"agent-a": world.agent_token("agent-a"),
+              "agent-a for the API server": world.agent_token("agent-a", audiences=("https://kubernetes.default.svc",)),
+              "scoring's token on node-b": world.agent_token("agent-b", service_account="tidal-scoring"),
+              "agent, unscheduled pod": world.agent_token("unbound")}
+    public = new_user_key()[1] if public == "agent" else public
+    answered = await asyncio.to_thread(_ask, world.issuer.url, tokens.get(token, token), public)
+    assert answered[0] == code and reason in answered[1]
+
+
+async def test_a_token_of_a_deleted_pod_is_refused_and_the_refusal_is_not_retried(world):
+    world.api.add_pod("gone", AGENTS, node="node-b")
+    login = world.login(world.agent_token("gone"))
+    world.api.delete_pod(AGENTS, "gone")
+    with pytest.raises(LoginError) as refused:
+        await login.obtain_retrying(retry_s=0.01)
+    assert refused.value.code == 401 and not refused.value.retriable and "not found" in str(refused.value)
+
+
+async def test_credentials_are_renewed_before_they_expire_and_the_agent_logs_in_again(world):
+    """Time from the injected clock: nothing is renewed before 2/3 of the
+    life (400 of 600 s), then a new JWT is written and the connection logs
+    in again with it; a renewal refused after expiry is an error."""
+    world.api.add_pod("renewing", AGENTS, node="node-b")
+    login = world.login(world.agent_token("renewing"))
+    await login.obtain()
+    first = decode_claims(parse_creds(login.creds_file.read_text()).jwt)
+    reconnects = []
+    async with world.bus(login.creds_file) as bus:
+        async def reconnect() -> None:
+            reconnects.append(world.clock())
+            await bus.backend.reconnect()
+
+        world.clock.t += TTL * 2 / 3 - 1
+        assert not await login.renew_if_due(reconnect) and not reconnects
+        world.clock.t += 2
+        assert await login.renew_if_due(reconnect) and len(reconnects) == 1
+        renewed = decode_claims(parse_creds(login.creds_file.read_text()).jwt)
+        assert renewed["exp"] - first["exp"] == int(TTL * 2 / 3) + 1 and renewed["sub"] == first["sub"]
+        await bus.publish(metrics("node-b"))  # logged in again with the renewed JWT
+        world.api.delete_pod(AGENTS, "renewing")  # its token no longer reviews
+        world.clock.t += TTL * 2 / 3 + 1
+        assert not await login.renew_if_due(reconnect)  # refused, but the current JWT still holds
+        world.clock.t += TTL
+        with pytest.raises(LoginError, match="expired and could not be renewed"):
+            await login.renew_if_due(reconnect)
+    world.clock.t = wall_clock()
