@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import random
 from typing import Any
 
@@ -128,8 +129,9 @@ async def cluster_path(nats_server, namespace, *topologies, before_bridge=None, 
             await bus.publish(topology)
         path = Path(kube, bus, nats_server.url, namespace)
         admitting = asyncio.create_task(AdmittingKubelets(kube, running=False).run())
-        if before_bridge is not None:
-            before_bridge(kube)
+        if before_bridge is not None:  # a function of the API server, or a coroutine function
+            if inspect.isawaitable(done := before_bridge(kube)):
+                await done
         values = dict(bus_url=nats_server.url, namespace=namespace, cluster=CLUSTER, http_port=0,
                       http_host="127.0.0.1", kube_api_url=kube.url, backoff_initial_s=0.05, backoff_max_s=0.5,
                       api_retry_s=0.05, bind_retry_s=0.01, request_timeout_s=5, drain_timeout_s=2)
