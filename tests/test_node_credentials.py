@@ -19,8 +19,8 @@ import orjson
 import pytest
 
 from builders import metrics
-from conftest import NATS_TEST_OPTIONS
-from tidal_bus import Bus
+from conftest import NATS_TEST_OPTIONS, start_service, stop_service, wait_until
+from tidal_bus import Bus, StartAt
 from tidal_bus.auth import BusAuth, BusPermissionError
 from tidal_bus.embedded import EmbeddedNats
 from tidal_bus.nats_jwt import decode_claims, parse_creds
@@ -28,10 +28,13 @@ from tidal_bus.nats_permissions import service_permissions
 from tidal_bus.nkey import new_user_key
 from tidal_bus.node_login import LoginError, NodeLogin
 from tidal_cli.main import main as tidal
+from tidal_cli.webhook_tls import make_webhook_tls
 from tidal_clock import wall_clock
 from tidal_credentials.service import CredentialIssuer
 from tidal_credentials.settings import CredentialsSettings
 from tidal_simulator.kube_api import KubeApiServer
+from tidal_topology.service import TopologyService
+from tidal_topology.settings import TopologySettings
 
 CLUSTER, AGENTS, AUDIENCE, TTL = "c1", "tidal-system", "tidal-bus", 600
 
@@ -71,6 +74,14 @@ class World:
         return self.api.mint_token(AGENTS, service_account, pod=pod, audiences=audiences)
 
 
+def issuer_settings(tmp, namespace, credentials, api, **options) -> CredentialsSettings:
+    return CredentialsSettings(namespace=namespace, cluster=CLUSTER, http_host="127.0.0.1", http_port=0,
+                               signing_key_file=credentials / "account-signing.nk",
+                               account_file=credentials / "account.pub", kube_api_url=api.url,
+                               kube_token_file=tmp / "issuer-token", kube_ca_file=None,
+                               agent_service_account=f"{AGENTS}:tidal-topology", ttl_s=TTL, **options)
+
+
 @pytest.fixture(scope="module")
 async def world(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("node-credentials")
@@ -88,15 +99,10 @@ async def world(tmp_path_factory):
     api.add_pod("unbound", AGENTS)  # not scheduled: its token names no node
     (tmp / "issuer-token").write_text("the issuer's own token\n")
     clock = Clock()
-    settings = CredentialsSettings(namespace=namespace, cluster=CLUSTER, http_host="127.0.0.1", http_port=0,
-                                   signing_key_file=credentials / "account-signing.nk",
-                                   account=(credentials / "account.pub").read_text().strip(),
-                                   kube_api_url=api.url, kube_token_file=tmp / "issuer-token", kube_ca_file=None,
-                                   agent_service_account=f"{AGENTS}:tidal-topology", ttl_s=TTL)
-    issuer = await CredentialIssuer(settings, clock=clock).start()
+    issuer = await CredentialIssuer(issuer_settings(tmp, namespace, credentials, api), clock=clock).start()
     async with Bus.from_url(server.url, namespace=namespace, cluster=CLUSTER, source="admin",
                             auth=BusAuth(creds_file=credentials / "admin.creds"), **NATS_TEST_OPTIONS) as admin:
-        await admin.ensure_streams(["node.metrics"])
+        await admin.ensure_streams()
     try:
         yield World(tmp, server, api, issuer, namespace, credentials, clock)
     finally:
@@ -180,7 +186,9 @@ async def test_credentials_are_renewed_before_they_expire_and_the_agent_logs_in_
         assert await login.renew_if_due(reconnect) and len(reconnects) == 1
         renewed = decode_claims(parse_creds(login.creds_file.read_text()).jwt)
         assert renewed["exp"] - first["exp"] == int(TTL * 2 / 3) + 1 and renewed["sub"] == first["sub"]
-        await bus.publish(metrics("node-b"))  # logged in again with the renewed JWT
+        await wait_until(lambda: bus.backend._nc.stats["reconnects"] == 1 and bus.backend.connected,
+                         what="logged in again")
+        await bus.publish(metrics("node-b"))  # with the renewed JWT
         world.api.delete_pod(AGENTS, "renewing")  # its token no longer reviews
         world.clock.t += TTL * 2 / 3 + 1
         assert not await login.renew_if_due(reconnect)  # refused, but the current JWT still holds
@@ -188,3 +196,31 @@ async def test_credentials_are_renewed_before_they_expire_and_the_agent_logs_in_
         with pytest.raises(LoginError, match="expired and could not be renewed"):
             await login.renew_if_due(reconnect)
     world.clock.t = wall_clock()
+
+
+async def test_the_node_agent_logs_in_with_issued_credentials_over_https_and_publishes_its_node(world):
+    """The agent itself, as the DaemonSet runs it: no creds file given, its
+    token and the issuer's CA mounted; the issuer served over TLS."""
+    tls = make_webhook_tls(["localhost"], ["127.0.0.1"])
+    cert, key, ca = tls.write(world.tmp / "issuer-tls")
+    settings = issuer_settings(world.tmp, world.namespace, world.credentials, world.api, tls_cert_file=cert,
+                               tls_key_file=key)
+    async with CredentialIssuer(settings) as issuer:
+        assert issuer.url.startswith("https://127.0.0.1:")
+        agent = TopologyService(TopologySettings(
+            bus_url=world.server.url, namespace=world.namespace, cluster=CLUSTER, http_port=0, http_host="127.0.0.1",
+            node_name="node-a", numa_override="0:0,1:1", interval_s=0.3, cgroup_parent="tidal-none",
+            state_file=str(world.tmp / "cpu-state.json"), credentials_url=issuer.url, credentials_ca_file=str(ca),
+            credentials_token_file=str(world.token_file(world.agent_token("agent-a"))),
+            credentials_file=str(world.tmp / "agent" / "creds")))
+        task = await start_service(agent)
+        try:
+            assert agent.login is not None and agent.login.user == "topology-node-a"
+            async with world.bus(world.credentials / "admin.creds") as admin:
+                async def first_topology():
+                    async for _, event in admin.read("node.topology", StartAt.earliest(), follow=True):
+                        if event.payload.node == "node-a":
+                            return event
+                assert (await asyncio.wait_for(first_topology(), 20)).key == "node-a"
+        finally:
+            await stop_service(agent, task)
