@@ -5,7 +5,8 @@ on a consumer that is gone, unread messages handed back at close, and a
 lingering fetch that the server answers with what it stored meanwhile; a
 reader's fetches are larger than a group member's; a consumer the server
 failed to create (its store) is tried again, and is an error once the tries
-are spent."""
+are spent; a delivery held and told in progress is not handed out
+again, one let go is after one ack wait."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from builders import pod
 from conftest import make_bus, patience, wait_until
 from tidal_bus import StartAt
+from tidal_bus.nats_delivery import delivery_of
 from tidal_bus.nats_pull import Puller
 
 
@@ -240,3 +242,68 @@ async def test_a_consumer_the_server_keeps_failing_to_create_is_an_error_once_th
     (stores / "d2").write_text("")
     with pytest.raises(nats.js.errors.ServerError, match="error creating store for consumer"):
         await Puller.open(nc, js, "held", ConsumerConfig(durable_name="d2"))
+
+
+async def test_a_held_delivery_kept_alive_is_not_handed_out_again_and_one_let_go_is_after_one_ack_wait(jetstream):
+    # ack wait 2 s, told in progress every 0.2 s for 5 s: no second delivery; then left alone (as a
+    # delivery lost in flight is), it comes again after one ack wait, not the old 30 s.
+    nc, js, stream = jetstream
+    await _publish(js, stream, 1)
+    config = ConsumerConfig(durable_name="kept", ack_policy=AckPolicy.EXPLICIT, ack_wait=2.0)
+    puller = await Puller.open(nc, js, stream, config)
+    try:
+        (first,) = await puller.fetch(1, timeout=patience(5))
+        assert list(puller.held) == [first.reply]
+        told = 0
+        for _ in range(25):
+            await asyncio.sleep(0.2)
+            told += await puller.keep_alive(0.2)
+        assert told >= 10
+        info = await js.consumer_info(stream, "kept")
+        assert (info.num_redelivered, info.num_ack_pending) == (0, 1)
+        (again,) = await puller.fetch(1, timeout=patience(10))
+        assert (int(again.data), delivery_of(again).deliveries) == (0, 2)
+        await again.ack()
+        puller.settled(again.reply)
+        puller.settled(first.reply)
+        assert puller.held == {}
+    finally:
+        await puller.close()
+
+
+async def test_a_durable_of_an_older_ack_wait_gets_the_one_it_is_opened_with(jetstream):
+    nc, js, stream = jetstream
+    await js.add_consumer(stream, ConsumerConfig(durable_name="old", ack_policy=AckPolicy.EXPLICIT, ack_wait=30.0))
+    puller = await Puller.open(nc, js, stream, ConsumerConfig(durable_name="old", ack_policy=AckPolicy.EXPLICIT,
+                                                              ack_wait=5.0))
+    try:
+        assert (await js.consumer_info(stream, "old")).config.ack_wait == 5.0
+    finally:
+        await puller.close()
+
+
+async def test_a_follower_that_loses_a_delivery_in_flight_reads_it_again_and_nothing_twice(
+        nats_server, namespace, monkeypatch, caplog):
+    # An unacknowledged reader is never sent a lost message again: the gap in the consumer's numbering
+    # of its deliveries (the 100th never arrives) makes a new reader resume after the 99th.
+    async with make_bus(nats_server.url, namespace, source="test") as bus:
+        await asyncio.gather(*(bus.publish(pod(f"p{i}")) for i in range(300)))
+        arrive, data_seen = Puller._arrive, [0]
+
+        async def losing_the_100th(self, msg):
+            if msg.data:
+                data_seen[0] += 1
+                if data_seen[0] == 100:
+                    return  # as if the connection had died with it
+            await arrive(self, msg)
+        monkeypatch.setattr(Puller, "_arrive", losing_the_100th)
+        read: list[str] = []
+
+        async def follow() -> None:
+            async for _, event in bus.read("pod.lifecycle", StartAt.earliest(), follow=True):
+                read.append(event.payload.name)
+                if len(read) == 300:
+                    return
+        await asyncio.wait_for(follow(), patience(20))
+    assert sorted(read) == sorted(f"p{i}" for i in range(300))  # each once: none lost, none twice
+    assert "were lost in flight" in caplog.text

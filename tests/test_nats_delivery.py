@@ -16,7 +16,7 @@ from tidal_bus.nats_delivery import delivery_of
 
 def _from_nats_py(msg: Msg) -> tuple:
     meta = msg.metadata
-    return meta.sequence.stream, meta.num_delivered, meta.num_pending, meta.timestamp
+    return meta.sequence.stream, meta.num_delivered, meta.num_pending, meta.timestamp, meta.sequence.consumer
 
 
 @pytest.mark.parametrize("reply", [

@@ -46,7 +46,7 @@ class NatsBackend(Backend):
         url: str,
         namespace: str,
         *,
-        ack_wait_s: float = 30.0,
+        ack_wait_s: float = 5.0,
         member_ttl_s: float = 6.0,
         fetch_batch: int = 64,
         read_batch: int = 256,

@@ -12,6 +12,7 @@ JetStream delivery.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import NamedTuple
 
@@ -31,6 +32,7 @@ class Delivery(NamedTuple):
     deliveries: int
     pending: int
     stored_at: datetime
+    handed: int  # the consumer sequence: deliveries this consumer has made, this one included
 
 
 def delivery_of(msg: Msg) -> Delivery:
@@ -39,24 +41,31 @@ def delivery_of(msg: Msg) -> Delivery:
     shift = 0 if len(tokens) == _V1_TOKENS else _V2_SHIFT if len(tokens) >= _V1_TOKENS + _V2_SHIFT else -1
     if shift < 0 or tokens[0] != "$JS" or tokens[1] != "ACK":
         meta = msg.metadata
-        return Delivery(meta.sequence.stream, meta.num_delivered, meta.num_pending, meta.timestamp)
+        return Delivery(meta.sequence.stream, meta.num_delivered, meta.num_pending, meta.timestamp,
+                        meta.sequence.consumer)
     return Delivery(int(tokens[5 + shift]), int(tokens[4 + shift]), int(tokens[8 + shift]),
-                    datetime.fromtimestamp(int(tokens[7 + shift]) / 1_000_000_000.0, timezone.utc))
+                    datetime.fromtimestamp(int(tokens[7 + shift]) / 1_000_000_000.0, timezone.utc),
+                    int(tokens[6 + shift]))
 
 
-def raw_message(msg: Msg) -> RawMessage:
+def raw_message(msg: Msg, settled: Callable[[str], None] | None = None) -> RawMessage:
     """A JetStream delivery as the bus hands it on: the subject read back into
-    cluster, partition, key and lane, the reply subject into `delivery_of`."""
+    cluster, partition, key and lane, the reply subject into `delivery_of`.
+    `settled(reply)` is called once it has been acked or naked."""
     cluster, partition, key, lane = subject_parts(msg.subject)
     delivery = delivery_of(msg)
 
     async def ack() -> None:
         if msg.reply:
             await msg.ack()
+            if settled is not None:
+                settled(msg.reply)
 
     async def nak(delay: float) -> None:
         if msg.reply:
             await msg.nak(delay=delay if delay > 0 else None)
+            if settled is not None:
+                settled(msg.reply)
 
     return RawMessage(
         data=msg.data,

@@ -43,6 +43,7 @@ class NatsGroupSubscription(GroupSubscription):
         self._on_assign = on_assign
         self._queue: asyncio.Queue[RawMessage] = asyncio.Queue(maxsize=backend.fetch_batch * 4)
         self._fetchers: dict[int, asyncio.Task[None]] = {}
+        self._pullers: dict[int, Puller] = {}
         self._failure: BaseException | None = None
         bucket = f"{backend.namespace}_members".upper().replace("-", "_")
         self._membership = Membership(
@@ -67,7 +68,8 @@ class NatsGroupSubscription(GroupSubscription):
         await self._rebalance(self._desired)
         # Heartbeats and rebalancing run apart, so a long replay on a gained
         # partition never delays the heartbeat that keeps this member alive.
-        for coro, name in ((self._membership.run(), "membership"), (self._reconcile(), "rebalance")):
+        for coro, name in ((self._membership.run(), "membership"), (self._reconcile(), "rebalance"),
+                           (self._keep_alive(), "keep-alive")):
             task = asyncio.create_task(coro, name=f"{name}-{self._group}")
             task.add_done_callback(self._surface)
             self._tasks.append(task)
@@ -87,6 +89,22 @@ class NatsGroupSubscription(GroupSubscription):
                 log.warning("rebalance of %s failed: %s; retrying", self._group, exc)
                 await asyncio.sleep(0.5)
                 self._changed.set()
+
+    async def _keep_alive(self) -> None:
+        """Every third of the ack wait, say that deliveries held that long
+        (queued, being handled, their outputs awaited) are in progress, so
+        the ack wait can be short without slow work being handed out again
+        (see Puller.keep_alive)."""
+        every = self._backend.ack_wait_s / 3
+        while True:
+            await asyncio.sleep(every)
+            raise_if_cancelling()
+            for puller in list(self._pullers.values()):
+                try:
+                    await puller.keep_alive(every)
+                except nats.errors.Error as exc:  # reconnecting: the next round tells again
+                    log.debug("keep-alive of %s: %r", self._group, exc)
+                    break
 
     def owned(self) -> frozenset[int]:
         return frozenset(self._fetchers)
@@ -153,6 +171,7 @@ class NatsGroupSubscription(GroupSubscription):
         gained, lost = owned - current, current - owned
         for partition in lost:
             task = self._fetchers.pop(partition)  # the fetch loop sees this and ends
+            self._pullers.pop(partition, None)
             task.cancel()
             # Bounded: on Python 3.11 a cancellation racing a message arrival can be
             # swallowed inside the client; the ownership check ends the loop anyway.
@@ -161,6 +180,7 @@ class NatsGroupSubscription(GroupSubscription):
             await self._on_assign(self, frozenset(gained), frozenset(lost))
         for partition in sorted(gained):
             psub = await self._consumer(partition)
+            self._pullers[partition] = psub
             task = asyncio.create_task(self._fetch(partition, psub), name=f"fetch-{self._group}-p{partition}")
             task.add_done_callback(self._surface)
             self._fetchers[partition] = task
@@ -193,8 +213,9 @@ class NatsGroupSubscription(GroupSubscription):
                 for msg in batch:
                     if self._fetchers.get(partition) is not me:
                         await msg.nak()  # no longer ours: let the new owner have it at once
+                        psub.settled(msg.reply)
                         continue
-                    await self._queue.put(raw_message(msg))
+                    await self._queue.put(raw_message(msg, psub.settled))
         finally:
             try:
                 await psub.close(return_unread=True)

@@ -59,6 +59,9 @@ class Puller:
         self._open_until = 0.0  # loop time past which the open request is taken as over
         self._cut_short = False  # the last request was cut short within this fetch
         self._sub = None
+        # Deliveries not yet acked or naked, by reply subject: when each was
+        # last delivered or said to be in progress (loop time; see keep_alive).
+        self.held: dict[str, float] = {}
 
     @classmethod
     async def open(cls, nc: Client, js: JetStreamContext, stream: str, config: ConsumerConfig,
@@ -67,7 +70,8 @@ class Puller:
         as `pull_subscribe` does) and subscribe to its deliveries. A durable
         whose filter leaves out the stream's side lane, as a group's did
         before the stream had one, gets the filter it is given: it would
-        otherwise never be sent the lane's events."""
+        otherwise never be sent the lane's events; one whose ack wait
+        differs gets the one it is given."""
         name = config.durable_name
         if name:
             try:
@@ -76,8 +80,12 @@ class Puller:
                 config.name = name
                 await _add_consumer(js, stream, config, refused)
             else:
+                changed = False
                 if config.filter_subject and found.filter_subject != config.filter_subject:
-                    found.filter_subject = config.filter_subject  # the rest as it was: where it is, what it owes
+                    found.filter_subject, changed = config.filter_subject, True
+                if config.ack_wait and found.ack_wait != config.ack_wait:  # e.g. an older release's 30 s
+                    found.ack_wait, changed = config.ack_wait, True
+                if changed:  # the rest as it was: where it is, what it owes
                     await _add_consumer(js, stream, found, refused)
         else:  # ephemeral: a name of our own, as nats-py gives one (the permissions expect a name)
             config.name = uuid.uuid4().hex
@@ -92,6 +100,8 @@ class Puller:
         if status is None:
             self._arrived.append(msg)
             self._owed -= 1
+            if msg.reply:
+                self.held[msg.reply] = asyncio.get_running_loop().time()
         elif status == EXPIRED:
             self._owed = 0
         elif status in CUT_SHORT:
@@ -159,6 +169,24 @@ class Puller:
             except asyncio.TimeoutError:
                 return
 
+    def settled(self, reply: str) -> None:
+        """`reply`'s delivery was acked or naked: no longer held."""
+        self.held.pop(reply, None)
+
+    async def keep_alive(self, older_than_s: float) -> int:
+        """Tell the server that deliveries held `older_than_s` or longer are
+        still being worked on (`+WPI`), which restarts their ack wait. This
+        is what lets the ack wait be short: a delivery lost in flight (its
+        connection died with a killed server) is handed out again after one
+        ack wait, and a slow one is not. Returns how many were told."""
+        now = asyncio.get_running_loop().time()
+        due = [reply for reply, at in self.held.items() if now - at >= older_than_s]
+        for reply in due:
+            await self._nc.publish(reply, b"+WPI")
+            if reply in self.held:
+                self.held[reply] = now
+        return len(due)
+
     async def consumer_info(self):
         return await self._js.consumer_info(self.stream, self.consumer)
 
@@ -168,7 +196,9 @@ class Puller:
         if self._sub is not None:
             await self._sub.unsubscribe()
         while return_unread and self._arrived:
-            await self._arrived.popleft().nak()
+            msg = self._arrived.popleft()
+            await msg.nak()
+            self.settled(msg.reply)
 
 
 async def _add_consumer(js: JetStreamContext, stream: str, config: ConsumerConfig,

@@ -1,7 +1,10 @@
 """Reading a stream without a group (replay, catch-up, `tidal events`): an
 ephemeral unacknowledged pull consumer; following, a lost connection or a
 broker restart does not end the read, a new reader resumes after the last
-message read.
+message read. An unacknowledged consumer never hands a message out twice,
+so one lost in flight (its connection died with a killed server) would be
+skipped without a word: the consumer numbers its deliveries, and a gap in
+them makes a new reader resume after the last message read.
 
 A reader fetches `read_batch` (256) messages at a time, a group member 64.
 A follower reads between the turns of its service's own work: placement
@@ -25,7 +28,7 @@ from tidal_schemas.streams import StreamSpec
 
 from .api import RawMessage, StartAt
 from .membership import raise_if_cancelling
-from .nats_delivery import raw_message
+from .nats_delivery import delivery_of, raw_message
 from .nats_streams import deliver_options
 from .subjects import nats_partition_filter, nats_stream_name
 
@@ -73,10 +76,11 @@ async def read_stream(
             log.warning("reading %s: %r; trying again", spec.name, exc)
             await asyncio.sleep(0.5)
             continue
+        handed = None  # the consumer sequence the next delivery should have
         try:
             if not follow and (await psub.consumer_info()).num_pending == 0:
                 return  # nothing there: do not wait out a fetch timeout
-            while True:
+            while handed != -1:
                 raise_if_cancelling()
                 try:
                     batch = await psub.fetch(fetch_size(backend.read_batch, start, last, limit), timeout=1.0,
@@ -92,6 +96,13 @@ async def read_stream(
                     await asyncio.sleep(0.5)
                     break
                 for msg in batch:
+                    number = delivery_of(msg).handed
+                    if handed is not None and number != handed:
+                        log.warning("reading %s: deliveries %d..%d of the reader were lost in flight; reading "
+                                    "again after sequence %s", spec.name, handed, number - 1, last)
+                        handed = -1
+                        break
+                    handed = number + 1
                     raw = raw_message(msg)
                     last = raw.position
                     if until is not None and raw.position > until.get(raw.partition, 0):

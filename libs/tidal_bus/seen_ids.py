@@ -10,7 +10,7 @@ from tidal_clock import elapsed
 
 class SeenIds:
     """The events handled lately, by `intake.dedupe_key`: a duplicate (a
-    redelivery after a lost ack, `ack_wait_s` 30 s; an event a retried
+    redelivery after a lost ack, one `ack_wait_s`; an event a retried
     publish stored twice) comes within seconds of the first.
 
     Ids are kept in two generations, the current one and the one before,

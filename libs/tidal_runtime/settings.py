@@ -84,9 +84,11 @@ class ServiceSettings(BaseSettings):
                                    "would")
     lag_interval_s: float = Field(5.0, gt=0, description="how often consumer lag is asked of the broker "
                                   "(tidal_consumer_lag on /metrics)")
-    bus_ack_wait_s: float = Field(30.0, gt=0, validation_alias=AliasChoices("TIDAL_BUS_ACK_WAIT_S", "bus_ack_wait_s"),
+    bus_ack_wait_s: float = Field(5.0, gt=0, validation_alias=AliasChoices("TIDAL_BUS_ACK_WAIT_S", "bus_ack_wait_s"),
                                   description="NATS: a message handed out and not acknowledged is handed out again "
-                                              "after this long (what a crashed member had in hand)")
+                                              "after this long (what a crashed member had in hand, or what was lost "
+                                              "in flight with a killed server); one still being worked on is kept "
+                                              "by an in-progress ack every third of it")
     bus_member_ttl_s: float = Field(6.0, gt=0,
                                     validation_alias=AliasChoices("TIDAL_BUS_MEMBER_TTL_S", "bus_member_ttl_s"),
                                     description="NATS: a group member that stops heartbeating loses its partitions "
