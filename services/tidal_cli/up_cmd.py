@@ -11,7 +11,6 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from tidal_runtime import run_service
 from tidal_runtime.configuration import ENV_VAR, ConfigurationError, load_settings, read_document
 from tidal_runtime.settings import DEFAULT_CLUSTER
 
@@ -140,6 +139,8 @@ def run_one(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         first = exc.errors()[0]
         raise CliError(f"setting {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    from tidal_runtime import run_service  # the bus and the service machinery: not for `tidal up` itself
+
     return run_service(service_class, settings)
 
 
