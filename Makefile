@@ -50,7 +50,11 @@ $(KUBECTL):
 # Test files run on 5 workers, each with its own brokers: much of the suite
 # waits on brokers and processes, so five keep a 2-core machine busy where
 # fewer leave it idle (4 workers: 610 s, 5: 523 s, one clean clone each).
+# First the bytecode of the project's own modules: with PYTHONDONTWRITEBYTECODE
+# set (these machines, the Dockerfile) nothing writes it, and every process a
+# test starts (each service a `tidal run`) compiled every module it imported.
 test: $(STAMP) $(CHROMIUM) $(KUBECTL)
+	$(BIN)/python -m compileall -q libs services
 	$(BIN)/python -m pytest -q -n 5 --dist loadfile --no-loadscope-reorder --durations=20
 
 schemas: $(STAMP)
