@@ -2,9 +2,10 @@
 the log's length. Each log is filled with N and then 10N events of other
 pods' decisions (batches of four) before — or, for a bound pod, after — the
 pod's own decision, and the messages the lookup reads are counted: the same
-for both. The whole-log read (the only way on Kafka) reads them all, and
-gives the same answer: the index changes the cost, not the decision
-(fences included: a deposed leader's late decision never counts).
+for both. The whole-log read (the reference; Kafka's lookup reads the log
+back from its end instead: test_explain_kafka.py) reads them all, and gives
+the same answer: the index changes the cost, not the decision (fences
+included: a deposed leader's late decision never counts).
 
 Every test has its own namespace on the embedded NATS server (Kafka too,
 for the command's end-to-end run)."""

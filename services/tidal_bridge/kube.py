@@ -56,12 +56,21 @@ class NoObserver:
 async def kube_configuration(settings: BridgeSettings) -> client.Configuration:
     """`kube_api_url` as is; else the kubeconfig named; else in-cluster
     (service account) when running in a pod; else ~/.kube/config."""
-    if settings.kube_api_url:
-        return client.Configuration(host=settings.kube_api_url.rstrip("/"))
+    return await configuration_for(settings.kube_api_url, settings.kubeconfig, settings.kube_context)
+
+
+async def configuration_for(url: str | None = None, kubeconfig: str | None = None,
+                            context: str | None = None) -> client.Configuration:
+    """The client configuration kubectl would use: `url` as is; else the
+    kubeconfig named (else $KUBECONFIG, else ~/.kube/config) and its
+    `context`; in a pod, unless a kubeconfig is named, in-cluster
+    (service account)."""
+    if url:
+        return client.Configuration(host=url.rstrip("/"))
     configuration = client.Configuration()
-    if settings.kubeconfig or "KUBERNETES_SERVICE_HOST" not in os.environ:
+    if kubeconfig or "KUBERNETES_SERVICE_HOST" not in os.environ:
         # persist_config=False: a token refresh must not rewrite the operator's file
-        await config.load_kube_config(config_file=settings.kubeconfig, context=settings.kube_context,
+        await config.load_kube_config(config_file=kubeconfig, context=context,
                                       client_configuration=configuration, persist_config=False)
     else:
         config.load_incluster_config(client_configuration=configuration)
@@ -145,6 +154,12 @@ class Kube:
 
     async def create_event(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self._call(("POST", "events"), self.core.create_namespaced_event, namespace, body)
+
+    async def list_events(self, namespace: str, field_selector: str) -> dict[str, Any]:
+        """The namespace's events the field selector picks (kubectl describe's
+        `involvedObject.name=…,involvedObject.namespace=…`)."""
+        return await self._call(("GET", "events"), self.core.list_namespaced_event, namespace,
+                                field_selector=field_selector)
 
     async def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         return await self._call(("PATCH", "events"), self.core.patch_namespaced_event, name, namespace, patch,

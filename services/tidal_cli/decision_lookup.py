@@ -17,8 +17,9 @@ the broker's index (`tidal_bus.keyed_read`, NATS) rather than the whole log:
 The work is the pod's own events, the fences, and the decisions between
 that position and the pod's: not the log before them, however long.
 `scan_limit` bounds the scan; reaching it, the lookup says so (`complete`
-is False) rather than read on. The whole-log read of a broker without an
-index (Kafka) is `read_whole_log`."""
+is False) rather than read on. Kafka has no index: its lookup reads the
+log back from its end (`decision_tail`). The whole-log read,
+`read_whole_log`, is the reference both are checked against."""
 
 from __future__ import annotations
 

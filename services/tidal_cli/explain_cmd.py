@@ -1,62 +1,120 @@
 """`tidal explain NAMESPACE/POD`: why a pod was placed where it was, or why
-it is still pending, from the decision log: on NATS from the broker's index
-(the pod's own events, the fences, a bounded scan back to its decision:
-`decision_lookup`), so the answer costs the same whatever the log's length;
-on Kafka, which has no such index, from the whole log."""
+it is still pending.
+
+From the pod itself when the API server is asked (`--kubeconfig`,
+`--context` or `--from api`), as `kubectl describe pod`: the decision the
+bridge wrote on the pod with its Binding, and Tidal's Events about it
+(`explain_pod`); a pending pod carries none, and with a bus given
+(`--bus` or TIDAL_BUS_URL) the decision log says why.
+
+From the decision log otherwise, in bounded time whatever its length: on
+NATS from the broker's index (`decision_lookup`), on Kafka from the end of
+the log's one partition back (`decision_tail`)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 
 from tidal_schemas import PlacementDecision, PodLifecycle, resource_type
 
-from .decision_lookup import DecisionLookup, Found, read_whole_log
+from .decision_lookup import DecisionLookup, Found
 from .errors import CliError
 from .options import add_bus_options, bus_for, count
 from .output import add_output_option, emit
 
 SCAN_LIMIT = 100_000
+SOURCES = ("auto", "api", "log")
 
 
 def add(subparsers) -> None:
-    explain = subparsers.add_parser("explain", help="why a pod was placed where it was, or why it is pending",
-                                    description="Find the latest decision that counts for the pod in the decision "
-                                                "log and print it, with scores, filtered nodes and queue data.")
+    explain = subparsers.add_parser(
+        "explain", help="why a pod was placed where it was, or why it is pending",
+        description="From the pod itself (--kubeconfig, --context or --from api), as kubectl describe: the "
+                    "decision written on it (node, NUMA CPUs, GPUs, decision id) and Tidal's Events about it; for "
+                    "a pending pod, with a bus given (--bus or TIDAL_BUS_URL), also its latest decision in the log. "
+                    "Otherwise from the decision log: the latest decision that counts for the pod, with scores, "
+                    "filtered nodes and queue data, read back from the log's end (NATS: by the broker's index).")
     explain.add_argument("pod", help="namespace/name (namespace defaults to 'default')")
+    explain.add_argument("--from", dest="source", choices=SOURCES, default="auto",
+                         help="api: the pod from the API server; log: the decision log; auto (default): api when "
+                              "--kubeconfig or --context is given, else log")
+    explain.add_argument("--kubeconfig", metavar="FILE",
+                         help="kubeconfig to reach the API server with (default as kubectl: $KUBECONFIG, else "
+                              "~/.kube/config; in a pod, its service account)")
+    explain.add_argument("--context", help="context of the kubeconfig (default: its current context)")
     explain.add_argument("--scan-limit", type=count, default=SCAN_LIMIT, metavar="EVENTS",
                          help=f"decision events to look back through at most (default {SCAN_LIMIT}; 0: no limit)")
     add_output_option(explain)
     add_bus_options(explain)
-    explain.set_defaults(func=run)
+    explain.set_defaults(func=run, bus=None)  # None: not given (a pending pod's API answer then ends there)
 
 
 async def lookup(bus, cluster: str, namespace: str, name: str, scan_limit: int = SCAN_LIMIT) -> Found:
-    """The pod's latest decision that counts, from the index where the broker has one."""
+    """The pod's latest decision that counts: from the index where the
+    broker has one (NATS), else from the end of the log back (Kafka)."""
     from tidal_bus.keyed_read import indexed
 
     if indexed(bus):
         return await DecisionLookup(bus, cluster, namespace, name, scan_limit).find()
-    return await read_whole_log(bus, cluster, namespace, name)
+    from .decision_tail import TailLookup
+
+    return await TailLookup(bus, cluster, namespace, name, scan_limit).find()
 
 
 def run(args: argparse.Namespace) -> int:
+    from tidal_runtime.settings import DEFAULT_BUS_URL
+
     namespace, _, name = args.pod.rpartition("/")
     namespace = namespace or "default"
+    bus_given = args.bus is not None or "TIDAL_BUS_URL" in os.environ
+    args.bus = args.bus or os.environ.get("TIDAL_BUS_URL", DEFAULT_BUS_URL)
+    source = args.source
+    if source == "auto":
+        source = "api" if args.kubeconfig or args.context else "log"
+    if source == "api":
+        return run_api(args, namespace, name, bus_given)
+    found = asyncio.run(find(args, namespace, name))
+    document = log_document(args, found, namespace, name)
+    emit(args, document, lambda: describe(found.decision, found.pod))
+    return 0
 
-    async def find() -> Found:
-        async with bus_for(args, read_only=True) as bus:
-            return await lookup(bus, args.cluster, namespace, name, args.scan_limit)
 
-    found = asyncio.run(find())
+async def find(args: argparse.Namespace, namespace: str, name: str) -> Found:
+    async with bus_for(args, read_only=True) as bus:
+        return await lookup(bus, args.cluster, namespace, name, args.scan_limit)
+
+
+def log_document(args: argparse.Namespace, found: Found, namespace: str, name: str) -> dict:
+    """The log's answer as a document; CliError (exit 1) when it has none."""
     decision, pod = found.decision, found.pod
     if decision is None:
         where = "" if found.complete else f" in the last {args.scan_limit} decision events (--scan-limit 0: all)"
         raise CliError(f"no decision for {namespace}/{name} in cluster {args.cluster}{where} (is it pending on "
                        "a scheduler named tidal, and is placement running?)", exit_code=1)
-    document = {"cluster": args.cluster, "decision": decision.model_dump(mode="json"),
-                "resource_type": resource_type(pod) if pod is not None else None}
-    emit(args, document, lambda: describe(decision, pod))
+    return {"cluster": args.cluster, "decision": decision.model_dump(mode="json"),
+            "resource_type": resource_type(pod) if pod is not None else None}
+
+
+def run_api(args: argparse.Namespace, namespace: str, name: str, bus_given: bool) -> int:
+    """The pod from the API server; pending, and a bus given, the log too."""
+    from .explain_pod import describe_pod, read_pod
+
+    view = asyncio.run(read_pod(args.kubeconfig, args.context, namespace, name))
+    document = {"source": "api", "pod": view.document(), "log": None}
+    table = describe_pod(view)
+    if view.pending and bus_given:
+        found = asyncio.run(find(args, namespace, name))
+        if found.decision is not None:
+            document["log"] = log_document(args, found, namespace, name)
+            table += "\nfrom the decision log:\n" + describe(found.decision, found.pod)
+        else:
+            table += f"\nno decision for {namespace}/{name} in the decision log of cluster {args.cluster}" \
+                     + ("" if found.complete else f" in the last {args.scan_limit} decision events")
+    elif view.pending:
+        table += "\n  (give --bus to read its latest decision from the decision log)"
+    emit(args, document, lambda: table)
     return 0
 
 
