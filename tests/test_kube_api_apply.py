@@ -163,3 +163,25 @@ async def test_a_pod_applied_is_pending_for_its_scheduler(api):
     assert await apply_objects(api.url, [pod]) == [201]
     stored = api.pod("default", "p")
     assert stored["status"]["phase"] == "Pending" and stored["spec"]["schedulerName"] == "tidal"
+
+
+async def test_discovery_and_openapi_lead_kubectl_to_every_kind_it_applies(api):
+    async with aiohttp.ClientSession() as session:
+        async def get(path: str) -> dict:
+            async with session.get(api.url + path) as response:
+                assert response.status == 200, path
+                return await response.json()
+        groups = {g["name"] for g in (await get("/apis"))["groups"]}
+        assert {"apps", "policy", "autoscaling", "networking.k8s.io", "rbac.authorization.k8s.io"} <= groups
+        assert {r["name"] for r in (await get("/apis/apps/v1"))["resources"]} == {
+            "deployments", "daemonsets", "statefulsets"}
+        assert {"pods", "nodes", "namespaces", "configmaps", "services"} <= {
+            r["name"] for r in (await get("/api/v1"))["resources"]}
+        assert {"api/v1", "apis/apps/v1", "apis/apiextensions.k8s.io/v1"} <= set((await get("/openapi/v3"))["paths"])
+        # kubectl leaves validation to the server where the PATCH takes fieldValidation (else it wants /openapi/v2)
+        patch = (await get("/openapi/v3/apis/apps/v1"))["paths"][
+            "/apis/apps/v1/namespaces/{namespace}/deployments/{name}"]["patch"]
+        assert patch["x-kubernetes-group-version-kind"] == {"group": "apps", "version": "v1", "kind": "Deployment"}
+        assert "fieldValidation" in {p["name"] for p in patch["parameters"]}
+        async with session.get(api.url + "/apis/example.com/v1") as response:
+            assert response.status == 404

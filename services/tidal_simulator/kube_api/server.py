@@ -51,7 +51,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import tables
+from . import builtin_docs, tables
 from .custom import CustomResources
 from .events import EventRoutes
 from .objects import node_object, pod_object
@@ -60,7 +60,7 @@ from .protocol import KINDS, MERGE_TYPES, Watcher, not_found, parse_selector, st
 from .faults import FaultInjection
 from .node_status import NodeStatusWrites
 from .pod_writes import PodWrites
-from .server_side_apply import ServerSideApply
+from .server_side_apply import BUILTIN, ServerSideApply
 from .store import Store
 from .strategic import apply_patch
 from .token_reviews import TokenReviews
@@ -111,8 +111,9 @@ class KubeApiServer(FaultInjection, PodWrites, NodeStatusWrites, TokenReviews):
         app = web.Application(middlewares=[self._record], client_max_size=16 * 1024 * 1024)
         r = app.router
         r.add_get("/api", self._discovery(lambda: tables.api_versions(self.url.split("//", 1)[-1])))
-        r.add_get("/apis", self._discovery(lambda: tables.api_groups({**self.custom.groups(), **ADMISSION})))
-        r.add_get("/api/v1", self._discovery(tables.core_resources))
+        r.add_get("/apis", self._discovery(lambda: tables.api_groups({**self.custom.groups(), **ADMISSION,
+                                                                       **builtin_docs.groups(BUILTIN)})))
+        r.add_get("/api/v1", self._discovery(lambda: builtin_docs.core_resources(tables.core_resources(), BUILTIN)))
         r.add_get("/version", self._discovery(lambda: tables.VERSION))
         r.add_get("/api/v1/pods", self._list_or_watch("pods"))
         r.add_get("/api/v1/namespaces/{ns}/pods", self._list_or_watch("pods"))

@@ -21,7 +21,9 @@ resources are served at once), MutatingWebhookConfigurations (validated,
 autoscalers, network policies), which the stand-in only stores: nothing
 runs a Deployment here, and their schemas are checked by
 kubernetes-validate in tests/test_install.py, not here. `GET` of one of
-those, or their list, answers what is stored.
+those, or their list, answers what is stored; their groups' discovery and
+every applied kind's OpenAPI v3 document are served too (`builtin_docs.py`),
+so the real `kubectl apply --server-side -f` works against the stand-in.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from aiohttp import web
 
+from . import builtin_docs, openapi_docs
 from .custom import _admit as admit_custom_resource
 from .field_owners import ApplyConflict, apply
 from .protocol import not_found, now_stamp, status, status_body
@@ -63,6 +66,9 @@ BUILTIN = {
     ("rbac.authorization.k8s.io", "v1", "roles"): ("Role", True),
     ("rbac.authorization.k8s.io", "v1", "rolebindings"): ("RoleBinding", True),
 }
+# every kind an apply reaches: the built-in ones, the server's own, CRDs and webhook configurations
+APPLIED = {**BUILTIN, ("", "v1", "pods"): ("Pod", True), ("", "v1", "nodes"): ("Node", False),
+           CRDS: ("CustomResourceDefinition", False), WEBHOOKS: ("MutatingWebhookConfiguration", False)}
 INITIAL_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease"}
 _PATH = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
                    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?$")
@@ -86,6 +92,8 @@ class ServerSideApply:
             self.store.kinds[resource_name(group, plural)] = (kind, f"{group}/{version}" if group else version)
 
     async def serve(self, request: web.Request) -> web.StreamResponse | None:
+        if request.method == "GET" and (document := self._document(request.path)) is not None:
+            return web.json_response(document)
         found = _PATH.match(request.path)
         if found is None:
             return None
@@ -200,6 +208,20 @@ class ServerSideApply:
                                  status=code)
 
     # -- read -------------------------------------------------------------------------
+    def _document(self, path: str) -> dict[str, Any] | None:
+        """The discovery and OpenAPI documents of the built-in groups (`builtin_docs.py`)."""
+        if path == "/openapi/v3":  # the custom resources' group versions, and the applied kinds'
+            root = openapi_docs.root(list(self.server.custom.crds.values()))
+            return {"paths": {**root["paths"], **builtin_docs.openapi_paths(APPLIED)}}
+        parts = path.split("/")
+        if path.startswith("/openapi/v3/api/") and len(parts) == 5:
+            return builtin_docs.openapi("", parts[4], APPLIED)
+        if path.startswith("/openapi/v3/apis/") and len(parts) == 6:
+            return builtin_docs.openapi(parts[4], parts[5], APPLIED)
+        if len(parts) == 4 and parts[1] == "apis":
+            return builtin_docs.group_resources(parts[2], parts[3], BUILTIN)
+        return None
+
     def _get(self, resource: str, kind_scope: tuple[str, bool], ns: str, name: str | None) -> web.StreamResponse:
         kind, namespaced = kind_scope
         if namespaced != bool(ns) and (name is not None or ns):
