@@ -26,6 +26,7 @@ from tidal_bus.embedded import EmbeddedNats
 from tidal_bus.nats_jwt import decode_claims, parse_creds
 from tidal_bus.nats_permissions import service_permissions
 from tidal_bus.nkey import new_user_key
+from tidal_bus.node_issuer import bearer_token, expiry, judge, renew_at
 from tidal_bus.node_login import LoginError, NodeLogin
 from tidal_cli.main import main as tidal
 from tidal_cli.webhook_tls import make_webhook_tls
@@ -224,3 +225,49 @@ async def test_the_node_agent_logs_in_with_issued_credentials_over_https_and_pub
                 assert (await asyncio.wait_for(first_topology(), 20)).key == "node-a"
         finally:
             await stop_service(agent, task)
+
+
+# -- the policy alone (tidal_bus.node_issuer), table-driven ------------------------------------------------------
+
+AGENT = "system:serviceaccount:tidal-system:tidal-topology"
+
+
+def review(authenticated=True, username=AGENT, nodes=("node-a",), audiences=(AUDIENCE,), error=None) -> dict:
+    extra = {"authentication.kubernetes.io/pod-name": ["agent-a"]}
+    if nodes is not None:
+        extra["authentication.kubernetes.io/node-name"] = list(nodes)
+    status = {"authenticated": authenticated, "user": {"username": username, "extra": extra}}
+    if audiences is not None:
+        status["audiences"] = list(audiences)
+    return {"status": {**status, **({"error": error} if error else {})}}
+
+
+@pytest.mark.parametrize("given, code, node", [
+    (review(), 200, "node-a"),
+    (review(audiences=None), 200, "node-a"),  # an API server that does not echo audiences
+    (review(authenticated=False, error="token expired"), 401, None),
+    ({"status": {}}, 401, None),
+    ({}, 401, None),
+    (review(audiences=("https://kubernetes.default.svc",)), 401, None),
+    (review(username="system:serviceaccount:tidal-system:default"), 403, None),
+    (review(username="system:node:node-a"), 403, None),  # a kubelet's own credential is not the agent's
+    (review(nodes=None), 403, None),  # before Kubernetes 1.30, or a token bound to no pod
+    (review(nodes=()), 403, None),
+    (review(nodes=("node-a", "node-b")), 403, None),
+    (review(nodes=("Node_A",)), 403, None),  # not a node name
+])
+def test_judge_grants_one_node_to_the_agents_token_only(given, code, node):
+    verdict = judge(given, service_account=AGENT, audience=AUDIENCE)
+    assert (verdict.code, verdict.node) == (code, node) and verdict.reason
+
+
+@pytest.mark.parametrize("header, token", [
+    ("Bearer abc", "abc"), ("bearer  abc ", "abc"), ("Basic abc", None), ("Bearer", None), (None, None), ("", None),
+])
+def test_bearer_token(header, token):
+    assert bearer_token(header) == token
+
+
+def test_renewal_comes_at_two_thirds_of_the_life_and_expiry_is_bounded():
+    assert renew_at(1000, 4600) == 3400  # 1000 + 3600 · 2/3
+    assert expiry(1000.9, 3600) == 4600
