@@ -70,4 +70,5 @@ async def apply_objects(url: str, objects: list[dict[str, Any]], *, manager: str
 
 async def apply_file(url: str, path: Path, **options: Any) -> list[int]:
     """`kubectl apply --server-side -f path`: every document of the file, in its order."""
-    return await apply_objects(url, [d for d in yaml.safe_load_all(path.read_text()) if d], **options)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return await apply_objects(url, [d for d in yaml.load_all(path.read_text(), Loader=loader) if d], **options)

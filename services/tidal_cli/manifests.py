@@ -48,6 +48,9 @@ ORDER_FIRST = ("Namespace", "ResourceQuota", "StorageClass", "CustomResourceDefi
                "Secret", "Endpoints", "Service", "LimitRange", "PriorityClass", "PersistentVolume",
                "PersistentVolumeClaim", "Deployment", "StatefulSet", "CronJob", "PodDisruptionBudget")
 ORDER_LAST = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+# libyaml's safe loader and dumper where PyYAML has them: ten times faster, the same documents
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 class ManifestError(ValueError):
@@ -58,7 +61,7 @@ class ManifestError(ValueError):
 def load_documents(path: Path) -> list[dict[str, Any]]:
     """The non-empty YAML documents of one file, each a Kubernetes object."""
     with path.open() as f:
-        docs = [d for d in yaml.safe_load_all(f) if d is not None]
+        docs = [d for d in yaml.load_all(f, Loader=_LOADER) if d is not None]
     for doc in docs:
         if not (isinstance(doc, dict) and "kind" in doc):
             raise ManifestError(f"{path}: not a Kubernetes object: {doc!r}")
@@ -155,7 +158,7 @@ def legacy_order(obj: dict[str, Any]) -> tuple:
     return rank, f"{group or '~G'}_{version}_{kind}", obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
 
 
-class _Dumper(yaml.SafeDumper):
+class _Dumper(_DUMPER):  # type: ignore[misc, valid-type]
     """Block style for multi-line strings (as kustomize prints a ConfigMap's files)."""
 
 

@@ -10,7 +10,8 @@ conflict with another manager's field is 409 unless forced). As
 kube-apiserver does: no `fieldManager` is 422; a body whose apiVersion,
 kind or name is not the URL's is 400; an object in a namespace that does
 not exist is 404 (the namespace comes first: kustomize's order does that);
-a kind the server does not serve is 404.
+a kind the server does not serve is 404. Not played: dry runs, and the
+immutability of a pod's spec (an apply may change it here).
 
 What it applies to: pods and nodes (as stored for the rest of the server),
 custom resources of a registered CRD (pruned and checked against its
@@ -29,6 +30,7 @@ so the real `kubectl apply --server-side -f` works against the stand-in.
 from __future__ import annotations
 
 import copy
+import json
 import re
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -107,9 +109,10 @@ class ServerSideApply:
         if not manager:
             return status(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
                           "is required for apply patch")
-        try:
-            config = yaml.safe_load(await request.text())
-        except yaml.YAMLError as exc:
+        text = await request.text()
+        try:  # YAML, which kubectl sends as JSON
+            config = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
+        except (ValueError, yaml.YAMLError) as exc:
             return status(400, "BadRequest", f"error decoding YAML: {exc}")
         if not isinstance(config, dict):
             return status(400, "BadRequest", "the body of an apply patch must be an object")
