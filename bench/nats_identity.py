@@ -224,7 +224,7 @@ async def _admit_through_the_issuer(url: str, work: Path, account: str, joined: 
     api = await KubeApiServer(record_requests=False).start()
     try:
         api.add_node(joined)
-        api.add_pod("tidal-topology-x", "tidal-system", node=joined)
+        api.add_pod("tidal-topology-x", "tidal-system", node=joined, spec={"serviceAccountName": "tidal-topology"})
         (work / "issuer-token").write_text("issuer")
         settings = CredentialsSettings(namespace=NAMESPACE, cluster=CLUSTER, http_host="127.0.0.1", http_port=0,
                                        signing_key_file=work / "signing.nk", account=account, kube_api_url=api.url,

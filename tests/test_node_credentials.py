@@ -75,6 +75,11 @@ class World:
         return self.api.mint_token(AGENTS, service_account, pod=pod, audiences=audiences)
 
 
+def agent_pod(api: KubeApiServer, name: str, node: str | None) -> None:
+    """A node agent's pod, running as its ServiceAccount."""
+    api.add_pod(name, AGENTS, node=node, spec={"serviceAccountName": "tidal-topology"})
+
+
 def issuer_settings(tmp, namespace, credentials, api, **options) -> CredentialsSettings:
     return CredentialsSettings(namespace=namespace, cluster=CLUSTER, http_host="127.0.0.1", http_port=0,
                                signing_key_file=credentials / "account-signing.nk",
@@ -95,9 +100,9 @@ async def world(tmp_path_factory):
     api = await KubeApiServer().start()
     for node in ("node-a", "node-b"):
         api.add_node(node)
-    api.add_pod("agent-a", AGENTS, node="node-a")
-    api.add_pod("agent-b", AGENTS, node="node-b")
-    api.add_pod("unbound", AGENTS)  # not scheduled: its token names no node
+    agent_pod(api, "agent-a", "node-a")
+    api.add_pod("scoring-b", AGENTS, node="node-b", spec={"serviceAccountName": "tidal-scoring"})
+    agent_pod(api, "unbound", None)  # not scheduled: its token names no node
     (tmp / "issuer-token").write_text("the issuer's own token\n")
     clock = Clock()
     issuer = await CredentialIssuer(issuer_settings(tmp, namespace, credentials, api), clock=clock).start()
@@ -151,7 +156,7 @@ def _ask(url: str, token: str | None, public: object) -> tuple[int, str]:
 async def test_what_is_not_node_agent_on_one_node_is_refused_with_its_reason(world, token, public, code, reason):
     tokens = {"agent-a": world.agent_token("agent-a"),
               "agent-a for the API server": world.agent_token("agent-a", audiences=("https://kubernetes.default.svc",)),
-              "scoring's token on node-b": world.agent_token("agent-b", service_account="tidal-scoring"),
+              "scoring's token on node-b": world.agent_token("scoring-b", service_account="tidal-scoring"),
               "agent, unscheduled pod": world.agent_token("unbound")}
     public = new_user_key()[1] if public == "agent" else public
     answered = await asyncio.to_thread(_ask, world.issuer.url, tokens.get(token, token), public)
@@ -159,7 +164,7 @@ async def test_what_is_not_node_agent_on_one_node_is_refused_with_its_reason(wor
 
 
 async def test_a_token_of_a_deleted_pod_is_refused_and_the_refusal_is_not_retried(world):
-    world.api.add_pod("gone", AGENTS, node="node-b")
+    agent_pod(world.api, "gone", "node-b")
     login = world.login(world.agent_token("gone"))
     world.api.delete_pod(AGENTS, "gone")
     with pytest.raises(LoginError) as refused:
@@ -171,7 +176,7 @@ async def test_credentials_are_renewed_before_they_expire_and_the_agent_logs_in_
     """Time from the injected clock: nothing is renewed before 2/3 of the
     life (400 of 600 s), then a new JWT is written and the connection logs
     in again with it; a renewal refused after expiry is an error."""
-    world.api.add_pod("renewing", AGENTS, node="node-b")
+    agent_pod(world.api, "renewing", "node-b")
     login = world.login(world.agent_token("renewing"))
     await login.obtain()
     first = decode_claims(parse_creds(login.creds_file.read_text()).jwt)
@@ -197,6 +202,11 @@ async def test_credentials_are_renewed_before_they_expire_and_the_agent_logs_in_
         with pytest.raises(LoginError, match="expired and could not be renewed"):
             await login.renew_if_due(reconnect)
     world.clock.t = wall_clock()
+
+
+async def test_a_pod_bound_token_is_only_for_the_pods_own_service_account(world):
+    with pytest.raises(ValueError, match="different serviceaccount"):
+        world.api.mint_token(AGENTS, "tidal-topology", pod="scoring-b")
 
 
 async def test_the_node_agent_logs_in_with_issued_credentials_over_https_and_publishes_its_node(world):

@@ -47,22 +47,26 @@ class MintedToken:
 class TokenReviews:
     objects: dict[str, dict[tuple[str, str], dict[str, Any]]]
 
+    token_clock: Clock = staticmethod(wall_clock)  # type: ignore[assignment]  # tests set their own
+
     @property
     def minted_tokens(self) -> dict[str, MintedToken]:
-        if "_minted" not in self.__dict__:
-            self.__dict__["_minted"] = {}
-        return self.__dict__["_minted"]
-
-    token_clock: Clock = staticmethod(wall_clock)  # type: ignore[assignment]
+        """Every token minted, by its text (made on first use: a mixin has no __init__ here)."""
+        return self.__dict__.setdefault("_minted_tokens", {})
 
     def mint_token(self, namespace: str, service_account: str, *, pod: str | None = None,
                    audiences: tuple[str, ...] = (API_AUDIENCE,), expiration_s: int = 3600) -> str:
         """A token for the service account, bound to pod `namespace/pod` when
         given (which must exist; its node, when bound, is recorded as the
-        API server does)."""
+        API server does). As TokenRequest, a pod-bound token is only for
+        the pod's own ServiceAccount (ValueError otherwise)."""
         bound_pod = bound_node = None
         if pod is not None:
             obj = self.objects["pods"][(namespace, pod)]
+            runs_as = (obj.get("spec") or {}).get("serviceAccountName") or "default"
+            if runs_as != service_account:
+                raise ValueError(f'cannot bind token for serviceaccount "{service_account}" to pod running with '
+                                 f'different serviceaccount name "{runs_as}"')
             bound_pod = (pod, obj["metadata"].get("uid", ""))
             node_name = (obj.get("spec") or {}).get("nodeName")
             if node_name:
