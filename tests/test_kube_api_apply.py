@@ -160,9 +160,14 @@ async def test_a_crd_applied_serves_its_resources_which_are_applied_through_its_
 async def test_a_pod_applied_is_pending_for_its_scheduler(api):
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
            "spec": {"schedulerName": "tidal", "containers": [{"name": "app", "image": "busybox"}]}}
-    assert await apply_objects(api.url, [pod]) == [201]
-    stored = api.pod("default", "p")
+    assert await apply_objects(api.url, [{**pod, "status": {"phase": "Running"}}]) == [201]
+    stored = api.pod("default", "p")  # status is the kubelet's: an apply of the pod does not set it
     assert stored["status"]["phase"] == "Pending" and stored["spec"]["schedulerName"] == "tidal"
+    api.update_pod("default", "p", lambda p: p["status"].update(phase="Running"))
+    labelled = {**pod, "metadata": {"name": "p", "labels": {"app": "x"}}}
+    assert await apply_objects(api.url, [labelled]) == [200]
+    stored = api.pod("default", "p")
+    assert stored["status"]["phase"] == "Running" and stored["metadata"]["labels"] == {"app": "x"}
 
 
 async def test_discovery_and_openapi_lead_kubectl_to_every_kind_it_applies(api):

@@ -10,8 +10,10 @@ conflict with another manager's field is 409 unless forced). As
 kube-apiserver does: no `fieldManager` is 422; a body whose apiVersion,
 kind or name is not the URL's is 400; an object in a namespace that does
 not exist is 404 (the namespace comes first: kustomize's order does that);
-a kind the server does not serve is 404. Not played: dry runs, and the
-immutability of a pod's spec (an apply may change it here).
+a kind the server does not serve is 404; an applied `status` is ignored
+(it is the status subresource's; a custom resource without one keeps
+it). Not played: dry runs, and the immutability of a pod's spec (an
+apply may change it here).
 
 What it applies to: pods and nodes (as stored for the rest of the server),
 custom resources of a registered CRD (pruned and checked against its
@@ -152,8 +154,8 @@ class ServerSideApply:
                           f"kind ({kind})")
         if ns and ns not in INITIAL_NAMESPACES and ("", ns) not in self.store.objects["namespaces"]:
             return not_found("namespaces", ns)
-        if crd is not None and crd.status_subresource:
-            config = {k: v for k, v in config.items() if k != "status"}  # the main resource ignores status
+        if crd is None or crd.status_subresource:  # the main resource ignores status (kept as it is)
+            config = {k: v for k, v in config.items() if k != "status"}
         live = self._live(resource, ns, name)
         try:
             new = apply(live, config, manager, force=force, now=now_stamp())
