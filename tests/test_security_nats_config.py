@@ -217,3 +217,18 @@ def test_cli_refuses_bad_input_in_one_line(tmp_path, capsys, argv, message):
     assert main(full) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_a_run_without_nodes_revokes_the_node_agents_made_ahead(tmp_path, capsys):
+    """Upgrading from per-node Secrets: their JWTs never expire, so a run
+    that lists no node (node agents then ask the issuer) revokes them all."""
+    out = tmp_path / "nats.conf"
+    assert main(["nats-config", "--cluster", CLUSTER, "--nodes", "node-a,node-b", "--out", str(out)]) == 0
+    credentials = tmp_path / "nats.conf.credentials"
+    made = {n: _claims(parse_creds((credentials / f"topology-{n}.creds").read_text()).jwt)
+            for n in ("node-a", "node-b")}
+    capsys.readouterr()
+    assert main(["nats-config", "--cluster", CLUSTER, "--out", str(out)]) == 0
+    account = (credentials / "account.pub").read_text().strip()
+    assert _preloaded(out)[account]["nats"]["revocations"] == {c["sub"]: c["iat"] for c in made.values()}
+    assert "2 node(s) revoked" in capsys.readouterr().out

@@ -56,11 +56,12 @@ _OLD_PASSWORDS = ("*.password", "hashes.json")  # what runs before nkeys left in
 
 def add(subparsers) -> None:
     parser = subparsers.add_parser(
-        "nats-config", help="nats-server config (operator mode) and per-service, per-node credentials",
+        "nats-config", help="nats-server config (operator mode) and per-service credentials",
         description="Writes a nats-server config in operator mode (JetStream on, the operator JWT, a resolver "
-                    "with the account JWT; no user listed) and one .creds file per service and per node agent, "
-                    "a user JWT allowed only the subjects it publishes and the consumers it reads. Re-running "
-                    "keeps every key; a joining node needs only `tidal nats-creds`.")
+                    "with the account JWT; no user listed) and one .creds file per central service, a user JWT "
+                    "allowed only the subjects it publishes and the consumers it reads. Node agents get theirs "
+                    "at run time from the credential issuer (python -m tidal_credentials); --nodes makes theirs "
+                    "ahead, off Kubernetes. Re-running keeps every key.")
     parser.add_argument("--namespace", type=namespace_name, default=os.environ.get("TIDAL_NAMESPACE", "tidal"))
     parser.add_argument("--cluster", type=cluster_name, required=True,
                         help="the cluster id (TIDAL_CLUSTER of the services)")
@@ -232,8 +233,9 @@ def run(args: argparse.Namespace) -> int:
         if creds[user] is not previous:
             minted += 1
             write_file(path, creds[user].text(), "--credentials-dir", mode=0o600)
-    # node agents with files in DIR but no longer listed are revoked; without a list, nodes are the issuer's
-    revoked = revoked_users(credentials, set(permissions)) if listed else {}
+    # node agents with .creds in DIR but not listed are revoked: without a list, every one made ahead (an
+    # upgrade from per-node Secrets: those JWTs never expire), since the issuer now grants node agents theirs
+    revoked = revoked_users(credentials, set(permissions))
     jwts = {"operator.jwt": operator_jwt(authority, f"tidal-{namespace}", now,
                                          _read_text(credentials / "operator.jwt")),
             "account.jwt": account_jwt(authority, "account", namespace, now, revocations=revoked,
