@@ -190,3 +190,63 @@ async def test_discovery_and_openapi_lead_kubectl_to_every_kind_it_applies(api):
         assert "fieldValidation" in {p["name"] for p in patch["parameters"]}
         async with session.get(api.url + "/apis/example.com/v1") as response:
             assert response.status == 404
+
+
+def deployment(env: list[dict]) -> dict:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "tidal-system"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "d"}}, "template": {
+                "metadata": {"labels": {"app": "d"}},
+                "spec": {"containers": [{"name": "app", "image": "tidal:0.1.0", "env": env}]}}}}
+
+
+async def test_an_upgrade_drops_what_the_new_file_no_longer_sets_and_keeps_what_others_set(api):
+    old = deployment([{"name": "A", "value": "1"}, {"name": "OLD", "value": "x"}])
+    old["metadata"]["annotations"] = {"gone": "in the new file"}
+    await apply_objects(api.url, [NAMESPACE, old])
+    code, _ = await raw_apply(api, "/apis/apps/v1/namespaces/tidal-system/deployments/d",
+                              {**deployment([]), "spec": {"replicas": 5}}, fieldManager="autoscaler", force="true")
+    assert code == 200  # an autoscaler took the replicas over
+    new = deployment([{"name": "A", "value": "2"}])
+    del new["spec"]["replicas"]
+    await apply_objects(api.url, [new])
+    stored = api.objects["deployments.apps"][("tidal-system", "d")]
+    assert stored["spec"]["template"]["spec"]["containers"][0]["env"] == [{"name": "A", "value": "2"}]
+    assert "annotations" not in stored["metadata"]
+    assert stored["spec"]["replicas"] == 5
+    assert stored["metadata"]["generation"] == 3  # created, scaled, upgraded
+
+
+async def test_a_yaml_body_is_read_as_yaml_and_a_broken_one_is_400(api):
+    async with aiohttp.ClientSession() as session:
+        for body, code in ((yaml.safe_dump(NAMESPACE), 201), ("kind: [", 400), ("- a list", 400)):
+            async with session.patch(api.url + "/api/v1/namespaces/tidal-system", params={"fieldManager": "k"},
+                                     data=body, headers={"Content-Type": "application/apply-patch+yaml"}) as response:
+                assert response.status == code, body
+        async with session.get(api.url + "/api/v1/namespaces") as response:
+            assert [n["metadata"]["name"] for n in (await response.json())["items"]] == ["tidal-system"]
+
+
+async def test_a_crd_or_webhook_configuration_the_server_refuses_is_422(api):
+    broken_crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                  "metadata": {"name": "widgets.example.com"},
+                  "spec": {"group": "example.com", "scope": "Cluster", "names": {"plural": "widgets", "kind": "Widget"},
+                           "versions": []}}
+    code, answer = await raw_apply(api, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com",
+                                   broken_crd, fieldManager="k")
+    assert code == 422 and "exactly one version must be served and stored" in answer["message"]
+    hook = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "w"}, "webhooks": [{"name": "short", "sideEffects": "None",
+                                                     "admissionReviewVersions": ["v1"],
+                                                     "clientConfig": {"url": "https://h/x"}}]}
+    path = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/w"
+    code, answer = await raw_apply(api, path, hook, fieldManager="k")
+    assert code == 422 and "three segments" in answer["message"]
+    hook["webhooks"][0]["name"] = "nodes.tidal.dev.example"
+    code, answer = await raw_apply(api, path, hook, fieldManager="k")
+    assert code == 201 and answer["webhooks"][0]["failurePolicy"] == "Fail"  # defaulted as on create
+
+
+async def test_a_node_applied_is_stored_with_the_nodes(api):
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"zone": "a"}}}
+    assert await apply_objects(api.url, [node]) == [201]
+    assert api.node("n1")["metadata"]["labels"] == {"zone": "a"}
