@@ -94,3 +94,39 @@ async def test_the_install_file_applies_server_side_to_an_empty_stand_in_twice(n
         assert api.rv == written
         assert {crd.kind for crd in api.custom.crds.values()} == {"Tenant", "FairShare"}
         assert len(api.objects["deployments.apps"]) == sum(o["kind"] == "Deployment" for o in documents(name))
+
+
+def obj(kind: str, name: str = "x", api_version: str = "v1") -> dict:
+    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}}
+
+
+def test_the_legacy_order_is_kustomizes():
+    # the listed kinds first in kustomize's order, then the others by group_version_kind, webhooks last
+    shuffled = [obj("MutatingWebhookConfiguration", api_version="admissionregistration.k8s.io/v1"),
+                obj("NetworkPolicy", api_version="networking.k8s.io/v1"),
+                obj("DaemonSet", api_version="apps/v1"), obj("Deployment", "b", "apps/v1"),
+                obj("Deployment", "a", "apps/v1"), obj("ConfigMap"),
+                obj("CustomResourceDefinition", api_version="apiextensions.k8s.io/v1"), obj("Namespace")]
+    assert [(o["kind"], o["metadata"]["name"]) for o in sorted(shuffled, key=manifests.legacy_order)] == [
+        ("Namespace", "x"), ("CustomResourceDefinition", "x"), ("ConfigMap", "x"), ("Deployment", "a"),
+        ("Deployment", "b"), ("DaemonSet", "x"), ("NetworkPolicy", "x"), ("MutatingWebhookConfiguration", "x")]
+
+
+def test_a_kustomization_the_loader_cannot_build_is_refused(tmp_path: Path):
+    (tmp_path / "kustomization.yaml").write_text("resources: [missing.yaml]\n")
+    with pytest.raises(manifests.ManifestError, match="missing resource"):
+        manifests.build(tmp_path)
+    (tmp_path / "kustomization.yaml").write_text("resources: [a.yaml, a.yaml]\n")
+    (tmp_path / "a.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n")
+    with pytest.raises(manifests.ManifestError, match="defined twice"):
+        manifests.build(tmp_path)
+    (tmp_path / "kustomization.yaml").write_text("resources: [a.yaml]\npatches: [{path: p.yaml}]\n")
+    (tmp_path / "p.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other}\ndata: {a: b}\n")
+    with pytest.raises(manifests.ManifestError, match="found 0 times"):
+        manifests.build(tmp_path)
+
+
+def test_a_file_in_a_config_map_is_rendered_as_a_block():
+    (config,) = [o for o in documents("nats.yaml") if o["metadata"]["name"] == "tidal-nats-config"]
+    assert "\n  server.conf: |\n" in (INSTALL / "nats.yaml").read_text()
+    assert config["data"]["server.conf"].count("\n") > 10
