@@ -81,11 +81,11 @@ def agent_pod(api: KubeApiServer, name: str, node: str | None) -> None:
 
 
 def issuer_settings(tmp, namespace, credentials, api, **options) -> CredentialsSettings:
-    return CredentialsSettings(namespace=namespace, cluster=CLUSTER, http_host="127.0.0.1", http_port=0,
-                               signing_key_file=credentials / "account-signing.nk",
-                               account_file=credentials / "account.pub", kube_api_url=api.url,
-                               kube_token_file=tmp / "issuer-token", kube_ca_file=None,
-                               agent_service_account=f"{AGENTS}:tidal-topology", ttl_s=TTL, **options)
+    return CredentialsSettings(**{
+        "namespace": namespace, "cluster": CLUSTER, "http_host": "127.0.0.1", "http_port": 0,
+        "signing_key_file": credentials / "account-signing.nk", "account_file": credentials / "account.pub",
+        "kube_api_url": api.url, "kube_token_file": tmp / "issuer-token", "kube_ca_file": None,
+        "agent_service_account": f"{AGENTS}:tidal-topology", "ttl_s": TTL, **options})
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +161,23 @@ async def test_what_is_not_node_agent_on_one_node_is_refused_with_its_reason(wor
     public = new_user_key()[1] if public == "agent" else public
     answered = await asyncio.to_thread(_ask, world.issuer.url, tokens.get(token, token), public)
     assert answered[0] == code and reason in answered[1]
+
+
+async def test_without_a_review_the_agent_is_told_to_come_back_and_the_answers_are_counted(world):
+    """An issuer the API server treats as anonymous (no token of its own) gets
+    403 from it: the agent is answered 503, which it retries."""
+    (world.tmp / "empty-token").write_text("")
+    settings = issuer_settings(world.tmp, world.namespace, world.credentials, world.api,
+                               kube_token_file=world.tmp / "empty-token")
+    async with CredentialIssuer(settings) as issuer:
+        login = NodeLogin(issuer.url, world.token_file(world.agent_token("agent-a")), world.tmp / "never.creds")
+        with pytest.raises(LoginError) as unavailable:
+            await login.obtain()
+        assert unavailable.value.code == 503 and unavailable.value.retriable
+        assert 'User "system:anonymous" cannot create resource "tokenreviews"' in str(unavailable.value)
+        scraped = await asyncio.to_thread(lambda: urllib.request.urlopen(issuer.url.replace(
+            "/v1/node-credentials", "/metrics"), timeout=10).read().decode())
+    assert 'tidal_credentials_requests_total{code="503"} 1.0' in scraped
 
 
 async def test_a_token_of_a_deleted_pod_is_refused_and_the_refusal_is_not_retried(world):

@@ -3,7 +3,7 @@ tidal_bus.node_issuer:
 
     POST /v1/node-credentials   Authorization: Bearer <projected token>, {"publicKey": "U…"}
         200 {"jwt", "user", "node", "expires"}; 400, 401, 403 {"reason"}; 503 review unavailable
-    GET  /healthz
+    GET  /healthz, /metrics (tidal_credentials_requests_total{code})
 
 Every refusal is logged with its reason and the pod the token named, never
 the token. It holds the account signing key only (a constant-size Secret):
@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
 from tidal_bus.nats_permissions import topology_user
 from tidal_bus.node_issuer import Verdict, bearer_token, check_request, expiry, judge, node_user_jwt, \
@@ -42,7 +43,10 @@ class CredentialIssuer:
         self.agent = service_account_user(*settings.agent_service_account.split(":"))
         self.reviewer = TokenReviewer(settings.kube_api_url, settings.kube_token_file, settings.kube_ca_file,
                                       settings.review_timeout_s)
-        self.issued: dict[int, int] = {}  # answers by HTTP code
+        self.registry = CollectorRegistry()
+        self.answers = Counter("tidal_credentials_requests_total", "Node credential requests answered, by HTTP "
+                               "code (200 issued; 400, 401, 403 refused; 503 no review)", ["code"],
+                               registry=self.registry)
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -61,7 +65,7 @@ class CredentialIssuer:
                                 service_account=self.agent, audience=self.settings.audience)
             except ReviewUnavailable as exc:
                 verdict = Verdict(503, str(exc))
-        self.issued[verdict.code] = self.issued.get(verdict.code, 0) + 1
+        self.answers.labels(str(verdict.code)).inc()
         if not verdict.granted:
             log.warning("node credentials refused (%d) to %s: %s", verdict.code, request.remote, verdict.reason)
             return web.json_response({"reason": verdict.reason}, status=verdict.code)
@@ -74,10 +78,14 @@ class CredentialIssuer:
         return web.json_response({"jwt": jwt, "user": topology_user(verdict.node), "node": verdict.node,
                                   "expires": exp})
 
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
     async def start(self) -> "CredentialIssuer":
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_post("/v1/node-credentials", self.issue)
         app.router.add_get("/healthz", _healthz)
+        app.router.add_get("/metrics", self._metrics)
         tls = None
         if self.settings.tls_cert_file is not None:
             tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

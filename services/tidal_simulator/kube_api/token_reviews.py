@@ -8,7 +8,8 @@ The review answers 201 with the TokenReview and its `status`, as the real
 one: an unknown, expired or wrongly addressed token (no audience in common
 with `spec.audiences`, which default to the API server's own) is
 `authenticated: false` with an `error`; a token bound to a pod that is gone
-(or was re-created: another uid) is no longer valid. An authenticated token
+(or was re-created: another uid) is no longer valid; a caller without a
+bearer token is anonymous, which may not create reviews (403). An authenticated token
 reviews as `system:serviceaccount:<ns>:<sa>` with the service account
 groups, the common `audiences`, and in `extra` the pod's name and uid and,
 since Kubernetes 1.30 (ServiceAccountTokenPodNodeInfo, KEP-4193), the
@@ -111,6 +112,11 @@ class TokenReviews:
                          "extra": extra}}
 
     async def _token_review(self, request: web.Request) -> web.StreamResponse:
+        scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not credential.strip():  # anonymous may not create tokenreviews
+            return status(403, "Forbidden", 'tokenreviews.authentication.k8s.io is forbidden: User '
+                          '"system:anonymous" cannot create resource "tokenreviews" in API group '
+                          '"authentication.k8s.io" at the cluster scope')
         try:
             body = await request.json()
         except ValueError:
