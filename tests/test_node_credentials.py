@@ -25,7 +25,7 @@ from tidal_bus.auth import BusAuth, BusPermissionError
 from tidal_bus.embedded import EmbeddedNats
 from tidal_bus.nats_jwt import decode_claims, parse_creds
 from tidal_bus.nats_permissions import service_permissions
-from tidal_bus.nkey import new_user_key
+from tidal_bus.nkey import new_key, new_user_key
 from tidal_bus.node_issuer import bearer_token, expiry, judge, renew_at
 from tidal_bus.node_login import LoginError, NodeLogin
 from tidal_cli.main import main as tidal
@@ -293,6 +293,18 @@ def test_judge_grants_one_node_to_the_agents_token_only(given, code, node):
 ])
 def test_bearer_token(header, token):
     assert bearer_token(header) == token
+
+
+def test_the_issuer_reads_the_bus_namespace_and_cluster_as_the_agents_do(tmp_path, monkeypatch):
+    config = tmp_path / "tidal.yaml"
+    config.write_text("apiVersion: config.tidal.dev/v1alpha1\nkind: TidalConfiguration\n"
+                      "common: {namespace: prod, cluster: east}\ntopology: {pool: gpu}\n")
+    (tmp_path / "account").write_text(f"{new_key('account')[1]}\n")
+    monkeypatch.setenv("TIDAL_CONFIG", str(config))
+    settings = CredentialsSettings(signing_key_file=tmp_path / "none", account_file=tmp_path / "account")
+    assert (settings.namespace, settings.cluster) == ("prod", "east")
+    monkeypatch.setenv("TIDAL_CLUSTER", "west")  # the environment overrides the file, as for every service
+    assert CredentialsSettings(signing_key_file=tmp_path / "none", account_file=tmp_path / "account").cluster == "west"
 
 
 def test_renewal_comes_at_two_thirds_of_the_life_and_expiry_is_bounded():

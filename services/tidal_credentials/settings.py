@@ -1,7 +1,9 @@
 """Settings of the credential issuer (env prefix TIDAL_CREDENTIALS_; the bus
-namespace and cluster from TIDAL_NAMESPACE and TIDAL_CLUSTER, as every
-service reads them). Only constant-size material: the account signing key
-and the account's public key, whatever the number of nodes."""
+namespace and cluster as every service reads them: TIDAL_NAMESPACE and
+TIDAL_CLUSTER, else the `common` section of the TidalConfiguration file
+TIDAL_CONFIG names, so it grants the subjects the agents publish on). Only
+constant-size material: the account signing key and the account's public
+key, whatever the number of nodes."""
 
 from __future__ import annotations
 
@@ -10,10 +12,11 @@ import re
 from pathlib import Path
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from tidal_bus.node_issuer import DEFAULT_AUDIENCE
 from tidal_bus.nkey import InvalidSeed, public_key
+from tidal_runtime.configuration import TidalConfigSource
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 _ACCOUNT = re.compile(r"^A[A-Z2-7]{55}$")
@@ -48,6 +51,15 @@ class CredentialsSettings(BaseSettings):
                                   "which may create tokenreviews")
     kube_ca_file: Path | None = Field(SERVICE_ACCOUNT_DIR / "ca.crt", description="the API server's CA")
     review_timeout_s: float = Field(5.0, gt=0, description="how long a TokenReview may take")
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Keyword arguments, the environment, then the file's `common` section (namespace, cluster)."""
+        return init_settings, env_settings, dotenv_settings, TidalConfigSource(settings_cls), file_secret_settings
 
 
     @field_validator("agent_service_account")
