@@ -42,12 +42,35 @@ def test_the_agent_sends_a_projected_token_for_the_issuers_audience_and_mounts_n
     assert env["TIDAL_TOPOLOGY_CREDENTIALS_URL"] == \
         f"https://{ISSUER}.tidal-system.svc:{service['spec']['ports'][0]['port']}/v1/node-credentials"
     ca = volumes["credentials-ca"]["secret"]
-    assert ca["secretName"] == "tidal-credentials-tls" and ca["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    assert ca["secretName"] == "tidal-credentials-ca" and ca["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
     # the issued .creds (its own seed in it) on a memory volume; no Secret, no TIDAL_BUS_CREDS_FILE
     assert volumes["bus-credentials"]["emptyDir"]["medium"] == "Memory"
     assert env["TIDAL_TOPOLOGY_CREDENTIALS_FILE"].startswith(mounts["bus-credentials"]["mountPath"] + "/")
     assert "TIDAL_BUS_CREDS_FILE" not in env and "TIDAL_BUS_USER_FILE" not in env
-    assert [v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v] == ["tidal-credentials-tls"]
+    assert [v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v] == ["tidal-credentials-ca"]
+
+
+def test_what_the_agents_need_is_written_in_their_namespace() -> None:
+    """`tidal nats-config --k8s-secrets` writes the issuer's CA where the
+    DaemonSet runs (NODE_NAMESPACE, --node-namespace), and the issuer grants
+    the ServiceAccount of that namespace: moving the agent moves both."""
+    from tidal_cli.issuer_tls import ISSUER_SECRET
+    from tidal_cli.nats_config_cmd import NODE_NAMESPACE
+    from tidal_cli.webhook_tls import make_webhook_tls
+
+    objects = bundle("overlays/nats")
+    agent = workload_for(objects, "topology")
+    issuer = named(objects, "Deployment", ISSUER)
+    namespace = agent["metadata"]["namespace"]
+    assert NODE_NAMESPACE == namespace, "tidal nats-config's --node-namespace default must be the DaemonSet's"
+    env = {k: v.get("value") for k, v in env_of(issuer["spec"]["template"]["spec"]["containers"][0]).items()}
+    assert env["TIDAL_CREDENTIALS_AGENT_SERVICE_ACCOUNT"] == \
+        f"{namespace}:{agent['spec']['template']['spec']['serviceAccountName']}"
+    tls = make_webhook_tls(["tidal-credentials"])
+    written = {(d["metadata"]["namespace"], d["metadata"]["name"]): d
+               for d in yaml.safe_load_all(k8s_secrets("config", {}, issuer=tls))}
+    assert written[(namespace, "tidal-credentials-ca")]["stringData"] == {"ca.crt": tls.ca_pem}  # no key
+    assert ("tidal-system", ISSUER_SECRET) in written and issuer["metadata"]["namespace"] == "tidal-system"
 
 
 def test_the_issuer_may_create_tokenreviews_and_nothing_else() -> None:

@@ -153,11 +153,12 @@ def test_cli_writes_config_creds_and_secrets_and_keeps_the_keys(tmp_path, capsys
     secrets = {d["metadata"]["name"]: d for d in yaml.safe_load_all(secrets_file.read_text())}
     # nothing per node: node agents get their credentials from the issuer, whose TLS Secret is here
     assert set(secrets) == {"nats-config", f"tidal-bus-{ADMIN}", "tidal-nats-account-signing", "tidal-credentials-tls",
-                            *(f"tidal-bus-{s}" for s in ACCESS if s != "topology")}
+                            "tidal-credentials-ca", *(f"tidal-bus-{s}" for s in ACCESS if s != "topology")}
     assert secrets["nats-config"]["stringData"] == {"nats.conf": text}
     assert secrets["tidal-bus-scoring"]["stringData"] == {
         "user": "scoring", "seed": first["scoring.nk"].strip(), "creds": (credentials / "scoring.creds").read_text()}
     assert set(secrets["tidal-credentials-tls"]["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    assert set(secrets["tidal-credentials-ca"]["stringData"]) == {"ca.crt"}  # what the agents mount: no key
     assert secrets["tidal-nats-account-signing"]["stringData"] == {"seed": first["account-signing.nk"].strip(),
                                                                    "account": account}
     assert not [s for s in secrets.values() for v in s.get("stringData", {}).values()

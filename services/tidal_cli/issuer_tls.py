@@ -1,8 +1,9 @@
 """The credential issuer's serving certificate for `tidal nats-config
 --k8s-secrets`: a CA and a certificate for the Service `tidal-credentials`,
 made once and kept in the credentials directory, so a re-run writes the
-same Secret. The node agents verify the issuer with the CA (`ca.crt`) before
-they send their ServiceAccount token."""
+same Secret. The node agents verify the issuer with the CA (`ca.crt`, a
+Secret of its own in their namespace: the issuer's key never leaves its
+namespace) before they send their ServiceAccount token."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from .webhook_tls import WebhookTls, make_webhook_tls, service_names
 
 ISSUER_SERVICE = "tidal-credentials"
 ISSUER_SECRET = "tidal-credentials-tls"
+CA_SECRET = "tidal-credentials-ca"  # the CA alone, in the node agents' namespace
 TLS_DIR = "credentials-issuer-tls"
 
 
@@ -26,3 +28,10 @@ def issuer_tls(directory: Path, namespace: str = "tidal-system") -> WebhookTls:
     tls = make_webhook_tls(service_names(ISSUER_SERVICE, namespace), days=3650, ca_name="tidal-credentials-ca")
     tls.write(folder)
     return tls
+
+
+def ca_secret(tls: WebhookTls, namespace: str) -> dict:
+    """The Secret `tidal-credentials-ca` in `namespace`: the CA's certificate only (`ca.crt`)."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": CA_SECRET, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "tidal"}},
+            "stringData": {"ca.crt": tls.ca_pem}}

@@ -51,6 +51,7 @@ SEED_SUFFIX, CREDS_SUFFIX = ".nk", ".creds"
 AUTHORITY_FILES = {"operator": "operator.nk", "system_account": "system-account.nk", "account": "account.nk",
                    "account_signing": "account-signing.nk"}
 ACCOUNT_PUBLIC_FILE = "account.pub"
+NODE_NAMESPACE = "tidal-system"  # where k8s/ runs the node agent DaemonSet (tests/test_manifests_credentials.py)
 _OLD_PASSWORDS = ("*.password", "hashes.json")  # what runs before nkeys left in the directory
 
 
@@ -76,6 +77,8 @@ def add(subparsers) -> None:
     parser.add_argument("--k8s-secrets", type=Path,
                         help="also write the Kubernetes Secrets (server config, per-service credentials, "
                              "the account signing key the credential issuer holds); none per node")
+    parser.add_argument("--node-namespace", default=NODE_NAMESPACE, help="with --k8s-secrets: the node agents' "
+                        "namespace, where the issuer's CA goes (Secret tidal-credentials-ca)")
     parser.add_argument("--store-dir", default="/data", help="JetStream store directory of the server")
     parser.add_argument("--tls-cert", help="server certificate file (turns TLS on)")
     parser.add_argument("--tls-key", help="server key file")
@@ -178,16 +181,17 @@ def revoked_users(directory: Path, listed: set[str]) -> dict[str, int]:
 
 def k8s_secrets(server_config: str, seeds: dict[str, str], namespace: str = "tidal-system", *,
                 creds: dict[str, Creds] | None = None, authority: Authority | None = None,
-                issuer: "WebhookTls | None" = None) -> str:
+                issuer: "WebhookTls | None" = None, node_namespace: str = NODE_NAMESPACE) -> str:
     """The Secrets the NATS overlay mounts, each the same size whatever the
     number of nodes: `nats-config` (the server config), `tidal-bus-<service>`
     (user, seed, and `creds` when given) for each central service and the
     admin and, with the authority, `tidal-nats-account-signing` (`seed`,
     `account`: what the credential issuer signs node agents' JWTs with) and,
-    with `issuer`, its serving certificate `tidal-credentials-tls` (the
-    agents mount its `ca.crt` only). Nothing per node: agents ask the
-    issuer. The operator's and the account's own seeds are in no Secret:
-    they stay offline."""
+    with `issuer`, its serving certificate `tidal-credentials-tls` and, in
+    the node agents' namespace `node_namespace`, `tidal-credentials-ca`
+    with only its CA (`ca.crt`), which the agents verify it with. Nothing
+    per node: agents ask the issuer. The operator's and the account's own
+    seeds are in no Secret: they stay offline."""
     def secret(name: str, data: dict[str, str]) -> dict:
         return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                 "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "tidal"}},
@@ -205,9 +209,9 @@ def k8s_secrets(server_config: str, seeds: dict[str, str], namespace: str = "tid
         docs.append(secret("tidal-nats-account-signing", {"seed": authority.account_signing,
                                                           "account": authority.public("account")}))
     if issuer is not None:
-        from .issuer_tls import ISSUER_SECRET
+        from .issuer_tls import ISSUER_SECRET, ca_secret
         from .webhook_tls import secret_manifest  # cryptography: only when Secrets are written
-        docs.append(secret_manifest(issuer, ISSUER_SECRET, namespace))
+        docs += [secret_manifest(issuer, ISSUER_SECRET, namespace), ca_secret(issuer, node_namespace)]
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
@@ -268,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
     if args.k8s_secrets:
         from .issuer_tls import issuer_tls
         write_file(args.k8s_secrets, k8s_secrets(config, seeds, creds=creds, authority=authority,
-                                                 issuer=issuer_tls(credentials)),
+                                                 issuer=issuer_tls(credentials), node_namespace=args.node_namespace),
                    "--k8s-secrets", mode=0o600)
         print(f"wrote {args.k8s_secrets}: kubectl apply -f {args.k8s_secrets} before kubectl apply -k "
               f"k8s/overlays/nats (the CLI as {ADMIN}: TIDAL_BUS_CREDS_FILE={credentials / (ADMIN + CREDS_SUFFIX)})")
