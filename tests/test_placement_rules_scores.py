@@ -248,3 +248,42 @@ def test_final_ties_go_to_the_lowest_rank_else_the_lowest_row(used):
 def test_least_is_within_rounding():
     # 0.1 + 0.2 = 0.30000000000000004: the same as 0.3 for a tie
     assert least(np.array([0.3, 0.1 + 0.2, 0.31])).tolist() == [True, True, False]
+
+
+# ---- FGD: Δ = F(before) − F(after placing the pod), score = ⌊100 · sigmoid(Δ / 1000)⌋, cost = −score ------
+
+@pytest.mark.parametrize("shape, gpus", [
+    (Shape(1000, 1000, 1), 1),    # one whole GPU: the lowest free device
+    (Shape(2000, 0, 0), 0),       # a CPU-only pod: its CPU can strand GPUs too
+    (Shape(1000, 500, 1), 1),     # a share: the device FGD scores best
+])
+def test_fgd_scores_the_fragmentation_each_node_loses(shape, gpus):
+    # F measured on each node before and after actually taking the pod's decision there
+    workload = typical_workload([Shape(1000, 1000, 1), Shape(2000, 500, 1), Shape(4000, 2000, 2)], coverage=1.0)
+    state = cluster(node("a", (4, 4), gpus=2), node("b", (4, 4), gpus=2), node("c", (2, 2), gpus=2))
+    use(state, "b", cpu=2000, gpus={"gpu0": 500})   # partly used
+    use(state, "c", cpu=1000, gpus={"gpu1": 1000})
+    fgd = make_strategy("fgd", workload, reference=True)
+    names = ("a", "b", "c")
+    scored = fgd.score(candidates(state, *names), shape)
+    frag, models = fgd.frag, tuple(state.models)
+
+    def f(r):
+        s = slice(r, r + 1)
+        return float(frag.node_frag(state.cpu_free[s], state.gpu_free[s], state.gpu_model[s], models)[0])
+
+    request = PodRequest("default/p", cpu_milli=shape.cpu_milli, gpu_count=shape.gpu_count,
+                         gpu_milli=shape.gpu_milli or 1000)
+    for j, name in enumerate(names):
+        r = state.rows[name]
+        before = f(r)
+        device = None if scored.device is None else int(scored.device[j])
+        if gpus and device is not None:
+            gpu_taken = {state.gpu_id(r, device): shape.gpu_milli}
+        else:  # whole GPUs: the lowest free devices (which ones does not change F)
+            whole = [k for k in range(2) if state.gpu_free[r, k] == 1000][:shape.gpu_count]
+            gpu_taken = {state.gpu_id(r, k): 1000 for k in whole}
+        key = use(state, name, cpu=request.cpu_milli, gpus=gpu_taken)
+        delta = before - f(r)
+        state.release(key)
+        assert scored.cost[j] == -sigmoid_score(np.array([delta]))[0], name
