@@ -14,6 +14,7 @@ import pytest
 from tidal_placement.decide import PodRequest, decide
 from tidal_placement.gpu_bestfit import BestFit, _normalised
 from tidal_placement.gpu_candidates import Candidates, sigmoid_score
+from tidal_placement.gpu_fgd import frag_deltas
 from tidal_placement.gpu_score_cache import ScoreCache
 from tidal_placement.gpu_strategies import GPU_STRATEGIES, make_strategy
 from tidal_placement.gpu_workload import Shape, typical_workload
@@ -267,6 +268,7 @@ def test_fgd_scores_the_fragmentation_each_node_loses(shape, gpus):
     names = ("a", "b", "c")
     scored = fgd.score(candidates(state, *names), shape)
     frag, models = fgd.frag, tuple(state.models)
+    deltas = frag_deltas(frag, candidates(state, *names), shape)  # (nodes,), or (nodes × devices) for a share
 
     def f(r):
         s = slice(r, r + 1)
@@ -287,3 +289,4 @@ def test_fgd_scores_the_fragmentation_each_node_loses(shape, gpus):
         delta = before - f(r)
         state.release(key)
         assert scored.cost[j] == -sigmoid_score(np.array([delta]))[0], name
+        assert (deltas[j] if deltas.ndim == 1 else deltas[j, device]) == pytest.approx(delta)
