@@ -20,7 +20,7 @@ reflectors, as kube-scheduler reads its informers') and ask the API server
 only for what they do not hold. A stale pod is harmless: the Binding is
 checked against the pod as it is. A node cordoned or deleted a moment
 before is seen as late as the watch sees it, as by kube-scheduler. A bind
-is one request, and a `Scheduled` Event.
+is one request; its `Scheduled` Event is written behind it (event_recorder.py).
 
 Expected refusals are `BindOutcome` values; a transient API failure (5xx,
 429, broken connection) raises, and the service retries the decision.

@@ -1,5 +1,5 @@
-"""Binds in flight. A bind waits for API round trips (the Binding, its
-Scheduled Event), so the bridge binds many pods at once: up to `limit` at a
+"""Binds in flight. A bind waits for an API round trip (the Binding; its
+Scheduled Event is written behind it), so the bridge binds many pods at once: up to `limit` at a
 time, one pod's decisions one after another in their log order (side by
 side, the second's Binding could reach the API server first).
 The decision stream's consumer reads on meanwhile: each event is

@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 import aiohttp
+import orjson
 import yarl
 from kubernetes_asyncio import client, config
 
@@ -231,10 +232,20 @@ class Kube:
         return response
 
 
+def decode_json(data: bytes | str) -> Any:
+    """JSON text decoded once, by orjson (a watch line, a response body);
+    what orjson refuses and `json` reads (NaN, integers past 64 bits, lone
+    surrogates) as `json` reads it. ValueError when it is not JSON."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
 def _checked(status: int, body: bytes) -> dict[str, Any]:
     """The decoded body of a 2xx answer; KubeStatusError otherwise."""
     try:
-        decoded = json.loads(body) if body else {}
+        decoded = decode_json(body) if body else {}
     except ValueError:
         decoded = body.decode(errors="replace")
     if status >= 300:

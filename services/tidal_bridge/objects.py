@@ -48,8 +48,8 @@ def eviction_body(namespace: str, name: str, uid: str = "") -> dict[str, Any]:
 
 
 def pod_event(pod: dict[str, Any], *, reason: str, message: str, now: datetime,
-              kind: str = "Warning", host: str = "", name: str | None = None) -> dict[str, Any]:
-    """A core/v1 Event about a pod. Its name, unless given, is derived from
+              kind: str = "Warning", host: str = "", name: str | None = None, count: int = 1) -> dict[str, Any]:
+    """A core/v1 Event about a pod, seen `count` times. Its name, unless given, is derived from
     (pod uid, reason, message), so re-reporting the same thing (another
     replica, a restart) collides with 409 instead of repeating it."""
     meta = pod.get("metadata") or {}
@@ -61,7 +61,7 @@ def pod_event(pod: dict[str, Any], *, reason: str, message: str, now: datetime,
         "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"),
                            "namespace": meta.get("namespace"), "uid": meta.get("uid"),
                            "resourceVersion": meta.get("resourceVersion")},
-        "reason": reason, "message": message[:1024], "type": kind, "count": 1,
+        "reason": reason, "message": message[:1024], "type": kind, "count": count,
         "firstTimestamp": stamp, "lastTimestamp": stamp,
         "source": {"component": COMPONENT, **({"host": host} if host else {})},
         "reportingComponent": f"tidal.dev/{COMPONENT}", "reportingInstance": host or COMPONENT,

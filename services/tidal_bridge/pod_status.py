@@ -168,9 +168,9 @@ class PodStatusReporter:
 
 
 async def create_pod_event(kube: Kube, pod: dict, reason: str, message: str, kind: str = "Warning", *,
-                           log: logging.Logger = log, clock: Clock = wall_clock) -> bool:
-    """Create a Kubernetes Event on the pod, at `clock`'s time; True when it exists now."""
-    body = pod_event(pod, reason=reason, message=message, kind=kind, now=now_utc(clock))
+                           log: logging.Logger = log, clock: Clock = wall_clock, count: int = 1) -> bool:
+    """Create a Kubernetes Event on the pod (seen `count` times), at `clock`'s time; True when it exists now."""
+    body = pod_event(pod, reason=reason, message=message, kind=kind, now=now_utc(clock), count=count)
     try:
         await kube.create_event(body["metadata"]["namespace"], body)
     except KubeStatusError as exc:

@@ -24,7 +24,8 @@ Publishes (in its own `settings.cluster`):
 - `bind.result` for each `placed` decision, `action.result` for each taint,
   untaint and evict action (freeze, thaw and set-cpuset are the node
   agent's). Binds run side by side as decisions are read (`binds_in_flight.py`),
-  checking pods and nodes in the watches' caches (binder.py, node_watch.py).
+  checking pods and nodes in the watches' caches (binder.py, node_watch.py);
+  their `Scheduled` Events are queued and written behind them (event_recorder.py).
 - `tenant.config` for every `Tenant` object created, changed or deleted;
   `tenant.usage` and `score.user` become the status of the `Tenant` and
   `FairShare` objects (tenants.py), when `watch_tenants` is on.
@@ -59,6 +60,7 @@ from .actuator import Actuator, carry_out
 from .binder import Binder
 from .binds_in_flight import BindsInFlight
 from .event_budget import EventBudget
+from .event_recorder import EventRecorder
 from .gpu_ask import asked_resource
 from .kube import Kube
 from .metrics import BridgeMetrics
@@ -126,7 +128,7 @@ class BridgeService(Service):
         ]
 
     def loops(self):
-        loops = [self.pods.run, self.nodes.reflector.run, self.nodes.reconcile, self.pod_status.run]
+        loops = [self.pods.run, self.nodes.reflector.run, self.nodes.reconcile, self.pod_status.run, self.events.run]
         return loops + (self.tenants.loops() if self.tenants is not None else [])
 
     async def on_start(self) -> None:
@@ -145,6 +147,8 @@ class BridgeService(Service):
         self.actuator = Actuator(self.kube, conflict_attempts=s.conflict_attempts)
         self.pod_status = PodStatusReporter(self.kube, gpu_resource=s.gpu_resource,
                                             budget=EventBudget(s.event_burst, s.event_refill_s), clock=self.clock)
+        self.events = EventRecorder(self.kube, budget=EventBudget(s.event_burst, s.event_refill_s), clock=self.clock,
+                                    log=self.log)
         if self.tenants is not None:
             self.tenants.connect(self.kube, s)
         for consumer in self.consumers:
@@ -153,6 +157,8 @@ class BridgeService(Service):
                               else self.api_retry)
 
     async def on_stop(self) -> None:
+        if getattr(self, "events", None) is not None:
+            await self.events.flush()  # the Events of the last binds
         if self._owns_kube and self.kube is not None:
             await self.kube.close()
 
@@ -237,10 +243,9 @@ class BridgeService(Service):
                                cause=envelope, discriminator=decision.decision_id)
             if outcome.ok:
                 self.pod_status.bound(decision.namespace, decision.name)
-            if outcome.ok and outcome.pod is not None and not outcome.reason:
-                await create_pod_event(self.kube, outcome.pod, SCHEDULED, f"Successfully assigned {decision.namespace}/"
-                                       f"{decision.name} to {decision.node} (decision {decision.decision_id})",
-                                       "Normal", log=self.log, clock=self.clock)
+            if outcome.ok and outcome.pod is not None and not outcome.reason:  # written behind the binds
+                self.events.record(outcome.pod, SCHEDULED, f"Successfully assigned {decision.namespace}/"
+                                   f"{decision.name} to {decision.node} (decision {decision.decision_id})")
             return outcome.ok and not kubelet_admitted(outcome.pod or {})
 
     async def _explain(self, decision: PlacementDecision) -> None:

@@ -28,14 +28,13 @@ the watch, for reads that a precondition on the write makes safe.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from .errors import BridgeError, KubeStatusError, KubeUnavailable, WatchExpired
-from .kube import TRANSPORT_ERRORS, Kube
+from .kube import TRANSPORT_ERRORS, Kube, decode_json
 from .settings import BridgeSettings
 
 log = logging.getLogger(__name__)
@@ -203,7 +202,7 @@ class Reflector:
 
     async def _event(self, line: bytes) -> None:
         try:
-            event = json.loads(line)
+            event = decode_json(line)
             kind, obj = event["type"], event["object"]
         except (ValueError, KeyError, TypeError):
             raise KubeUnavailable(f"{self.resource} watch: torn or malformed line {line[:120]!r}") from None
