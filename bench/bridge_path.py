@@ -12,16 +12,24 @@ bridge's watch and pod event, placement's decision, the bridge's bind.
 At the end the run's streams are audited as `tidal audit` does (no pod
 placed twice, nothing held beyond allocatable, …).
 
+Before the stack starts, the same run measures placement's in-process
+decision rate at the same node count, strategy and pod count as
+bench/placement_policy.py does (`--clock cpu`: decide + assume timed by
+the thread's CPU time), so the ratio of the two holds on any machine.
+
 Prints one JSON line:
 {"nodes": N, "pods": P, "strategy": S, "api_latency_ms": L, "arrival_rate": R | "burst", "bound": B,
- "pods_per_s": X, "p50_ms": Y, "p99_ms": Z, "cpu_ms_per_pod": {process: ms}, "api_requests_per_pod": {…},
+ "pods_per_s": X, "in_process_pods_per_s": I, "ratio": X / I, "p50_ms": Y, "p99_ms": Z,
+ "cpu_ms_per_pod": {process: ms}, "in_process_cpu_ms_per_pod": 1000 / I,
+ "bridge_cpu_vs_decision": bridge's ms / in-process ms, "api_requests_per_pod": {…},
  "invariant_violations": V, "violations": [the first five]}
 `pods_per_s` is the pods bound over the time from the first creation to the
-last Binding; `cpu_ms_per_pod` each process's CPU time over that span, per
-pod (the bench's own is the API server's and the pods' creation).
+last Binding (created → bound); `cpu_ms_per_pod` each process's CPU time
+over that span, per pod (the bench's own is the API server's and the pods'
+creation). Issue 53's goals: `ratio` ≥ 0.5, `bridge_cpu_vs_decision` ≤ 1.
 
 Run: .venv/bin/python bench/bridge_path.py [--nodes 1000] [--pods 5000] [--rate R] [--api-latency-ms 2]
-     [--strategy S] [--bind-concurrency N]
+     [--strategy S] [--bind-concurrency N] [--idle-s 15]
 """
 
 from __future__ import annotations
@@ -58,6 +66,7 @@ NAMESPACE = "bench"
 SLOWED = (("GET", "/api/v1/namespaces/"), ("PATCH", "/api/v1/namespaces/"), ("POST", "/api/v1/namespaces/"),
           ("GET", "/api/v1/nodes/"))
 IDLE_S = 15.0  # no pod bound for this long: the rest stay pending (or are lost), the run ends
+LIVE_PER_NODE = 3.0  # placement_policy's default: pods depart past it, so the in-process cache stays part full
 
 
 def manifests(count: int, rng: np.random.Generator) -> list[dict]:
@@ -72,8 +81,14 @@ def manifests(count: int, rng: np.random.Generator) -> list[dict]:
     return out
 
 
+def in_process(nodes: int, count: int, seed: int, strategy: str) -> dict:
+    """placement_policy's in-process figures for this run's node count, pods and strategy (CPU clock)."""
+    return placement_policy.run(nodes, count, strategy, LIVE_PER_NODE, seed, clock="cpu")
+
+
 async def run(nodes: int, count: int, seed: int, rate: float, latency_ms: float, strategy: str,
-              bind_concurrency: int | None) -> dict:
+              bind_concurrency: int | None, idle_s: float = IDLE_S) -> dict:
+    deciding = in_process(nodes, count, seed, strategy)  # before the stack: nothing else of this run competes
     rng = np.random.default_rng(seed)
     cluster = list(topologies(nodes, rng))
     created: dict[str, float] = {}
@@ -125,7 +140,7 @@ async def run(nodes: int, count: int, seed: int, rate: float, latency_ms: float,
             if i % 200 == 199:
                 await asyncio.sleep(0)  # a burst still lets the server answer as it goes
         offered = count / max(time.perf_counter() - start, 1e-9)
-        await _until_bound(all_bound, bound, IDLE_S)
+        await _until_bound(all_bound, bound, idle_s)
         end = max(bound.values(), default=time.perf_counter())
         cpu = {name: process_row(name, pid, cpu_before[pid], max(len(bound), 1))["cpu_ms_per_pod"]
                for name, pid in processes}
@@ -133,12 +148,16 @@ async def run(nodes: int, count: int, seed: int, rate: float, latency_ms: float,
         await asyncio.sleep(1.0)  # the last bind results on their way
         violations = audit(await read_streams(bus), cluster="bench")  # the guarantees, checked on this run
     latencies = np.array([(bound[k] - created[k]) * 1000 for k in bound])
+    bound_per_s, decided_per_s = len(bound) / max(end - start, 1e-9), deciding["pods_per_s"]
+    decision_ms = 1000 / decided_per_s
     return {"nodes": nodes, "pods": count, "strategy": strategy, "api_latency_ms": latency_ms,
             "bind_concurrency": bind_concurrency, "arrival_rate": rate or "burst", "offered_per_s": round(offered, 1),
-            "bound": len(bound), "pods_per_s": round(len(bound) / max(end - start, 1e-9), 1),
+            "bound": len(bound), "pods_per_s": round(bound_per_s, 1),
+            "in_process_pods_per_s": decided_per_s, "ratio": round(bound_per_s / decided_per_s, 3),
             "p50_ms": round(float(np.percentile(latencies, 50)), 1) if len(latencies) else None,
             "p99_ms": round(float(np.percentile(latencies, 99)), 1) if len(latencies) else None,
-            "cpu_ms_per_pod": cpu,
+            "cpu_ms_per_pod": cpu, "in_process_cpu_ms_per_pod": round(decision_ms, 3),
+            "bridge_cpu_vs_decision": round(cpu["bridge"] / decision_ms, 2) if cpu["bridge"] is not None else None,
             "api_requests_per_pod": {k: round(v / max(len(bound), 1), 2) for k, v in sorted(asked.items())},
             "invariant_violations": len(violations), "violations": [v.line() for v in violations[:5]]}
 
@@ -174,10 +193,12 @@ def main() -> None:
     parser.add_argument("--bind-concurrency", type=int, default=None,
                         help="the bridge's binds in flight (default: its own setting)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--idle-s", type=float, default=IDLE_S,
+                        help=f"end the run when no pod was bound for this long (default {IDLE_S:g})")
     args = parser.parse_args()
     collect_oldest_only_when_asked()
     print(json.dumps(asyncio.run(run(args.nodes, args.pods, args.seed, args.rate, args.api_latency_ms,
-                                     args.strategy, args.bind_concurrency))), flush=True)
+                                     args.strategy, args.bind_concurrency, args.idle_s))), flush=True)
 
 
 if __name__ == "__main__":
