@@ -58,7 +58,7 @@ def test_version_is_the_installed_packages_one_line_exit_0():
 
 
 def test_the_cluster_default_is_the_manifests_everywhere(monkeypatch):
-    maps = {d["metadata"]["name"]: d for d in yaml.safe_load_all((ROOT / "k8s/base/configmap.yaml").read_text())}
+    maps = {d["metadata"]["name"]: d for d in yaml.safe_load_all((ROOT / "k8s/base/config/configmap.yaml").read_text())}
     assert DEFAULT_CLUSTER == maps["tidal-bus"]["data"]["cluster"] == "default"
     monkeypatch.delenv("TIDAL_CLUSTER", raising=False)
     assert ServiceSettings().cluster == DEFAULT_CLUSTER

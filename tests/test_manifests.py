@@ -42,6 +42,7 @@ from conftest import patience, wait_until_sync
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "k8s"
 NAMESPACE = "tidal-system"
+NODE_NAMESPACE = "tidal-node"  # the node agent alone (Pod Security privileged)
 IMAGE = "tidal:0.1.0"
 
 # Oldest Kubernetes release the manifests must be valid for.
@@ -106,8 +107,14 @@ def of_kind(objects: list[dict], kind: str) -> list[dict]:
     return [o for o in objects if o["kind"] == kind]
 
 
-def named(objects: list[dict], kind: str, name: str) -> dict:
-    matches = [o for o in of_kind(objects, kind) if o["metadata"]["name"] == name]
+def named(objects: list[dict], kind: str, name: str, namespace: str | None = None) -> dict:
+    """The one object of that kind and name (in `namespace`; when it is in
+    two and none is given, tidal-system's: tidal-bus and tidal-config have a
+    copy in the node agent's namespace, the same data)."""
+    matches = [o for o in of_kind(objects, kind) if o["metadata"]["name"] == name
+               and namespace in (None, o["metadata"].get("namespace"))]
+    if namespace is None and len(matches) > 1:
+        matches = [o for o in matches if o["metadata"].get("namespace") == NAMESPACE]
     assert len(matches) == 1, f"expected one {kind} {name!r}, found {len(matches)}"
     return matches[0]
 
@@ -260,14 +267,24 @@ def custom_resource_errors(obj: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("name", BUNDLES)
-def test_everything_lives_in_tidal_system(name: str) -> None:
+def test_everything_lives_in_tidal_system_but_the_node_agent(name: str) -> None:
+    """The node agent (its DaemonSet, Service, ServiceAccount and its copy of
+    the ConfigMaps it reads) in tidal-node, everything else in tidal-system;
+    the two copies of each ConfigMap the same (an overlay patches both)."""
     objects = bundle(name)
-    assert [o["metadata"]["name"] for o in of_kind(objects, "Namespace")] == [NAMESPACE]
+    assert sorted(o["metadata"]["name"] for o in of_kind(objects, "Namespace")) == [NODE_NAMESPACE, NAMESPACE]
+    node = {(o["kind"], o["metadata"]["name"]) for o in objects if o["metadata"].get("namespace") == NODE_NAMESPACE}
+    assert node == {("DaemonSet", "tidal-topology"), ("Service", "tidal-topology"),
+                    ("ServiceAccount", "tidal-topology"), ("ConfigMap", "tidal-bus"), ("ConfigMap", "tidal-config")}
     misplaced = [
         (o["kind"], o["metadata"]["name"]) for o in objects
-        if o["kind"] not in CLUSTER_SCOPED and o["metadata"].get("namespace") != NAMESPACE
+        if o["kind"] not in CLUSTER_SCOPED and o["metadata"].get("namespace") not in (NAMESPACE, NODE_NAMESPACE)
     ]
     assert not misplaced
+    for config_map in ("tidal-bus", "tidal-config"):
+        copies = [o for o in of_kind(objects, "ConfigMap") if o["metadata"]["name"] == config_map]
+        assert len(copies) == 2 and copies[0]["data"] == copies[1]["data"], config_map
+    assert workload_for(objects, "topology")["metadata"]["namespace"] == NODE_NAMESPACE
 
 
 def test_validation_rejects_a_broken_manifest() -> None:

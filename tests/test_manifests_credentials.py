@@ -33,7 +33,7 @@ def test_the_agent_sends_a_projected_token_for_the_issuers_audience_and_mounts_n
     assert 600 <= token["expirationSeconds"] <= 86400  # the kubelet refreshes it at 80 % of that
     assert env["TIDAL_TOPOLOGY_CREDENTIALS_TOKEN_FILE"] == f"{mounts['bus-token']['mountPath']}/{token['path']}"
     assert pod["automountServiceAccountToken"] is False  # the API server's own audience never reaches the agent
-    assert issuer_env["TIDAL_CREDENTIALS_AGENT_SERVICE_ACCOUNT"] == f"tidal-system:{pod['serviceAccountName']}"
+    assert issuer_env["TIDAL_CREDENTIALS_AGENT_SERVICE_ACCOUNT"] == f"tidal-node:{pod['serviceAccountName']}"
     assert issuer_env["TIDAL_CONFIG"] == env["TIDAL_CONFIG"]  # the same bus namespace and cluster as the agents
     assert env_of(named(objects, "Deployment", ISSUER)["spec"]["template"]["spec"]["containers"][0])[
         "TIDAL_CLUSTER"] == env_of(container)["TIDAL_CLUSTER"]

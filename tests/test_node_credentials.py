@@ -37,7 +37,8 @@ from tidal_simulator.kube_api import KubeApiServer
 from tidal_topology.service import TopologyService
 from tidal_topology.settings import TopologySettings
 
-CLUSTER, AGENTS, AUDIENCE, TTL = "c1", "tidal-system", "tidal-bus", 600
+# the agents run in their own namespace (k8s/base/node/), the other services in tidal-system
+CLUSTER, AGENTS, SYSTEM, AUDIENCE, TTL = "c1", "tidal-node", "tidal-system", "tidal-bus", 600
 
 
 class Clock:
@@ -71,8 +72,9 @@ class World:
                             **{**NATS_TEST_OPTIONS, "connect_deadline_s": 10.0, "publish_timeout_s": 10.0,
                                **options})
 
-    def agent_token(self, pod: str, audiences=(AUDIENCE,), service_account: str = "tidal-topology") -> str:
-        return self.api.mint_token(AGENTS, service_account, pod=pod, audiences=audiences)
+    def agent_token(self, pod: str, audiences=(AUDIENCE,), service_account: str = "tidal-topology",
+                    namespace: str = AGENTS) -> str:
+        return self.api.mint_token(namespace, service_account, pod=pod, audiences=audiences)
 
 
 def agent_pod(api: KubeApiServer, name: str, node: str | None) -> None:
@@ -101,7 +103,7 @@ async def world(tmp_path_factory):
     for node in ("node-a", "node-b"):
         api.add_node(node)
     agent_pod(api, "agent-a", "node-a")
-    api.add_pod("scoring-b", AGENTS, node="node-b", spec={"serviceAccountName": "tidal-scoring"})
+    api.add_pod("scoring-b", SYSTEM, node="node-b", spec={"serviceAccountName": "tidal-scoring"})
     agent_pod(api, "unbound", None)  # not scheduled: its token names no node
     (tmp / "issuer-token").write_text("the issuer's own token\n")
     clock = Clock()
@@ -156,7 +158,7 @@ def _ask(url: str, token: str | None, public: object) -> tuple[int, str]:
 async def test_what_is_not_node_agent_on_one_node_is_refused_with_its_reason(world, token, public, code, reason):
     tokens = {"agent-a": world.agent_token("agent-a"),
               "agent-a for the API server": world.agent_token("agent-a", audiences=("https://kubernetes.default.svc",)),
-              "scoring's token on node-b": world.agent_token("scoring-b", service_account="tidal-scoring"),
+              "scoring's token on node-b": world.agent_token("scoring-b", service_account="tidal-scoring", namespace=SYSTEM),
               "agent, unscheduled pod": world.agent_token("unbound")}
     public = new_user_key()[1] if public == "agent" else public
     answered = await asyncio.to_thread(_ask, world.issuer.url, tokens.get(token, token), public)
@@ -223,7 +225,7 @@ async def test_credentials_are_renewed_before_they_expire_and_the_agent_logs_in_
 
 async def test_a_pod_bound_token_is_only_for_the_pods_own_service_account(world):
     with pytest.raises(ValueError, match="different serviceaccount"):
-        world.api.mint_token(AGENTS, "tidal-topology", pod="scoring-b")
+        world.api.mint_token(SYSTEM, "tidal-topology", pod="scoring-b")
 
 
 async def test_the_node_agent_logs_in_with_issued_credentials_over_https_and_publishes_its_node(world):
@@ -256,7 +258,7 @@ async def test_the_node_agent_logs_in_with_issued_credentials_over_https_and_pub
 
 # -- the policy alone (tidal_bus.node_issuer), table-driven ------------------------------------------------------
 
-AGENT = "system:serviceaccount:tidal-system:tidal-topology"
+AGENT = "system:serviceaccount:tidal-node:tidal-topology"
 
 
 def review(authenticated=True, username=AGENT, nodes=("node-a",), audiences=(AUDIENCE,), error=None) -> dict:
@@ -277,6 +279,8 @@ def review(authenticated=True, username=AGENT, nodes=("node-a",), audiences=(AUD
     ({}, 401, None),
     (review(audiences=("https://kubernetes.default.svc",)), 401, None),
     (review(username="system:serviceaccount:tidal-system:default"), 403, None),
+    # the agent's ServiceAccount name in the control plane's namespace: not the agents'
+    (review(username="system:serviceaccount:tidal-system:tidal-topology"), 403, None),
     (review(username="system:node:node-a"), 403, None),  # a kubelet's own credential is not the agent's
     (review(nodes=None), 403, None),  # before Kubernetes 1.30, or a token bound to no pod
     (review(nodes=()), 403, None),

@@ -32,6 +32,10 @@ from .nats_permissions import service_permissions, topology_user
 NODE_NAME_KEY = "authentication.kubernetes.io/node-name"
 POD_NAME_KEY = "authentication.kubernetes.io/pod-name"
 DEFAULT_AUDIENCE = "tidal-bus"
+# The node agents' namespace (Pod Security `privileged`, apart from the control
+# plane's tidal-system: k8s/base/node/) and the ServiceAccount the issuer accepts.
+AGENT_NAMESPACE = "tidal-node"
+DEFAULT_AGENT_SERVICE_ACCOUNT = f"{AGENT_NAMESPACE}:tidal-topology"
 _USER_KEY = re.compile(r"^U[A-Z2-7]{55}$")  # an nkey user public key
 _NODE = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")  # a Kubernetes node name
 

@@ -27,7 +27,7 @@ from .configuration import COMMON, ENV_ONLY, TidalConfigSource
 
 DEFAULT_BUS_URL = "nats://127.0.0.1:4222"
 DEFAULT_CLUSTER = "default"
-"""The cluster id when TIDAL_CLUSTER is not set: what k8s/base/configmap.yaml
+"""The cluster id when TIDAL_CLUSTER is not set: what k8s/base/config/configmap.yaml
 sets, so the CLI and a service started by hand name the same cluster."""
 
 

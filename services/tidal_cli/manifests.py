@@ -6,9 +6,12 @@ k8s/ without the kustomize binary.
     python -m tidal_cli.manifests --check    # exit 1 naming each file that differs from its render
 
 The loader builds a kustomization the way kustomize would for the features
-these manifests use: resources, nested bases, `namespace:`, and
-strategic-merge patches of ConfigMap data and of workloads' pod templates,
-lists merged by their Kubernetes merge keys. It refuses anything else
+these manifests use: resources, nested bases, `namespace:`, a
+NamespaceTransformer with `unsetOnly: true` (the namespace of every object
+that names none yet: the node agent keeps its own), and strategic-merge
+patches of ConfigMap data and of workloads' pod templates, lists merged by
+their Kubernetes merge keys, each patch on the object it names or on every
+object its `target` (kind, name, namespace) selects. It refuses anything else
 (NotImplementedError), so a kustomization that starts using another
 feature fails instead of being rendered wrongly. The objects come out in
 kustomize's `legacy` order (namespace and CRDs first, webhook
@@ -36,7 +39,9 @@ HEADER = ("# Rendered from k8s/{overlay} by `make manifests` (python -m tidal_cl
 
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PersistentVolume", "StorageClass",
                   "CustomResourceDefinition", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
-SUPPORTED_KUSTOMIZATION_KEYS = {"apiVersion", "kind", "namespace", "resources", "patches"}
+SUPPORTED_KUSTOMIZATION_KEYS = {"apiVersion", "kind", "namespace", "resources", "patches", "transformers"}
+# The selector keys of a patch `target` the loader matches (kustomize has more: refused).
+TARGET_KEYS = {"kind", "name", "namespace"}
 # Strategic-merge keys of the pod-template lists patched here (as in the
 # Kubernetes API's patchMergeKey); any other list is replaced whole.
 MERGE_KEYS = {"containers": "name", "env": "name", "volumes": "name", "volumeMounts": "mountPath"}
@@ -88,27 +93,60 @@ def merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
             target[key] = copy.deepcopy(value)
 
 
-def _target(objects: list[dict[str, Any]], kind: str, name: str, origin: Path) -> dict[str, Any]:
-    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+def _selected(objects: list[dict[str, Any]], selector: dict[str, str]) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == selector["kind"] and o["metadata"]["name"] == selector["name"]
+            and selector.get("namespace", o["metadata"].get("namespace")) == o["metadata"].get("namespace")]
+
+
+def _targets(objects: list[dict[str, Any]], patch: dict[str, Any], target: dict[str, str] | None,
+             origin: Path) -> list[dict[str, Any]]:
+    """The objects a patch applies to: every one its `target` selects (at least
+    one), else the one object of its kind, name (and namespace, when it names one)."""
+    if target is not None:
+        if set(target) - TARGET_KEYS or not {"kind", "name"} <= set(target) or target["kind"] != patch.get("kind"):
+            raise NotImplementedError(f"{origin}: a patch target selects by {sorted(TARGET_KEYS)} only, "
+                                      "its kind the patch's")
+        found = _selected(objects, target)
+        if not found:
+            raise ManifestError(f"{origin}: patch target {target} selects nothing")
+        return found
+    found = _selected(objects, {"kind": patch.get("kind"), **patch.get("metadata", {})})
     if len(found) != 1:
-        raise ManifestError(f"{origin}: patch target {kind} {name!r} found {len(found)} times")
-    return found[0]
+        raise ManifestError(f"{origin}: patch target {patch.get('kind')} {patch['metadata']['name']!r} found "
+                            f"{len(found)} times")
+    return found
 
 
-def apply_patch(objects: list[dict[str, Any]], patch: dict[str, Any], origin: Path) -> None:
+def apply_patch(objects: list[dict[str, Any]], patch: dict[str, Any], origin: Path,
+                target: dict[str, str] | None = None) -> None:
     """Strategic-merge patch of a ConfigMap's data or of a workload's pod template."""
     if patch.get("kind") in PATCHABLE_WORKLOADS and set(patch) <= {"apiVersion", "kind", "metadata", "spec"} \
             and set(patch.get("spec", {})) <= {"template"}:
-        merge(_target(objects, patch["kind"], patch["metadata"]["name"], origin)["spec"], patch.get("spec", {}))
+        for obj in _targets(objects, patch, target, origin):
+            merge(obj["spec"], patch.get("spec", {}))
         return
     if patch.get("kind") != "ConfigMap" or set(patch) - {"apiVersion", "kind", "metadata", "data"}:
         raise NotImplementedError(f"{origin}: the loader only patches ConfigMap data and pod templates")
-    data = _target(objects, "ConfigMap", patch["metadata"]["name"], origin).setdefault("data", {})
-    for key, value in (patch.get("data") or {}).items():
-        if value is None:  # strategic merge: null deletes the key
-            data.pop(key, None)
-        else:
-            data[key] = value
+    for obj in _targets(objects, patch, target, origin):
+        data = obj.setdefault("data", {})
+        for key, value in (patch.get("data") or {}).items():
+            if value is None:  # strategic merge: null deletes the key
+                data.pop(key, None)
+            else:
+                data[key] = value
+
+
+def unset_namespace(directory: Path, entry: Any) -> str:
+    """The namespace of a `transformers:` file: one NamespaceTransformer with
+    `unsetOnly: true` (it leaves an object's own namespace, and every
+    binding's subjects, as they are), the only transformer the loader runs."""
+    if not isinstance(entry, str) or not (directory / entry).is_file():
+        raise NotImplementedError(f"{directory}: a transformer must be a file here")
+    docs = load_documents(directory / entry)
+    if len(docs) != 1 or docs[0].get("kind") != "NamespaceTransformer" or docs[0].get("unsetOnly") is not True \
+            or set(docs[0]) != {"apiVersion", "kind", "metadata", "unsetOnly"} or "namespace" not in docs[0]["metadata"]:
+        raise NotImplementedError(f"{directory / entry}: only a NamespaceTransformer with unsetOnly: true is supported")
+    return docs[0]["metadata"]["namespace"]
 
 
 def build(directory: Path) -> list[dict[str, Any]]:
@@ -127,11 +165,12 @@ def build(directory: Path) -> list[dict[str, Any]]:
         objects += build(path) if path.is_dir() else load_documents(path)
 
     for entry in kustomization.get("patches", []):
-        if not isinstance(entry, dict) or set(entry) != {"path"}:
-            raise NotImplementedError(f"{directory}: only file patches (`- path: FILE`) are supported")
+        if not isinstance(entry, dict) or "path" not in entry or set(entry) - {"path", "target"}:
+            raise NotImplementedError(f"{directory}: only file patches (`- path: FILE`, a `target` or not) "
+                                      "are supported")
         patch_file = directory / entry["path"]
         for patch in load_documents(patch_file):
-            apply_patch(objects, patch, patch_file)
+            apply_patch(objects, patch, patch_file, entry.get("target"))
 
     namespace = kustomization.get("namespace")
     if namespace:
@@ -142,6 +181,11 @@ def build(directory: Path) -> list[dict[str, Any]]:
                 for subject in obj.get("subjects", []):
                     if subject.get("kind") == "ServiceAccount":
                         subject["namespace"] = namespace
+    for entry in kustomization.get("transformers", []):
+        namespace = unset_namespace(directory, entry)
+        for obj in objects:
+            if obj["kind"] not in CLUSTER_SCOPED:
+                obj["metadata"].setdefault("namespace", namespace)
 
     ids = [(o["apiVersion"], o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects]
     duplicates = {i for i in ids if ids.count(i) > 1}

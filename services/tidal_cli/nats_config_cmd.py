@@ -37,6 +37,7 @@ from tidal_bus.nats_identity import SYSTEM_ACCOUNT_NAME, Authority, account_jwt,
 from tidal_bus.nats_jwt import MAX_CREDS_BYTES, Creds, InvalidCreds, decode_claims, parse_creds
 from tidal_bus.nats_permissions import ADMIN, users
 from tidal_bus.nkey import MAX_SEED_BYTES, InvalidSeed, Role, new_key, new_user_key, public_key
+from tidal_bus.node_issuer import AGENT_NAMESPACE
 
 from .errors import CliError
 from .files import read_bounded
@@ -51,7 +52,7 @@ SEED_SUFFIX, CREDS_SUFFIX = ".nk", ".creds"
 AUTHORITY_FILES = {"operator": "operator.nk", "system_account": "system-account.nk", "account": "account.nk",
                    "account_signing": "account-signing.nk"}
 ACCOUNT_PUBLIC_FILE = "account.pub"
-NODE_NAMESPACE = "tidal-system"  # where k8s/ runs the node agent DaemonSet (tests/test_manifests_credentials.py)
+NODE_NAMESPACE = AGENT_NAMESPACE  # where k8s/ runs the node agent DaemonSet (tests/test_manifests_credentials.py)
 _OLD_PASSWORDS = ("*.password", "hashes.json")  # what runs before nkeys left in the directory
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from tidal_bus.node_issuer import DEFAULT_AUDIENCE
+from tidal_bus.node_issuer import DEFAULT_AGENT_SERVICE_ACCOUNT, DEFAULT_AUDIENCE
 from tidal_bus.nkey import InvalidSeed, public_key
 from tidal_runtime.configuration import TidalConfigSource
 
@@ -43,7 +43,7 @@ class CredentialsSettings(BaseSettings):
     account: str | None = Field(None, description="the account's public key (account.pub, A…)")
     account_file: Path | None = Field(None, description="or a file holding it (the Secret's `account`)")
     audience: str = Field(DEFAULT_AUDIENCE, description="the audience the agents' projected tokens are for")
-    agent_service_account: str = Field("tidal-system:tidal-topology",
+    agent_service_account: str = Field(DEFAULT_AGENT_SERVICE_ACCOUNT,
                                        description="namespace:name of the node agents' ServiceAccount")
     ttl_s: int = Field(3600, ge=60, le=86400, description="lifetime of an issued user JWT; agents renew at 2/3")
     kube_api_url: str = Field(default_factory=_in_cluster_url, description="the Kubernetes API server")
