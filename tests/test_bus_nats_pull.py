@@ -58,6 +58,7 @@ async def test_every_message_once_and_in_order_across_batches(jetstream):
             await puller.fetch(256, timeout=0.3)
         await _publish(js, stream, 5, first=700)  # after an empty fetch: the next one brings them
         assert await _fetch_all(puller, 5, batch=256) == list(range(700, 705))
+        assert puller.held == {}  # no acks are awaited: nothing is kept per delivery
     finally:
         await puller.close()
 

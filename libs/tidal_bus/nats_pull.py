@@ -24,7 +24,7 @@ import nats.js.errors
 import orjson
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.api import ConsumerConfig
+from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.client import JetStreamContext
 
 from .nats_delivery import delivery_of
@@ -61,7 +61,9 @@ class Puller:
         self._sub = None
         # Deliveries not yet acked or naked, by reply subject: when each was
         # last delivered or said to be in progress (loop time; see keep_alive).
+        # Kept only for a consumer that waits for acks (a reader's never come).
         self.held: dict[str, float] = {}
+        self._holds = True
 
     @classmethod
     async def open(cls, nc: Client, js: JetStreamContext, stream: str, config: ConsumerConfig,
@@ -92,6 +94,7 @@ class Puller:
             await _add_consumer(js, stream, config, refused, renamed=True)
             name = config.name
         puller = cls(nc, js, stream, name)
+        puller._holds = config.ack_policy != AckPolicy.NONE
         puller._sub = await nc.subscribe(puller._inbox, cb=puller._arrive)
         return puller
 
@@ -100,7 +103,7 @@ class Puller:
         if status is None:
             self._arrived.append(msg)
             self._owed -= 1
-            if msg.reply:
+            if self._holds and msg.reply:
                 self.held[msg.reply] = asyncio.get_running_loop().time()
         elif status == EXPIRED:
             self._owed = 0
