@@ -91,8 +91,12 @@ def test_service_monitor_selects_each_services_metrics_port(workload: str):
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["kind"] == "ServiceMonitor"
     kustomization = yaml.safe_load((ROOT / "k8s" / "monitoring" / "kustomization.yaml").read_text())
     assert "servicemonitor.yaml" in kustomization["resources"]
-    assert monitor["spec"]["namespaceSelector"]["matchNames"] == [kustomization["namespace"]]
-    (service,) = [d for d in _docs(ROOT / "k8s" / "base" / f"{workload}.yaml") if d["kind"] == "Service"]
+    # the node agent has a namespace of its own (k8s/base/node), every other service the base's
+    where = ROOT / "k8s" / "base" / ("node" if workload == "topology" else "")
+    namespace = yaml.safe_load((where / "kustomization.yaml").read_text()).get("namespace", "tidal-system")
+    assert kustomization["namespace"] in monitor["spec"]["namespaceSelector"]["matchNames"]
+    assert namespace in monitor["spec"]["namespaceSelector"]["matchNames"]
+    (service,) = [d for d in _docs(where / f"{workload}.yaml") if d["kind"] == "Service"]
     selector = monitor["spec"]["selector"]["matchLabels"]
     assert selector.items() <= service["metadata"]["labels"].items()
     ports = {p["name"] for p in service["spec"]["ports"]}

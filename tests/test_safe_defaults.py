@@ -50,7 +50,7 @@ def test_the_default_configuration_evicts_freezes_and_moves_nothing():
 
 
 def test_the_shipped_config_map_keeps_the_safe_defaults(tmp_path):
-    documents = yaml.safe_load_all((ROOT / "k8s" / "base" / "configmap.yaml").read_text())
+    documents = yaml.safe_load_all((ROOT / "k8s" / "base" / "config" / "configmap.yaml").read_text())
     (config,) = [d for d in documents if d["metadata"]["name"] == "tidal-config"]
     path = tmp_path / "tidal.yaml"
     path.write_text(config["data"]["tidal.yaml"])
